@@ -1,0 +1,90 @@
+// Times full training steps (forward, loss, backward, SGD) of a model on random data.
+//
+//   step_bench --model resnet32 --batch-size 128 --threads 2 --steps 20 --warmup 3
+//       one JSON line per step, then a summary line with the median
+//   step_bench ... --serve
+//       side-by-side mode for bench/speed_vs_pytorch.py: after the warm-up, reads lines
+//       "STEP k" from stdin, runs k timed steps, answers {"images_per_second_each": [...]};
+//       "QUIT" ends it. The PyTorch reference speaks the same protocol.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "core/rng.hpp"
+#include "nn/resnet.hpp"
+#include "optim/optimizer.hpp"
+
+using namespace mt;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Training-step benchmark"};
+  std::string model_name = "resnet32";
+  int batch = 128, threads = 2, steps = 20, warmup = 3;
+  bool serve = false;
+  app.add_option("--model", model_name);
+  app.add_option("--batch-size", batch);
+  app.add_option("--threads", threads);
+  app.add_option("--steps", steps);
+  app.add_option("--warmup", warmup);
+  app.add_flag("--serve", serve);
+  CLI11_PARSE(app, argc, argv);
+
+  auto backend = make_cpu_backend(threads);
+  Model model(parse_model(model_name));
+  FlatTensors params(model.params()), stats(model.stats()), grads(model.params()),
+      batch_stats(model.stats());
+  model.init_params(params, stats, 1);
+  const bool t2t = model.spec().kind == BlockKind::kPreActivation;
+  Sgd sgd(model.params(), SgdConfig{0.9f, 1e-4f, t2t});
+  Network net(model, *backend, batch);
+  Rng rng(2);
+  Tensor images(Dims{batch, 3, 32, 32});
+  for (auto& v : images.span()) v = static_cast<float>(rng.normal());
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
+  for (auto& l : labels) l = static_cast<std::int32_t>(rng.below(10));
+
+  auto step = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    net.train_step(images, labels, params, grads, batch_stats);
+    model.update_running_stats(stats, batch_stats, net.bn_counts());
+    sgd.step(*backend, params, grads, 0.1f);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int i = 0; i < warmup; ++i) step();
+
+  if (serve) {
+    std::cout << nlohmann::json{{"ready", true}}.dump() << std::endl;
+    std::string cmd;
+    while (std::cin >> cmd) {
+      if (cmd == "QUIT") break;
+      int k = 0;
+      std::cin >> k;
+      std::vector<double> ips;
+      for (int i = 0; i < k; ++i) ips.push_back(batch / step());
+      std::cout << nlohmann::json{{"images_per_second_each", ips}}.dump() << std::endl;
+    }
+    return 0;
+  }
+  std::vector<double> ips;
+  for (int i = 0; i < steps; ++i) {
+    const double t = step();
+    ips.push_back(batch / t);
+    std::cout << nlohmann::json{{"step", i}, {"seconds", t}, {"images_per_second", batch / t}}.dump() << '\n';
+  }
+  std::sort(ips.begin(), ips.end());
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  std::cout << nlohmann::json{{"event", "summary"}, {"model", model_name}, {"batch", batch},
+                              {"threads", threads}, {"median_images_per_second", ips[ips.size() / 2]},
+                              {"peak_rss_mib", double(ru.ru_maxrss) / 1024.0}}
+                   .dump()
+            << std::endl;
+  return 0;
+}

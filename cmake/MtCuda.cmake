@@ -1,0 +1,25 @@
+# CUDA is enabled when a CUDA compiler is found (or forced with -DMT_WITH_CUDA=ON). It must
+# configure and build on machines without a GPU; the backend checks for a device at run time.
+include(CheckLanguage)
+set(MT_HAVE_CUDA OFF)
+if(NOT MT_WITH_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      # Data-centre GPUs: A100 (sm_80), H100/H200 (sm_90). CUDA 13 dropped sm_70.
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    enable_language(CUDA)
+    # CMake 3.25 does not know nvcc 13's C++20 support; the .cu files need only C++17.
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(MT_HAVE_CUDA ON)
+  elseif(MT_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "MT_WITH_CUDA=ON but no CUDA compiler was found")
+  endif()
+endif()
+message(STATUS "mpi_trainer: CUDA backend ${MT_HAVE_CUDA}")

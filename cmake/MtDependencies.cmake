@@ -1,0 +1,12 @@
+# Third-party packages, all from Debian (launch/setup.sh installs them).
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(dnnl REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(MPI REQUIRED COMPONENTS CXX)
+find_package(HDF5 REQUIRED COMPONENTS C)
+if(MT_BUILD_TESTS)
+  find_package(Catch2 2 REQUIRED)
+endif()

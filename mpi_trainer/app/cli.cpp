@@ -1,0 +1,189 @@
+#include "app/cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+
+#include "app/config.hpp"
+#include "app/train.hpp"
+#include "core/error.hpp"
+#include "data/dataset.hpp"
+#include "nn/resnet.hpp"
+
+namespace mt {
+
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+// More than one MPI process asks for the parameter server, which this version does not have.
+int launched_processes() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
+    if (const char* v = std::getenv(var); v && *v) {
+      const int n = std::atoi(v);
+      if (n > 0) return n;
+    }
+  }
+  return 1;
+}
+
+void add_train_options(CLI::App& cmd, TrainConfig& c) {
+  auto env = [](CLI::Option* o, const char* name) { o->envname(name); };
+  env(cmd.add_option("--data", c.data,
+                     "Data directory: CIFAR-10 binary (data_batch_1..5.bin, test_batch.bin) or "
+                     "Fashion-MNIST IDX (*-idx3-ubyte[.gz]). Default: $MT_CIFAR10_DIR if set, "
+                     "else /usr/share/datasets/fashion-mnist"),
+      "MT_DATA");
+  env(cmd.add_option("--model", c.model, "Model: " + model_choices())->capture_default_str(),
+      "MT_MODEL");
+  env(cmd.add_option("--train-steps", c.train_steps, "Global steps (batches) to train")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber),
+      "MT_TRAIN_STEPS");
+  env(cmd.add_option("--batch-size", c.batch_size, "Images per step")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 65536)),
+      "MT_BATCH_SIZE");
+  env(cmd.add_option("--device", c.device,
+                     "cpu, cuda or auto (auto: a GPU when a CUDA backend and GPU are present)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"cpu", "cuda", "auto"})),
+      "MT_DEVICE");
+  env(cmd.add_option("--threads", c.threads, "Compute threads (0: every core)")
+          ->capture_default_str()
+          ->check(CLI::Range(0, 4096)),
+      "MT_THREADS");
+  env(cmd.add_option("--seed", c.seed, "Seed for initialization, data order and augmentation")
+          ->capture_default_str(),
+      "MT_SEED");
+  env(cmd.add_option("--lr-schedule", c.lr_schedule,
+                     "default (the model's recipe), step[:B1,B2,..] (x0.1 at each boundary; "
+                     "default 32000,48000), cosine[:DECAY_STEPS] (100-step warm-up; default "
+                     "120000), or constant")
+          ->capture_default_str(),
+      "MT_LR_SCHEDULE");
+  env(cmd.add_option("--lr", c.lr, "Base learning rate (0: the schedule's own: 0.1 step, 0.4 cosine)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "MT_LR");
+  env(cmd.add_option("--momentum", c.momentum, "SGD momentum")
+          ->capture_default_str()
+          ->check(CLI::Range(0.0, 1.0)),
+      "MT_MOMENTUM");
+  env(cmd.add_option("--weight-decay", c.weight_decay, "L2 weight decay")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "MT_WEIGHT_DECAY");
+  env(cmd.add_option("--nesterov", c.nesterov, "Nesterov momentum: on, off, default (on for -t2t)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"on", "off", "default"})),
+      "MT_NESTEROV");
+  env(cmd.add_option("--augment", c.augment,
+                     "Pad-4 random crop + horizontal flip: on, off, default (on)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"on", "off", "default"})),
+      "MT_AUGMENT");
+  env(cmd.add_option("--normalize", c.normalize,
+                     "Input normalization: channel (training-set mean/std), per-image "
+                     "(standardization), none, default (per-image for -t2t, else channel)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"channel", "per-image", "none", "default"})),
+      "MT_NORMALIZE");
+  env(cmd.add_option("--metrics", c.metrics,
+                     "Append JSON Lines metrics to this file; the last line is the summary"),
+      "MT_METRICS");
+  env(cmd.add_option("--eval-every-steps", c.eval_every_steps,
+                     "Evaluate on the test set every N steps (0: only at the end)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "MT_EVAL_EVERY_STEPS");
+  env(cmd.add_option("--log-every-steps", c.log_every_steps, "Progress line every N steps")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber),
+      "MT_LOG_EVERY_STEPS");
+  env(cmd.add_option("--instance-type", c.instance_type,
+                     "Instance type billed for cost: k80, p100, v100, ps (paper's Table II)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"k80", "p100", "v100", "ps"})),
+      "MT_INSTANCE_TYPE");
+  env(cmd.add_option("--pricing", c.pricing, "on-demand or transient prices")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"on-demand", "transient"})),
+      "MT_PRICING");
+  env(cmd.add_flag("--quiet", c.quiet, "No progress lines (metrics and errors only)"), "MT_QUIET");
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{
+      "mpi_trainer: ResNet training for preemptible (spot) servers.\n"
+      "Exit codes: 0 done, 2 usage, 3 config/data error, 4 checkpoint error, 1 internal error."};
+  app.set_version_flag("--version", kVersion);
+  app.require_subcommand(1);
+  app.footer("Every train flag also reads an environment default MT_<FLAG>, e.g. MT_TRAIN_STEPS.\n"
+             "Run 'mpi_trainer <command> --help' for a command's options.");
+
+  TrainConfig cfg;
+  auto* train_cmd = app.add_subcommand("train", "Train a model (single process: the single-server baseline)");
+  add_train_options(*train_cmd, cfg);
+
+  std::string info_model = "resnet32";
+  auto* info_cmd = app.add_subcommand("model-info", "Print a model's layers and parameter count");
+  info_cmd->add_option("--model", info_model, "Model: " + model_choices())->capture_default_str();
+
+  std::string gen_dir;
+  std::int64_t gen_train = 5000, gen_test = 1000;
+  std::uint64_t gen_seed = 1;
+  auto* gen_cmd = app.add_subcommand(
+      "gen-data", "Write a small generated, learnable data set in CIFAR-10 binary format");
+  gen_cmd->add_option("dir", gen_dir, "Output directory")->required();
+  gen_cmd->add_option("--train", gen_train, "Training images")->capture_default_str()->check(CLI::PositiveNumber);
+  gen_cmd->add_option("--test", gen_test, "Test images")->capture_default_str()->check(CLI::PositiveNumber);
+  gen_cmd->add_option("--seed", gen_seed, "Seed")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    out << app.help(e.get_name().empty() ? "" : e.get_name());
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    out << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::CallForVersion&) {
+    out << kVersion << '\n';
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    // Subcommand help goes through the subcommand's own formatter.
+    err << "mpi_trainer: " << e.what() << "\nRun 'mpi_trainer --help' or 'mpi_trainer <command> --help'.\n";
+    return kExitUsage;
+  }
+
+  try {
+    if (*train_cmd) {
+      if (const int n = launched_processes(); n > 1)
+        throw UsageError("launched as " + std::to_string(n) +
+                         " processes, but this version trains in a single process; run it "
+                         "plainly or under 'mpirun -np 1'");
+      train(cfg, out);
+    } else if (*info_cmd) {
+      const Model model(parse_model(info_model));
+      out << "model: " << model.spec().name << '\n';
+      for (const auto& e : model.params().entries())
+        out << "  " << e.name << ' ' << dims_to_string(e.dims) << '\n';
+      std::int64_t bn_stats = 0;
+      for (const auto& e : model.stats().entries()) bn_stats += e.size;
+      out << "bn_running_stats: " << bn_stats << '\n';
+      out << "parameters: " << model.param_count() << '\n';
+    } else if (*gen_cmd) {
+      write_synthetic_cifar10(gen_dir, gen_train, gen_test, gen_seed);
+      out << "wrote " << gen_train << " training and " << gen_test << " test images to " << gen_dir << '\n';
+    }
+    return kExitOk;
+  } catch (const Error& e) {
+    err << "mpi_trainer: error: " << e.what() << '\n';
+    return e.exit_code();
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,32 @@
+// Everything `mpi_trainer train` is told, after parsing and validation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mt {
+
+struct TrainConfig {
+  std::string data;             // empty: default_data_dir()
+  std::string model = "resnet32";
+  std::int64_t train_steps = 64000;
+  int batch_size = 128;
+  std::string device = "auto";  // cpu | cuda | auto
+  int threads = 0;              // 0: every core
+  std::uint64_t seed = 1;
+  std::string lr_schedule = "default";
+  double lr = 0;                // 0: the schedule's own base rate
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  std::string nesterov = "default";     // on | off | default (model's recipe)
+  std::string augment = "default";      // on | off | default (on)
+  std::string normalize = "default";    // channel | per-image | none | default (model's recipe)
+  std::string metrics;          // JSON Lines path, empty: none
+  std::int64_t eval_every_steps = 0;  // 0: only at the end
+  std::int64_t log_every_steps = 50;
+  std::string instance_type = "k80";
+  std::string pricing = "on-demand";  // on-demand | transient
+  bool quiet = false;
+};
+
+}  // namespace mt

@@ -1,0 +1,24 @@
+// JSON Lines metrics (DESIGN.md §5): one object per line, flushed as written so a job killed
+// mid-run leaves every complete line readable. The last line of a finished run is the summary.
+#pragma once
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace mt {
+
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  // Empty path: writes nothing. Throws DataError when the file cannot be opened.
+  explicit MetricsWriter(const std::string& path);
+  void write(const nlohmann::json& event);
+  bool enabled() const { return out_.is_open(); }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace mt

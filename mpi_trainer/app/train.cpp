@@ -1,0 +1,228 @@
+#include "app/train.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+#include <thread>
+
+#include "app/cost.hpp"
+#include "app/device.hpp"
+#include "app/metrics.hpp"
+#include "core/error.hpp"
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "nn/resnet.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/schedule.hpp"
+
+namespace mt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string format_eta(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto s = static_cast<long long>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  return buf;
+}
+
+bool on_off(const std::string& flag, const std::string& value, bool dflt) {
+  if (value == "default") return dflt;
+  if (value == "on") return true;
+  if (value == "off") return false;
+  throw UsageError(flag + " must be on, off or default, not '" + value + "'");
+}
+
+Normalization parse_normalization(const std::string& value, bool t2t) {
+  if (value == "default") return t2t ? Normalization::kPerImage : Normalization::kChannelStats;
+  if (value == "channel") return Normalization::kChannelStats;
+  if (value == "per-image") return Normalization::kPerImage;
+  if (value == "none") return Normalization::kNone;
+  throw UsageError("--normalize must be channel, per-image, none or default, not '" + value + "'");
+}
+
+struct EvalResult {
+  double accuracy = 0, loss = 0;
+};
+
+// The whole test set through the training network in inference mode; a short last batch is
+// padded (BN uses running statistics, so rows do not interact) and its padding ignored.
+EvalResult evaluate(Network& net, const Dataset& test, const LoaderOptions& opts,
+                    const FlatTensors& params, const FlatTensors& stats) {
+  Batch batch;
+  std::int64_t correct = 0;
+  double loss = 0;
+  const int b = net.batch();
+  for (std::int64_t start = 0; start < test.count; start += b) {
+    const auto count = std::min<std::int64_t>(b, test.count - start);
+    fill_eval_batch(test, opts, start, count, batch);
+    if (batch.images.dim(0) != b) {
+      // Pad to the network's batch size.
+      Tensor padded(Dims{b, 3, 32, 32});
+      std::copy_n(batch.images.data(), batch.images.storage_size(), padded.data());
+      batch.images = std::move(padded);
+      batch.labels.resize(static_cast<std::size_t>(b), 0);
+    }
+    const auto st = net.evaluate(batch.images, batch.labels, static_cast<int>(count), params, stats);
+    correct += st.correct;
+    loss += st.loss;
+  }
+  return {double(correct) / double(test.count), loss / double(test.count)};
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& cfg, std::ostream& log) {
+  const auto t_setup = Clock::now();
+  const ModelSpec spec = parse_model(cfg.model);
+  const bool t2t = spec.kind == BlockKind::kPreActivation;
+  const LrSchedule schedule = parse_schedule(cfg.lr_schedule, t2t, cfg.lr);
+  const bool nesterov = on_off("--nesterov", cfg.nesterov, t2t);
+  const bool augment = on_off("--augment", cfg.augment, true);
+  const bool transient = cfg.pricing == "transient";
+  if (!transient && cfg.pricing != "on-demand")
+    throw UsageError("--pricing must be on-demand or transient, not '" + cfg.pricing + "'");
+  table2_price(cfg.instance_type);  // validates the type before any work
+
+  const ResolvedDevice device = resolve_device(cfg.device);
+  const int threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto backend = make_backend(device, threads);
+
+  const std::string data_dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;
+  const DataSplit data = load_dataset(data_dir);
+
+  LoaderOptions lo;
+  lo.batch_size = cfg.batch_size;
+  lo.augment = augment;
+  lo.normalization = parse_normalization(cfg.normalize, t2t);
+  lo.stats = compute_channel_stats(data.train);
+  lo.seed = cfg.seed;
+  if (data.train.count < cfg.batch_size)
+    throw DataError(data_dir + ": " + std::to_string(data.train.count) +
+                    " training images is fewer than one batch of " + std::to_string(cfg.batch_size));
+
+  MetricsWriter metrics(cfg.metrics);
+  Model model(spec);
+  FlatTensors params(model.params()), stats(model.stats()), grads(model.params()),
+      batch_stats(model.stats());
+  model.init_params(params, stats, cfg.seed);
+  Sgd sgd(model.params(), SgdConfig{static_cast<float>(cfg.momentum),
+                                    static_cast<float>(cfg.weight_decay), nesterov});
+  Network net(model, *backend, cfg.batch_size);
+  BatchLoader loader(data.train, lo);
+
+  const nlohmann::json config_event{
+      {"event", "config"},        {"model", spec.name},
+      {"parameters", model.param_count()},
+      {"data", data_dir},         {"data_format", data.format},
+      {"train_images", data.train.count}, {"test_images", data.test.count},
+      {"train_steps", cfg.train_steps},   {"batch_size", cfg.batch_size},
+      {"device", device.name},    {"threads", threads},
+      {"backend_layout", layout_name(backend->activation_layout())},
+      {"lr_schedule", schedule.describe()}, {"momentum", cfg.momentum},
+      {"nesterov", nesterov},     {"weight_decay", cfg.weight_decay},
+      {"augment", augment},       {"seed", cfg.seed},
+      {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing},
+      {"processes", 1}};
+  metrics.write(config_event);
+  if (!cfg.quiet) {
+    log << "mpi_trainer: " << spec.name << " (" << model.param_count() << " parameters) on "
+        << data.format << " " << data_dir << " (" << data.train.count << " train / "
+        << data.test.count << " test)\n"
+        << "mpi_trainer: device " << device.name << " (" << device.note << "), " << threads
+        << " threads, batch " << cfg.batch_size << ", " << cfg.train_steps << " steps, lr "
+        << schedule.describe() << (nesterov ? ", Nesterov" : "") << ", setup "
+        << std::fixed << std::setprecision(2) << seconds_since(t_setup) << " s\n";
+  }
+
+  TrainResult res;
+  double train_seconds = 0;
+  double window_loss = 0, window_seconds = 0;
+  std::int64_t window_steps = 0, window_correct = 0;
+  const auto log_every = std::max<std::int64_t>(1, cfg.log_every_steps);
+  for (std::int64_t step = 0; step < cfg.train_steps; ++step) {
+    const auto t0 = Clock::now();
+    const Batch& batch = loader.next();
+    const float lr = static_cast<float>(schedule.lr_at(step));
+    const StepStats st = net.train_step(batch.images, batch.labels, params, grads, batch_stats);
+    if (!std::isfinite(st.loss))
+      throw Error(kExitInternal, "training diverged: loss " + std::to_string(st.loss) +
+                                     " at step " + std::to_string(step + 1) +
+                                     " (lower --lr or check the data)");
+    model.update_running_stats(stats, batch_stats, net.bn_counts());
+    sgd.step(*backend, params, grads, lr);
+    const double dt = seconds_since(t0);
+    train_seconds += dt;
+    window_seconds += dt;
+    window_loss += st.loss;
+    window_correct += st.correct;
+    ++window_steps;
+    res.global_step = step + 1;
+
+    const bool last = step + 1 == cfg.train_steps;
+    if ((step + 1) % log_every == 0 || last) {
+      const double ips = double(window_steps * cfg.batch_size) / std::max(window_seconds, 1e-9);
+      const double mean_loss = window_loss / double(window_steps);
+      const double acc = double(window_correct) / double(window_steps * cfg.batch_size);
+      const double eta = double(cfg.train_steps - step - 1) * (window_seconds / double(window_steps));
+      res.final_train_loss = mean_loss;
+      if (!cfg.quiet) {
+        log << "step " << step + 1 << "/" << cfg.train_steps << "  loss " << std::setprecision(4)
+            << mean_loss << "  train_acc " << std::setprecision(3) << acc << "  lr "
+            << std::setprecision(4) << lr << "  img/s " << std::setprecision(1) << ips
+            << "  workers 1  eta " << format_eta(eta) << '\n'
+            << std::flush;
+      }
+      metrics.write({{"event", "progress"}, {"global_step", step + 1}, {"loss", mean_loss},
+                     {"train_accuracy", acc}, {"lr", lr}, {"images_per_second", ips},
+                     {"active_workers", 1}, {"elapsed_seconds", train_seconds}});
+      window_loss = window_seconds = 0;
+      window_steps = window_correct = 0;
+    }
+    if (cfg.eval_every_steps > 0 && (step + 1) % cfg.eval_every_steps == 0 && !last) {
+      const auto ev = evaluate(net, data.test, lo, params, stats);
+      if (!cfg.quiet)
+        log << "eval step " << step + 1 << "  test_acc " << std::setprecision(4) << ev.accuracy
+            << "  test_loss " << ev.loss << '\n';
+      metrics.write({{"event", "eval"}, {"global_step", step + 1}, {"test_accuracy", ev.accuracy},
+                     {"test_loss", ev.loss}});
+    }
+  }
+
+  const auto t_eval = Clock::now();
+  const auto ev = evaluate(net, data.test, lo, params, stats);
+  const double eval_seconds = seconds_since(t_eval);
+  res.train_seconds = train_seconds;
+  res.test_accuracy = ev.accuracy;
+  res.test_loss = ev.loss;
+  res.images_per_second = double(res.global_step * cfg.batch_size) / std::max(train_seconds, 1e-9);
+  res.cost_usd = cost_usd(cfg.instance_type, transient, train_seconds);
+  res.data_wait_seconds = loader.wait_seconds();
+  metrics.write({{"event", "eval"}, {"global_step", res.global_step}, {"test_accuracy", ev.accuracy},
+                 {"test_loss", ev.loss}, {"eval_seconds", eval_seconds}});
+  const nlohmann::json summary{
+      {"event", "summary"},          {"global_step", res.global_step},
+      {"train_seconds", res.train_seconds}, {"test_accuracy", res.test_accuracy},
+      {"cost_usd", res.cost_usd},    {"revocations", 0},
+      {"workers_start", 1},          {"workers_end", 1},
+      {"images_per_second", res.images_per_second}, {"test_loss", res.test_loss},
+      {"data_wait_seconds", res.data_wait_seconds}, {"model", spec.name},
+      {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing}};
+  metrics.write(summary);
+  if (!cfg.quiet) {
+    log << "summary: " << summary.dump() << '\n';
+  }
+  return res;
+}
+
+}  // namespace mt

@@ -1,0 +1,25 @@
+// The single-process trainer: the paper's single-server baseline.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+
+#include "app/config.hpp"
+
+namespace mt {
+
+struct TrainResult {
+  std::int64_t global_step = 0;
+  double train_seconds = 0;
+  double test_accuracy = 0;
+  double test_loss = 0;
+  double final_train_loss = 0;  // mean over the last logging window
+  double images_per_second = 0;
+  double cost_usd = 0;
+  double data_wait_seconds = 0;
+};
+
+// Trains as the config says; progress lines go to `log`. Throws mt::Error subclasses.
+TrainResult train(const TrainConfig& config, std::ostream& log);
+
+}  // namespace mt

@@ -1,0 +1,121 @@
+// The compute interface every backend implements (CPU on oneDNN, CUDA on cuDNN/cuBLAS).
+//
+// Shape-bound ops (convolution, batch norm) are objects made once per layer and input shape, so
+// a backend can build its primitives, pick algorithms and size workspaces once and reuse them
+// every step. Cheap element-wise ops are plain calls. Activations use the layout that
+// activation_layout() names; parameters and their gradients are always plain row-major.
+// The plain-loop oracle for every op is in backend/reference (tests only).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/tensor.hpp"
+
+namespace mt {
+
+struct ConvSpec {
+  int in_channels = 0;
+  int out_channels = 0;
+  int kernel = 3;
+  int stride = 1;
+  int pad = 1;
+  int out_size(int in) const { return (in + 2 * pad - kernel) / stride + 1; }
+};
+
+class ConvOp {
+ public:
+  virtual ~ConvOp() = default;
+  // x: (N, Cin, H, W); w: (Cout, Cin, K, K) plain; y: (N, Cout, Ho, Wo). No bias.
+  virtual void forward(const Tensor& x, const Tensor& w, Tensor& y) = 0;
+  // dy: (N, Cout, Ho, Wo) -> dx: (N, Cin, H, W), overwritten.
+  virtual void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) = 0;
+  // dw: (Cout, Cin, K, K) plain, overwritten.
+  virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw) = 0;
+};
+
+// Spatial batch normalization over (N, H, W) per channel, optionally followed by ReLU.
+// mean/var are the batch statistics (biased variance), each (C) plain.
+class BatchNormOp {
+ public:
+  virtual ~BatchNormOp() = default;
+  virtual void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                Tensor& y, Tensor& mean, Tensor& var) = 0;
+  // Uses the given (running) statistics.
+  virtual void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& mean, const Tensor& var, Tensor& y) = 0;
+  // x, y, mean, var from the last forward_training of this op. dgamma/dbeta overwritten.
+  virtual void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma,
+                        const Tensor& mean, const Tensor& var, Tensor& dx, Tensor& dgamma,
+                        Tensor& dbeta) = 0;
+};
+
+struct SgdSpec {
+  float lr = 0.1f;
+  float momentum = 0.9f;
+  float weight_decay = 1e-4f;
+  bool nesterov = false;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Layout of 4-D activations between layers.
+  virtual Layout activation_layout() const = 0;
+
+  virtual std::unique_ptr<ConvOp> make_conv(const ConvSpec& spec, const Dims& x_dims,
+                                            Layout x_layout, Layout y_layout) = 0;
+  virtual std::unique_ptr<BatchNormOp> make_batchnorm(const Dims& x_dims, Layout layout,
+                                                      float eps, bool fuse_relu) = 0;
+
+  // Element-wise ops work on whole storage (zero channel padding stays zero). Outputs may
+  // alias inputs.
+  virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
+  // dx = dy * (y > 0)
+  virtual void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  // y = a + b
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+  // y = relu(a + b): the end of a post-activation residual block.
+  virtual void add_relu(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+
+  // Option-A shortcut: y[n, c + (Cout - Cin) / 2, h, w] = x[n, c, h*s, w*s], zero elsewhere.
+  virtual void pad_shortcut_forward(const Tensor& x, int stride, Tensor& y) = 0;
+  // dx (overwritten) is the transpose of the above applied to dy.
+  virtual void pad_shortcut_backward(const Tensor& dy, int stride, Tensor& dx) = 0;
+  // Same as backward but adds into dx.
+  virtual void pad_shortcut_backward_accumulate(const Tensor& dy, int stride, Tensor& dx) = 0;
+
+  // x: (N, C, H, W) -> y: (N, C) plain.
+  virtual void global_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void global_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;
+
+  // x: (N, K), w: (M, K), b: (M) -> y: (N, M); all plain.
+  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
+  // dx may be empty (not needed). dw, db overwritten.
+  virtual void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
+                               Tensor& dw, Tensor& db) = 0;
+
+  // logits: (N, M) plain, labels: N ints in [0, M). Writes dlogits = d(mean loss)/dlogits and
+  // returns the mean loss; `correct` gets the number of argmax hits.
+  virtual float softmax_cross_entropy(const Tensor& logits, std::span<const std::int32_t> labels,
+                                      Tensor& dlogits, int& correct) = 0;
+
+  // One SGD step with momentum on a flat range:
+  //   g = grad + wd * param;  v = momentum * v + g;
+  //   param -= lr * (nesterov ? g + momentum * v : v)
+  virtual void sgd_update(std::span<float> param, std::span<const float> grad,
+                          std::span<float> velocity, const SgdSpec& spec) = 0;
+
+  // Waits for queued work (no-op on the CPU).
+  virtual void synchronize() {}
+};
+
+enum class DeviceKind { kCpu, kCuda, kAuto };
+
+// threads <= 0: leave the runtime default.
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+}  // namespace mt

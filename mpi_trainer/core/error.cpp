@@ -1,0 +1,25 @@
+#include "core/error.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+namespace mt {
+
+static std::string library_message(const std::string& library, const std::string& detail,
+                                   const char* call, const char* file, int line,
+                                   const std::string& hint) {
+  std::string msg = library + " call failed at " + file + ":" + std::to_string(line) + ": " +
+                    call + ": " + detail;
+  if (!hint.empty()) msg += " (hint: " + hint + ")";
+  return msg;
+}
+
+LibraryError::LibraryError(const std::string& library, const std::string& detail,
+                           const char* call, const char* file, int line, const std::string& hint)
+    : Error(kExitInternal, library_message(library, detail, call, file, line, hint)) {}
+
+void check_posix(bool ok, const char* call, const char* file, int line) {
+  if (!ok) throw LibraryError("POSIX", std::strerror(errno), call, file, line);
+}
+
+}  // namespace mt

@@ -1,0 +1,67 @@
+// Typed errors and the exit codes main() maps them to (DESIGN.md §5).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace mt {
+
+// Documented process exit codes (contract).
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitInternal = 1,   // a library call failed (oneDNN, CUDA, MPI, HDF5, POSIX)
+  kExitUsage = 2,      // bad command line
+  kExitConfig = 3,     // bad configuration or data
+  kExitCheckpoint = 4, // checkpoint could not be read or written
+  kExitPsLost = 10,    // worker side: the parameter server vanished
+  kExitRequeue = 75,   // checkpointed on a signal: rerun with --resume auto
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(int exit_code, const std::string& what) : std::runtime_error(what), exit_code_(exit_code) {}
+  int exit_code() const noexcept { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+// Bad flags or arguments.
+class UsageError : public Error {
+ public:
+  explicit UsageError(const std::string& what) : Error(kExitUsage, what) {}
+};
+
+// Bad configuration or input data; the message names the file and the problem.
+class DataError : public Error {
+ public:
+  explicit DataError(const std::string& what) : Error(kExitConfig, what) {}
+};
+
+class CheckpointError : public Error {
+ public:
+  explicit CheckpointError(const std::string& what) : Error(kExitCheckpoint, what) {}
+};
+
+// A failed call into a library; carries the call text and its location.
+class LibraryError : public Error {
+ public:
+  LibraryError(const std::string& library, const std::string& detail, const char* call,
+               const char* file, int line, const std::string& hint = {});
+};
+
+// Throws LibraryError("POSIX", strerror(errno)) when `ok` is false.
+void check_posix(bool ok, const char* call, const char* file, int line);
+
+}  // namespace mt
+
+#define MT_CHECK_POSIX(expr) ::mt::check_posix((expr), #expr, __FILE__, __LINE__)
+
+// Internal invariant (not input validation): stays on in release builds.
+#define MT_ASSERT(cond, msg)                                                              \
+  do {                                                                                    \
+    if (!(cond))                                                                          \
+      throw ::mt::Error(::mt::kExitInternal, std::string("internal error at ") + __FILE__ + \
+                                                 ":" + std::to_string(__LINE__) + ": " +  \
+                                                 (msg) + " [" #cond "]");                 \
+  } while (0)

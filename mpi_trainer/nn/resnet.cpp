@@ -1,0 +1,410 @@
+#include "nn/resnet.hpp"
+
+#include <cmath>
+#include <map>
+#include <regex>
+
+#include "core/error.hpp"
+
+namespace mt {
+
+// ---------------------------------------------------------------- model definition
+
+std::string model_choices() {
+  return "resnet32 (default, 464,154 parameters), resnet32-t2t (1,857,722 parameters), or any "
+         "resnetN / resnetN-t2t with N = 6n+2 (resnet8, resnet20, resnet44, resnet56, resnet110)";
+}
+
+ModelSpec parse_model(const std::string& name) {
+  static const std::regex re(R"(resnet(\d+)(-t2t)?)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re))
+    throw UsageError("unknown model '" + name + "'; choose " + model_choices());
+  const int depth = std::stoi(m[1].str());
+  if (depth < 8 || depth > 1202 || (depth - 2) % 6 != 0)
+    throw UsageError("model '" + name + "': depth must be 6n+2 between 8 and 1202; choose " +
+                     model_choices());
+  ModelSpec s;
+  s.name = name;
+  s.blocks_per_stage = (depth - 2) / 6;
+  if (m[2].matched) {
+    s.kind = BlockKind::kPreActivation;
+    s.stem_kernel = 7;
+    s.widths = {32, 64, 128};
+  }
+  return s;
+}
+
+ConvDef Model::add_conv(const std::string& name, int in, int out, int k, int stride) {
+  ConvDef c;
+  c.spec = ConvSpec{in, out, k, stride, k / 2};
+  c.weight = params_.add(name + ".weight", Dims{out, in, k, k});
+  return c;
+}
+
+BnDef Model::add_bn(const std::string& name, int channels, bool relu) {
+  // T2T decays every non-bias variable; beta is a bias. The He recipe decays everything.
+  const bool decay_beta = spec_.kind == BlockKind::kPostActivation;
+  BnDef b;
+  b.channels = channels;
+  b.relu = relu;
+  b.gamma = params_.add(name + ".gamma", Dims{channels});
+  b.beta = params_.add(name + ".beta", Dims{channels}, decay_beta);
+  b.stats = stats_.add(name + ".running_mean", Dims{channels}, false);
+  stats_.add(name + ".running_var", Dims{channels}, false);
+  return b;
+}
+
+Model::Model(ModelSpec spec) : spec_(std::move(spec)) {
+  const bool pre = spec_.kind == BlockKind::kPreActivation;
+  stem_conv_ = add_conv("stem.conv", 3, spec_.stem_width, spec_.stem_kernel, 1);
+  stem_bn_ = add_bn("stem.bn", spec_.stem_width, true);
+  int in = spec_.stem_width;
+  for (std::size_t s = 0; s < spec_.widths.size(); ++s) {
+    for (int b = 0; b < spec_.blocks_per_stage; ++b) {
+      const std::string p = "stage" + std::to_string(s + 1) + ".block" + std::to_string(b + 1);
+      BlockDef d;
+      d.in_channels = in;
+      d.out_channels = spec_.widths[s];
+      d.stride = b == 0 ? spec_.strides[s] : 1;
+      if (pre) d.bn_in = add_bn(p + ".bn_in", in, true);
+      d.conv1 = add_conv(p + ".conv1", in, d.out_channels, 3, d.stride);
+      d.bn1 = add_bn(p + ".bn1", d.out_channels, true);
+      d.conv2 = add_conv(p + ".conv2", d.out_channels, d.out_channels, 3, 1);
+      if (!pre) d.bn2 = add_bn(p + ".bn2", d.out_channels, false);
+      if (pre && b == 0) {
+        d.has_projection = true;
+        d.proj = add_conv(p + ".shortcut.conv", in, d.out_channels, 1, d.stride);
+        d.proj_bn = add_bn(p + ".shortcut.bn", d.out_channels, false);
+      }
+      blocks_.push_back(d);
+      in = d.out_channels;
+    }
+  }
+  fc_weight_ = params_.add("fc.weight", Dims{spec_.classes, in});
+  fc_bias_ = params_.add("fc.bias", Dims{spec_.classes}, !pre);
+}
+
+std::int64_t Model::param_count() const {
+  std::int64_t n = 0;
+  for (const auto& e : params_.entries()) n += e.size;
+  return n;
+}
+
+std::vector<const BnDef*> Model::batchnorms() const {
+  std::vector<const BnDef*> out{&stem_bn_};
+  for (const auto& b : blocks_) {
+    if (b.bn_in.channels) out.push_back(&b.bn_in);
+    out.push_back(&b.bn1);
+    if (b.bn2.channels) out.push_back(&b.bn2);
+    if (b.has_projection) out.push_back(&b.proj_bn);
+  }
+  return out;
+}
+
+void Model::init_params(FlatTensors& params, FlatTensors& stats, std::uint64_t seed) const {
+  Rng rng(seed);
+  params.flat().zero();
+  for (const auto& e : params_.entries()) {
+    Tensor t = params.view(params_.find(e.name));
+    const bool is_conv = e.dims.size() == 4;
+    const bool is_fc = e.name.rfind("fc.", 0) == 0;
+    const bool is_gamma = e.name.size() > 6 && e.name.ends_with(".gamma");
+    if (is_conv) {
+      const double fan_in = double(e.dims[1] * e.dims[2] * e.dims[3]);
+      const double stddev = std::sqrt(2.0 / fan_in);
+      for (auto& v : t.span()) v = static_cast<float>(rng.normal() * stddev);
+    } else if (is_fc) {
+      const double bound = 1.0 / std::sqrt(double(params_.at(fc_weight_).dims[1]));
+      for (auto& v : t.span()) v = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+    } else if (is_gamma) {
+      t.fill(1.0f);
+    }
+  }
+  stats.flat().zero();
+  for (const BnDef* b : batchnorms()) stats.view(b->stats + 1).fill(1.0f);
+}
+
+void Model::update_running_stats(FlatTensors& running, const FlatTensors& batch,
+                                 std::span<const std::int64_t> counts) const {
+  const auto bns = batchnorms();
+  MT_ASSERT(counts.size() == bns.size(), "one count per batch norm");
+  const float m = spec_.bn_momentum;
+  for (std::size_t i = 0; i < bns.size(); ++i) {
+    const int idx = bns[i]->stats;
+    const double unbias = counts[i] > 1 ? double(counts[i]) / double(counts[i] - 1) : 1.0;
+    Tensor rm = running.view(idx), rv = running.view(idx + 1);
+    Tensor bm = batch.view(idx), bv = batch.view(idx + 1);
+    for (std::int64_t c = 0; c < rm.numel(); ++c) {
+      rm.data()[c] = (1 - m) * rm.data()[c] + m * bm.data()[c];
+      rv.data()[c] = static_cast<float>((1 - m) * rv.data()[c] + m * bv.data()[c] * unbias);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- execution
+
+namespace {
+
+// Gradient views are temporaries; they live until the end of the call they are passed to.
+Tensor& out_view(Tensor&& t) { return t; }
+
+// One convolution bound to shapes; its weight and weight-gradient are views of the flat buffers.
+struct ConvRun {
+  const ConvDef* def = nullptr;
+  std::unique_ptr<ConvOp> op;
+};
+
+struct BnRun {
+  const BnDef* def = nullptr;
+  std::unique_ptr<BatchNormOp> op;
+};
+
+}  // namespace
+
+struct Network::Impl {
+  const Model& model;
+  Backend& be;
+  int batch;
+  Layout act;
+  bool pre;
+
+  // Forward buffers, kept for the backward pass.
+  struct BlockRun {
+    const BlockDef* def;
+    Dims in_dims, out_dims;
+    ConvRun conv1, conv2, proj;
+    BnRun bn_in, bn1, bn2, proj_bn;
+    Tensor p;       // pre-activation: BN-ReLU of the input
+    Tensor c1, a1;  // conv1 output, BN-ReLU of it
+    Tensor c2;      // conv2 output
+    Tensor s, sbn;  // projection output and its BN (pre-activation first block)
+    Tensor sc;      // option-A shortcut of the input (post-activation, stride 2)
+    Tensor out;
+  };
+  ConvRun stem_conv;
+  BnRun stem_bn;
+  Tensor stem_c, stem_out;
+  std::vector<BlockRun> blocks;
+  Tensor pooled;  // (B, C)
+  Tensor logits, dlogits, dpooled;
+  std::vector<std::int64_t> counts;  // per BN in model.batchnorms() order
+
+  // Backward temporaries, shared by all blocks of one shape.
+  std::map<std::pair<Dims, int>, Tensor> temps;
+  Tensor& temp(const Dims& d, int slot) {
+    auto it = temps.find({d, slot});
+    if (it == temps.end()) it = temps.emplace(std::make_pair(d, slot), Tensor(d, act)).first;
+    return it->second;
+  }
+
+  // Views of parameter tensors are made once per call: cheap (a shared_ptr copy).
+  Impl(const Model& m, Backend& b, int n) : model(m), be(b), batch(n), act(b.activation_layout()) {
+    pre = m.spec().kind == BlockKind::kPreActivation;
+    const auto bn_of = [&](const BnDef& d, const Dims& dims) {
+      BnRun r{&d, be.make_batchnorm(dims, act, m.spec().bn_eps, d.relu)};
+      counts.push_back(dims[0] * dims[2] * dims[3]);
+      return r;
+    };
+    Dims dims{n, 3, 32, 32};
+    stem_conv = {&m.stem_conv(), be.make_conv(m.stem_conv().spec, dims, Layout::kPlain, act)};
+    dims = {n, m.spec().stem_width, 32, 32};
+    stem_bn = bn_of(m.stem_bn(), dims);
+    stem_c = Tensor(dims, act);
+    stem_out = Tensor(dims, act);
+    blocks.reserve(m.blocks().size());
+    for (const auto& d : m.blocks()) {
+      BlockRun r{};
+      r.def = &d;
+      r.in_dims = dims;
+      const std::int64_t hw = dims[2] / d.stride;
+      r.out_dims = {n, d.out_channels, hw, hw};
+      if (pre) {
+        r.bn_in = bn_of(d.bn_in, r.in_dims);
+        r.p = Tensor(r.in_dims, act);
+      }
+      r.conv1 = {&d.conv1, be.make_conv(d.conv1.spec, r.in_dims, act, act)};
+      r.bn1 = bn_of(d.bn1, r.out_dims);
+      r.conv2 = {&d.conv2, be.make_conv(d.conv2.spec, r.out_dims, act, act)};
+      if (!pre) r.bn2 = bn_of(d.bn2, r.out_dims);
+      if (d.has_projection) {
+        r.proj = {&d.proj, be.make_conv(d.proj.spec, r.in_dims, act, act)};
+        r.proj_bn = bn_of(d.proj_bn, r.out_dims);
+        r.s = Tensor(r.out_dims, act);
+        r.sbn = Tensor(r.out_dims, act);
+      }
+      r.c1 = Tensor(r.out_dims, act);
+      r.a1 = Tensor(r.out_dims, act);
+      r.c2 = Tensor(r.out_dims, act);
+      r.out = Tensor(r.out_dims, act);
+      if (!pre && r.in_dims != r.out_dims) r.sc = Tensor(r.out_dims, act);
+      blocks.push_back(std::move(r));
+      dims = blocks.back().out_dims;
+    }
+    const int classes = m.spec().classes;
+    pooled = Tensor(Dims{n, dims[1]});
+    dpooled = Tensor(Dims{n, dims[1]});
+    logits = Tensor(Dims{n, classes});
+    dlogits = Tensor(Dims{n, classes});
+  }
+
+  // BN in training or inference mode. `stats` holds batch statistics (training, written) or
+  // running statistics (inference, read).
+  void bn_forward(BnRun& r, const Tensor& x, Tensor& y, const FlatTensors& params,
+                  const FlatTensors& stats, bool training) {
+    Tensor g = params.view(r.def->gamma), b = params.view(r.def->beta);
+    Tensor mean = stats.view(r.def->stats), var = stats.view(r.def->stats + 1);
+    if (training)
+      r.op->forward_training(x, g, b, y, mean, var);
+    else
+      r.op->forward_inference(x, g, b, mean, var, y);
+  }
+  void bn_backward(BnRun& r, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+                   const FlatTensors& params, const FlatTensors& stats, FlatTensors& grads) {
+    Tensor g = params.view(r.def->gamma);
+    Tensor mean = stats.view(r.def->stats), var = stats.view(r.def->stats + 1);
+    Tensor dg = grads.view(r.def->gamma), db = grads.view(r.def->beta);
+    r.op->backward(x, y, dy, g, mean, var, dx, dg, db);
+  }
+
+  void forward(const Tensor& images, const FlatTensors& params, const FlatTensors& stats,
+               bool training) {
+    stem_conv.op->forward(images, params.view(stem_conv.def->weight), stem_c);
+    bn_forward(stem_bn, stem_c, stem_out, params, stats, training);
+    const Tensor* x = &stem_out;
+    for (auto& r : blocks) {
+      const BlockDef& d = *r.def;
+      if (pre) {
+        bn_forward(r.bn_in, *x, r.p, params, stats, training);
+        r.conv1.op->forward(r.p, params.view(d.conv1.weight), r.c1);
+        bn_forward(r.bn1, r.c1, r.a1, params, stats, training);
+        r.conv2.op->forward(r.a1, params.view(d.conv2.weight), r.c2);
+        if (d.has_projection) {
+          r.proj.op->forward(r.p, params.view(d.proj.weight), r.s);
+          bn_forward(r.proj_bn, r.s, r.sbn, params, stats, training);
+          be.add(r.c2, r.sbn, r.out);
+        } else {
+          be.add(r.c2, *x, r.out);
+        }
+      } else {
+        r.conv1.op->forward(*x, params.view(d.conv1.weight), r.c1);
+        bn_forward(r.bn1, r.c1, r.a1, params, stats, training);
+        r.conv2.op->forward(r.a1, params.view(d.conv2.weight), r.c2);
+        bn_forward(r.bn2, r.c2, r.out, params, stats, training);
+        if (r.sc.empty()) {
+          be.add_relu(r.out, *x, r.out);
+        } else {
+          be.pad_shortcut_forward(*x, d.stride, r.sc);
+          be.add_relu(r.out, r.sc, r.out);
+        }
+      }
+      x = &r.out;
+    }
+    be.global_avg_pool_forward(*x, pooled);
+    be.linear_forward(pooled, params.view(model.fc_weight()), params.view(model.fc_bias()), logits);
+  }
+
+  void backward(const FlatTensors& params, const FlatTensors& stats, FlatTensors& grads) {
+    be.linear_backward(pooled, params.view(model.fc_weight()), dlogits, dpooled,
+                       out_view(grads.view(model.fc_weight())), out_view(grads.view(model.fc_bias())));
+    // dout of the current block; each block writes its input gradient to the other slot.
+    int parity = 0;
+    Tensor* dout = &temp(blocks.back().out_dims, 10 + parity);
+    be.global_avg_pool_backward(dpooled, *dout);
+    for (std::size_t i = blocks.size(); i-- > 0;) {
+      BlockRun& r = blocks[i];
+      const BlockDef& d = *r.def;
+      const Tensor& x = i == 0 ? stem_out : blocks[i - 1].out;
+      Tensor& dx = temp(r.in_dims, 10 + (1 - parity));
+      Tensor& dc1 = temp(r.out_dims, 1);
+      Tensor& da1 = temp(r.out_dims, 2);
+      if (pre) {
+        // out = c2 + shortcut: dout flows unchanged into conv2 and the shortcut.
+        Tensor& dp = temp(r.in_dims, 3);
+        r.conv2.op->backward_data(*dout, params.view(d.conv2.weight), da1);
+        r.conv2.op->backward_weights(r.a1, *dout, out_view(grads.view(d.conv2.weight)));
+        bn_backward(r.bn1, r.c1, r.a1, da1, dc1, params, stats, grads);
+        r.conv1.op->backward_data(dc1, params.view(d.conv1.weight), dp);
+        r.conv1.op->backward_weights(r.p, dc1, out_view(grads.view(d.conv1.weight)));
+        if (d.has_projection) {
+          Tensor& ds = temp(r.out_dims, 4);
+          Tensor& dp2 = temp(r.in_dims, 5);
+          bn_backward(r.proj_bn, r.s, r.sbn, *dout, ds, params, stats, grads);
+          r.proj.op->backward_data(ds, params.view(d.proj.weight), dp2);
+          r.proj.op->backward_weights(r.p, ds, out_view(grads.view(d.proj.weight)));
+          be.add(dp, dp2, dp);
+        }
+        bn_backward(r.bn_in, x, r.p, dp, dx, params, stats, grads);
+        if (!d.has_projection) be.add(dx, *dout, dx);
+      } else {
+        Tensor& dsum = temp(r.out_dims, 3);
+        Tensor& dc2 = temp(r.out_dims, 4);
+        be.relu_backward(r.out, *dout, dsum);
+        bn_backward(r.bn2, r.c2, r.out, dsum, dc2, params, stats, grads);
+        r.conv2.op->backward_data(dc2, params.view(d.conv2.weight), da1);
+        r.conv2.op->backward_weights(r.a1, dc2, out_view(grads.view(d.conv2.weight)));
+        bn_backward(r.bn1, r.c1, r.a1, da1, dc1, params, stats, grads);
+        r.conv1.op->backward_data(dc1, params.view(d.conv1.weight), dx);
+        r.conv1.op->backward_weights(x, dc1, out_view(grads.view(d.conv1.weight)));
+        if (r.sc.empty())
+          be.add(dx, dsum, dx);
+        else
+          be.pad_shortcut_backward_accumulate(dsum, d.stride, dx);
+      }
+      dout = &dx;
+      parity = 1 - parity;
+    }
+    Tensor& dc = temp(stem_c.dims(), 1);
+    bn_backward(stem_bn, stem_c, stem_out, *dout, dc, params, stats, grads);
+    stem_conv.op->backward_weights(*last_images_, dc,
+                                   out_view(grads.view(stem_conv.def->weight)));
+  }
+
+  const Tensor* last_images_ = nullptr;
+};
+
+Network::Network(const Model& model, Backend& backend, int batch)
+    : impl_(std::make_unique<Impl>(model, backend, batch)), batch_(batch) {}
+Network::~Network() = default;
+
+std::span<const std::int64_t> Network::bn_counts() const { return impl_->counts; }
+
+StepStats Network::train_step(const Tensor& images, std::span<const std::int32_t> labels,
+                              const FlatTensors& params, FlatTensors& grads,
+                              FlatTensors& batch_stats) {
+  MT_ASSERT(images.dims() == (Dims{batch_, 3, 32, 32}), "train_step: images must be (B, 3, 32, 32)");
+  MT_ASSERT(static_cast<int>(labels.size()) == batch_, "train_step: one label per image");
+  impl_->last_images_ = &images;
+  impl_->forward(images, params, batch_stats, /*training=*/true);
+  StepStats st;
+  st.loss = impl_->be.softmax_cross_entropy(impl_->logits, labels, impl_->dlogits, st.correct);
+  impl_->backward(params, batch_stats, grads);
+  impl_->be.synchronize();
+  return st;
+}
+
+StepStats Network::evaluate(const Tensor& images, std::span<const std::int32_t> labels, int valid,
+                            const FlatTensors& params, const FlatTensors& running_stats) {
+  MT_ASSERT(images.dims() == (Dims{batch_, 3, 32, 32}), "evaluate: images must be (B, 3, 32, 32)");
+  MT_ASSERT(valid <= batch_ && static_cast<int>(labels.size()) >= valid, "evaluate: labels");
+  impl_->forward(images, params, running_stats, /*training=*/false);
+  impl_->be.synchronize();
+  // Loss and accuracy over the valid rows only.
+  const int classes = impl_->model.spec().classes;
+  StepStats st;
+  double loss = 0;
+  for (int n = 0; n < valid; ++n) {
+    const float* z = impl_->logits.data() + static_cast<std::int64_t>(n) * classes;
+    int arg = 0;
+    for (int m = 1; m < classes; ++m)
+      if (z[m] > z[arg]) arg = m;
+    double sum = 0;
+    for (int m = 0; m < classes; ++m) sum += std::exp(double(z[m] - z[arg]));
+    loss += std::log(sum) - double(z[labels[static_cast<std::size_t>(n)]] - z[arg]);
+    st.correct += arg == labels[static_cast<std::size_t>(n)];
+  }
+  st.loss = static_cast<float>(loss);
+  return st;
+}
+
+}  // namespace mt

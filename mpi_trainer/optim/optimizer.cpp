@@ -1,0 +1,28 @@
+#include "optim/optimizer.hpp"
+
+namespace mt {
+
+Sgd::Sgd(const ParamLayout& layout, SgdConfig config) : config_(config), velocity_(layout) {
+  // Alignment gaps hold zeros everywhere, so they may join either neighbouring run.
+  for (const auto& e : layout.entries()) {
+    if (!runs_.empty() && runs_.back().decay == e.decay) {
+      runs_.back().end = e.offset + e.size;
+    } else {
+      const std::int64_t begin = runs_.empty() ? 0 : runs_.back().end;
+      runs_.push_back({begin, e.offset + e.size, e.decay});
+    }
+  }
+}
+
+void Sgd::step(Backend& backend, FlatTensors& params, const FlatTensors& grads, float lr) {
+  auto p = params.span();
+  auto g = grads.span();
+  auto v = velocity_.span();
+  for (const auto& r : runs_) {
+    const auto b = static_cast<std::size_t>(r.begin), n = static_cast<std::size_t>(r.end - r.begin);
+    SgdSpec spec{lr, config_.momentum, r.decay ? config_.weight_decay : 0.f, config_.nesterov};
+    backend.sgd_update(p.subspan(b, n), g.subspan(b, n), v.subspan(b, n), spec);
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,41 @@
+// SGD with momentum (plain or Nesterov) and per-parameter weight decay over a flat buffer.
+// The update itself is the backend's sgd_update; this class owns the momentum and groups the
+// flat buffer into runs that share a weight-decay setting.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "nn/params.hpp"
+
+namespace mt {
+
+struct SgdConfig {
+  float momentum = 0.9f;
+  float weight_decay = 1e-4f;
+  bool nesterov = false;
+};
+
+class Sgd {
+ public:
+  Sgd(const ParamLayout& layout, SgdConfig config);
+
+  // params -= update(grads) at learning rate `lr`.
+  void step(Backend& backend, FlatTensors& params, const FlatTensors& grads, float lr);
+
+  FlatTensors& velocity() { return velocity_; }
+  const FlatTensors& velocity() const { return velocity_; }
+  const SgdConfig& config() const { return config_; }
+
+ private:
+  struct Run {
+    std::int64_t begin, end;
+    bool decay;
+  };
+  SgdConfig config_;
+  FlatTensors velocity_;
+  std::vector<Run> runs_;
+};
+
+}  // namespace mt

@@ -1,0 +1,90 @@
+#include "optim/schedule.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace mt {
+
+double LrSchedule::lr_at(std::int64_t step) const {
+  switch (kind) {
+    case Kind::kConstant: return base_lr;
+    case Kind::kStep: {
+      double lr = base_lr;
+      for (auto b : boundaries)
+        if (step >= b) lr *= factor;
+      return lr;
+    }
+    case Kind::kCosine: {
+      const double warm = warmup_steps > 0 ? std::min(1.0, double(step + 1) / double(warmup_steps)) : 1.0;
+      const double t = std::min(1.0, double(step) / double(std::max<std::int64_t>(decay_steps, 1)));
+      return base_lr * warm * 0.5 * (1.0 + std::cos(M_PI * t));
+    }
+  }
+  return base_lr;
+}
+
+std::string LrSchedule::describe() const {
+  std::ostringstream os;
+  switch (kind) {
+    case Kind::kConstant: os << "constant " << base_lr; break;
+    case Kind::kStep:
+      os << "step " << base_lr << " x" << factor << " at";
+      for (auto b : boundaries) os << ' ' << b;
+      break;
+    case Kind::kCosine:
+      os << "cosine " << base_lr << ", warm-up " << warmup_steps << ", decay over " << decay_steps;
+      break;
+  }
+  return os.str();
+}
+
+LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr) {
+  LrSchedule s;
+  std::string kind = text, args;
+  if (auto colon = text.find(':'); colon != std::string::npos) {
+    kind = text.substr(0, colon);
+    args = text.substr(colon + 1);
+  }
+  if (kind == "default") kind = t2t_model ? "cosine" : "step";
+  if (kind == "constant") {
+    s.kind = LrSchedule::Kind::kConstant;
+  } else if (kind == "step") {
+    s.kind = LrSchedule::Kind::kStep;
+    if (!args.empty()) {
+      s.boundaries.clear();
+      std::stringstream ss(args);
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        try {
+          std::size_t used = 0;
+          const long long v = std::stoll(item, &used);
+          if (used != item.size() || v < 0) throw std::invalid_argument(item);
+          s.boundaries.push_back(v);
+        } catch (const std::exception&) {
+          throw UsageError("--lr-schedule: bad step boundary '" + item + "' in '" + text + "'");
+        }
+      }
+    }
+  } else if (kind == "cosine") {
+    s.kind = LrSchedule::Kind::kCosine;
+    s.base_lr = 0.4;
+    if (!args.empty()) {
+      try {
+        std::size_t used = 0;
+        s.decay_steps = std::stoll(args, &used);
+        if (used != args.size() || s.decay_steps <= 0) throw std::invalid_argument(args);
+      } catch (const std::exception&) {
+        throw UsageError("--lr-schedule: bad cosine decay steps '" + args + "'");
+      }
+    }
+  } else {
+    throw UsageError("--lr-schedule: unknown schedule '" + text +
+                     "'; choose default, step[:B1,B2,...], cosine[:DECAY_STEPS] or constant");
+  }
+  if (lr > 0) s.base_lr = lr;
+  return s;
+}
+
+}  // namespace mt

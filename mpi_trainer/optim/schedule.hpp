@@ -1,0 +1,30 @@
+// Learning-rate schedules of the two reference recipes (DESIGN.md §3) plus a constant rate.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mt {
+
+struct LrSchedule {
+  enum class Kind { kConstant, kStep, kCosine };
+  Kind kind = Kind::kStep;
+  double base_lr = 0.1;
+  // kStep: multiply by `factor` at each boundary (global steps).
+  std::vector<std::int64_t> boundaries{32000, 48000};
+  double factor = 0.1;
+  // kCosine: linear warm-up, then cosine decay to zero at `decay_steps`.
+  std::int64_t warmup_steps = 100;
+  std::int64_t decay_steps = 120000;
+
+  double lr_at(std::int64_t step) const;
+  std::string describe() const;
+};
+
+// "step" (resnetN: 0.1, /10 at 32k and 48k), "cosine" (t2t: 0.4, 100 warm-up, 120k decay),
+// "constant"; "default" picks the model's own. `lr` > 0 replaces the base rate. Boundaries can
+// be given as "step:32000,48000". Throws UsageError on a bad value.
+LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr);
+
+}  // namespace mt

@@ -1,0 +1,86 @@
+// Helpers shared by the tests: random tensors, comparisons with tolerances, temp dirs.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "core/rng.hpp"
+#include "core/tensor.hpp"
+
+namespace mt::test {
+
+inline void fill_random(Tensor& t, Rng& rng, float scale = 1.0f) {
+  if (t.rank() == 4 && t.layout() != Layout::kPlain) {
+    for (std::int64_t n = 0; n < t.dim(0); ++n)
+      for (std::int64_t c = 0; c < t.dim(1); ++c)
+        for (std::int64_t h = 0; h < t.dim(2); ++h)
+          for (std::int64_t w = 0; w < t.dim(3); ++w)
+            t.at(n, c, h, w) = static_cast<float>(rng.normal()) * scale;
+    return;
+  }
+  for (auto& v : t.span()) v = static_cast<float>(rng.normal()) * scale;
+}
+
+inline Tensor random_tensor(const Dims& dims, Rng& rng, float scale = 1.0f) {
+  Tensor t(dims);
+  fill_random(t, rng, scale);
+  return t;
+}
+
+// Converts a plain tensor to `layout` (a copy).
+inline Tensor in_layout(const Tensor& plain, Layout layout) {
+  if (plain.rank() != 4 || layout == Layout::kPlain) return plain.clone();
+  Tensor t(plain.dims(), layout);
+  convert_layout(plain, t);
+  return t;
+}
+
+struct Diff {
+  double max_abs = 0, max_ref = 0;
+  double rel() const { return max_abs / std::max(max_ref, 1e-12); }
+};
+
+// Largest absolute difference over logical elements, and the largest reference magnitude.
+inline Diff compare(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.dims() == want.dims());
+  const Tensor a = to_plain(got), b = to_plain(want);
+  Diff d;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    d.max_abs = std::max(d.max_abs, double(std::fabs(a.data()[i] - b.data()[i])));
+    d.max_ref = std::max(d.max_ref, double(std::fabs(b.data()[i])));
+  }
+  return d;
+}
+
+#define MT_CHECK_CLOSE(got, want, tol)                                                  \
+  do {                                                                                  \
+    const auto mt_d_ = ::mt::test::compare((got), (want));                              \
+    INFO("max abs diff " << mt_d_.max_abs << ", max |ref| " << mt_d_.max_ref            \
+                         << ", relative " << mt_d_.rel() << ", tolerance " << (tol));   \
+    CHECK(mt_d_.rel() <= (tol));                                                        \
+  } while (0)
+
+// A fresh directory under the system temp dir, removed on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    Rng rng(static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    path_ = std::filesystem::temp_directory_path() /
+            ("mt_test_" + tag + "_" + std::to_string(rng.next() % 1000000000ull));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace mt::test
