@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < warmup; ++i) step();
 
   if (serve) {
-    std::cout << nlohmann::json{{"ready", true}}.dump() << std::endl;
+    std::cerr << nlohmann::json{{"event", "ready"}}.dump() << std::endl;
     std::string cmd;
     while (std::cin >> cmd) {
       if (cmd == "QUIT") break;

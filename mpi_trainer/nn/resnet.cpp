@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <map>
-#include <regex>
 
 #include "core/error.hpp"
 
@@ -16,18 +15,23 @@ std::string model_choices() {
 }
 
 ModelSpec parse_model(const std::string& name) {
-  static const std::regex re(R"(resnet(\d+)(-t2t)?)");
-  std::smatch m;
-  if (!std::regex_match(name, m, re))
+  // resnet<digits>[-t2t]
+  const std::string prefix = "resnet", suffix = "-t2t";
+  const bool t2t = name.size() > suffix.size() && name.ends_with(suffix);
+  const std::string digits = name.substr(
+      std::min(prefix.size(), name.size()),
+      name.size() - std::min(prefix.size(), name.size()) - (t2t ? suffix.size() : 0));
+  if (!name.starts_with(prefix) || digits.empty() || digits.size() > 4 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
     throw UsageError("unknown model '" + name + "'; choose " + model_choices());
-  const int depth = std::stoi(m[1].str());
+  const int depth = std::stoi(digits);
   if (depth < 8 || depth > 1202 || (depth - 2) % 6 != 0)
     throw UsageError("model '" + name + "': depth must be 6n+2 between 8 and 1202; choose " +
                      model_choices());
   ModelSpec s;
   s.name = name;
   s.blocks_per_stage = (depth - 2) / 6;
-  if (m[2].matched) {
+  if (t2t) {
     s.kind = BlockKind::kPreActivation;
     s.stem_kernel = 7;
     s.widths = {32, 64, 128};
