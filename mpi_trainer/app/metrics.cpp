@@ -13,7 +13,7 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (!out_) throw DataError("--metrics " + path + ": cannot open for writing: " + std::strerror(errno));
 }
 
-void MetricsWriter::write(const nlohmann::json& event) {
+void MetricsWriter::write(const nlohmann::ordered_json& event) {
   if (!out_.is_open()) return;
   out_ << event.dump() << '\n';
   out_.flush();

@@ -13,7 +13,7 @@ class MetricsWriter {
   MetricsWriter() = default;
   // Empty path: writes nothing. Throws DataError when the file cannot be opened.
   explicit MetricsWriter(const std::string& path);
-  void write(const nlohmann::json& event);
+  void write(const nlohmann::ordered_json& event);
   bool enabled() const { return out_.is_open(); }
 
  private:

@@ -121,7 +121,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   Network net(model, *backend, cfg.batch_size);
   BatchLoader loader(data.train, lo);
 
-  const nlohmann::json config_event{
+  const nlohmann::ordered_json config_event{
       {"event", "config"},        {"model", spec.name},
       {"parameters", model.param_count()},
       {"data", data_dir},         {"data_format", data.format},
@@ -183,7 +183,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
             << "  workers 1  eta " << format_eta(eta) << '\n'
             << std::flush;
       }
-      metrics.write({{"event", "progress"}, {"global_step", step + 1}, {"loss", mean_loss},
+      metrics.write(nlohmann::ordered_json{{"event", "progress"}, {"global_step", step + 1}, {"loss", mean_loss},
                      {"train_accuracy", acc}, {"lr", lr}, {"images_per_second", ips},
                      {"active_workers", 1}, {"elapsed_seconds", train_seconds}});
       window_loss = window_seconds = 0;
@@ -194,7 +194,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       if (!cfg.quiet)
         log << "eval step " << step + 1 << "  test_acc " << std::setprecision(4) << ev.accuracy
             << "  test_loss " << ev.loss << '\n';
-      metrics.write({{"event", "eval"}, {"global_step", step + 1}, {"test_accuracy", ev.accuracy},
+      metrics.write(nlohmann::ordered_json{{"event", "eval"}, {"global_step", step + 1}, {"test_accuracy", ev.accuracy},
                      {"test_loss", ev.loss}});
     }
   }
@@ -208,9 +208,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   res.images_per_second = double(res.global_step * cfg.batch_size) / std::max(train_seconds, 1e-9);
   res.cost_usd = cost_usd(cfg.instance_type, transient, train_seconds);
   res.data_wait_seconds = loader.wait_seconds();
-  metrics.write({{"event", "eval"}, {"global_step", res.global_step}, {"test_accuracy", ev.accuracy},
+  metrics.write(nlohmann::ordered_json{{"event", "eval"}, {"global_step", res.global_step}, {"test_accuracy", ev.accuracy},
                  {"test_loss", ev.loss}, {"eval_seconds", eval_seconds}});
-  const nlohmann::json summary{
+  const nlohmann::ordered_json summary{
       {"event", "summary"},          {"global_step", res.global_step},
       {"train_seconds", res.train_seconds}, {"test_accuracy", res.test_accuracy},
       {"cost_usd", res.cost_usd},    {"revocations", 0},
@@ -220,7 +220,12 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing}};
   metrics.write(summary);
   if (!cfg.quiet) {
-    log << "summary: " << summary.dump() << '\n';
+    log << "done: " << res.global_step << " steps in " << std::setprecision(1) << res.train_seconds
+        << " s (" << format_eta(res.train_seconds) << "), " << res.images_per_second
+        << " img/s, test accuracy " << std::setprecision(2) << 100.0 * res.test_accuracy
+        << "%, cost $" << std::setprecision(4) << res.cost_usd << " (" << cfg.instance_type << ' '
+        << cfg.pricing << ")\n"
+        << "summary: " << summary.dump() << '\n';
   }
   return res;
 }
