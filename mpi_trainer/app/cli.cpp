@@ -2,10 +2,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "app/config.hpp"
 #include "app/train.hpp"
+#include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "nn/resnet.hpp"
@@ -110,7 +112,59 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::IsMember({"on-demand", "transient"})),
       "MT_PRICING");
+  env(cmd.add_option("--ckpt-dir", c.ckpt_dir,
+                     "Write HDF5 checkpoints here (atomically; LATEST names the newest) and "
+                     "resume from here"),
+      "MT_CKPT_DIR");
+  env(cmd.add_option("--ckpt-every-steps", c.ckpt_every_steps,
+                     "Checkpoint every N global steps (0: only at the end)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "MT_CKPT_EVERY_STEPS");
+  env(cmd.add_option("--ckpt-every-seconds", c.ckpt_every_seconds,
+                     "Checkpoint every S seconds of wall time (0: off)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "MT_CKPT_EVERY_SECONDS");
+  env(cmd.add_option("--ckpt-keep", c.ckpt_keep, "Checkpoints kept, newest first (0: all)")
+          ->capture_default_str()
+          ->check(CLI::Range(0, 1000000)),
+      "MT_CKPT_KEEP");
+  env(cmd.add_option("--resume", c.resume,
+                     "auto: continue from the newest valid checkpoint in --ckpt-dir (falling back "
+                     "past damaged ones) if there is one; never: start fresh; PATH: from that file")
+          ->capture_default_str(),
+      "MT_RESUME");
   env(cmd.add_flag("--quiet", c.quiet, "No progress lines (metrics and errors only)"), "MT_QUIET");
+}
+
+// `ckpt verify`: one line per file, exit 0 only when every file is valid.
+int verify_checkpoints(const std::string& path, std::ostream& out) {
+  std::vector<std::filesystem::path> files;
+  if (std::filesystem::is_directory(path)) {
+    files = ckpt::list(path);
+    if (files.empty()) throw CheckpointError(path + ": no checkpoints (ckpt-*.h5) in this directory");
+  } else {
+    files.push_back(path);
+  }
+  bool all_ok = true;
+  for (const auto& f : files) {
+    const auto r = ckpt::verify(f);
+    if (r.ok)
+      out << "ok: " << f.string() << " (model " << r.model << ", global_step " << r.global_step << ")\n";
+    else
+      out << "damaged: " << r.reason << '\n';
+    all_ok = all_ok && r.ok;
+  }
+  return all_ok ? kExitOk : kExitCheckpoint;
+}
+
+ckpt::Checkpoint load_for_inspect(const std::string& path) {
+  if (!std::filesystem::is_directory(path)) return ckpt::read(path);
+  std::vector<std::string> skipped;
+  auto found = ckpt::load_latest_valid(path, {}, &skipped);
+  if (!found) throw CheckpointError(path + ": no valid checkpoint in this directory");
+  return std::move(found->checkpoint);
 }
 
 }  // namespace
@@ -118,7 +172,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
 int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app{
       "mpi_trainer: ResNet training for preemptible (spot) servers.\n"
-      "Exit codes: 0 done, 2 usage, 3 config/data error, 4 checkpoint error, 1 internal error."};
+      "Exit codes: 0 done, 1 internal error, 2 usage, 3 config/data error, 4 checkpoint error."};
   app.set_version_flag("--version", kVersion);
   app.require_subcommand(1);
   app.footer("Every train flag also reads an environment default MT_<FLAG>, e.g. MT_TRAIN_STEPS.\n"
@@ -141,6 +195,16 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   gen_cmd->add_option("--train", gen_train, "Training images")->capture_default_str()->check(CLI::PositiveNumber);
   gen_cmd->add_option("--test", gen_test, "Test images")->capture_default_str()->check(CLI::PositiveNumber);
   gen_cmd->add_option("--seed", gen_seed, "Seed")->capture_default_str();
+
+  auto* ckpt_cmd = app.add_subcommand("ckpt", "Check or describe checkpoints");
+  ckpt_cmd->require_subcommand(1);
+  std::string ckpt_path;
+  auto* verify_cmd = ckpt_cmd->add_subcommand(
+      "verify", "Verify a checkpoint file, or every checkpoint in a directory (exit 0 all valid, 4 otherwise)");
+  verify_cmd->add_option("path", ckpt_path, "Checkpoint file or directory")->required();
+  auto* inspect_cmd = ckpt_cmd->add_subcommand(
+      "inspect", "Print a checkpoint's attributes and arrays (a directory: its newest valid one)");
+  inspect_cmd->add_option("path", ckpt_path, "Checkpoint file or directory")->required();
 
   try {
     app.parse(argc, argv);
@@ -175,6 +239,10 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       for (const auto& e : model.stats().entries()) bn_stats += e.size;
       out << "bn_running_stats: " << bn_stats << '\n';
       out << "parameters: " << model.param_count() << '\n';
+    } else if (*verify_cmd) {
+      return verify_checkpoints(ckpt_path, out);
+    } else if (*inspect_cmd) {
+      out << ckpt::describe(load_for_inspect(ckpt_path));
     } else if (*gen_cmd) {
       write_synthetic_cifar10(gen_dir, gen_train, gen_test, gen_seed);
       out << "wrote " << gen_train << " training and " << gen_test << " test images to " << gen_dir << '\n';

@@ -26,6 +26,11 @@ struct TrainConfig {
   std::int64_t log_every_steps = 50;
   std::string instance_type = "k80";
   std::string pricing = "on-demand";  // on-demand | transient
+  std::string ckpt_dir;               // empty: no checkpoints
+  std::int64_t ckpt_every_steps = 0;  // 0: only at the end
+  double ckpt_every_seconds = 0;      // 0: off
+  int ckpt_keep = 3;                  // newest kept; 0: all
+  std::string resume = "auto";        // auto | never | PATH
   bool quiet = false;
 };
 

@@ -6,9 +6,13 @@
 #include <iomanip>
 #include <ostream>
 #include <sstream>
+#include <filesystem>
+#include <optional>
 #include <thread>
 
+#include "app/checkpointing.hpp"
 #include "app/cost.hpp"
+#include "ckpt/async_writer.hpp"
 #include "app/device.hpp"
 #include "app/metrics.hpp"
 #include "core/error.hpp"
@@ -119,7 +123,6 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   Sgd sgd(model.params(), SgdConfig{static_cast<float>(cfg.momentum),
                                     static_cast<float>(cfg.weight_decay), nesterov});
   Network net(model, *backend, cfg.batch_size);
-  BatchLoader loader(data.train, lo);
 
   const nlohmann::ordered_json config_event{
       {"event", "config"},        {"model", spec.name},
@@ -133,6 +136,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       {"nesterov", nesterov},     {"weight_decay", cfg.weight_decay},
       {"augment", augment},       {"seed", cfg.seed},
       {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing},
+      {"ckpt_dir", cfg.ckpt_dir},  {"resume", cfg.resume},
       {"processes", 1}};
   metrics.write(config_event);
   if (!cfg.quiet) {
@@ -145,12 +149,85 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
         << std::fixed << std::setprecision(2) << seconds_since(t_setup) << " s\n";
   }
 
+
+  // Resume: the newest valid checkpoint of this model, falling back past damaged ones.
+  TrainProgress prev;
+  std::string resumed_from;
+  if (cfg.resume == "never" && !cfg.ckpt_dir.empty() && std::filesystem::is_directory(cfg.ckpt_dir) &&
+      !ckpt::list(cfg.ckpt_dir).empty())
+    throw CheckpointError("--resume never, but " + cfg.ckpt_dir +
+                          " already holds checkpoints that a new run would overwrite; use an empty "
+                          "--ckpt-dir");
+  if (cfg.resume != "never") {
+    std::optional<ckpt::Loaded> found;
+    if (cfg.resume == "auto") {
+      if (!cfg.ckpt_dir.empty() && std::filesystem::is_directory(cfg.ckpt_dir)) {
+        std::vector<std::string> skipped;
+        found = ckpt::load_latest_valid(
+            cfg.ckpt_dir, [&](const ckpt::Checkpoint& c) { check_compatible(c, model); }, &skipped);
+        for (const auto& why : skipped) {
+          if (!cfg.quiet) log << "mpi_trainer: skipping checkpoint: " << why << '\n';
+          metrics.write(nlohmann::ordered_json{{"event", "checkpoint_skipped"}, {"reason", why}});
+        }
+        // Starting over beside checkpoints we cannot use would mix runs in one directory.
+        if (!found && !skipped.empty())
+          throw CheckpointError(cfg.ckpt_dir + ": none of its " + std::to_string(skipped.size()) +
+                                " checkpoints can be resumed (reasons above); use another "
+                                "--ckpt-dir, or move them away to start fresh");
+      }
+    } else {
+      ckpt::Checkpoint c = ckpt::read(cfg.resume);
+      check_compatible(c, model);
+      found = ckpt::Loaded{std::move(c), cfg.resume};
+    }
+    if (found) {
+      prev = restore_checkpoint(found->checkpoint, model, params, sgd.velocity(), stats);
+      prev.attempts += 1;
+      resumed_from = found->file.string();
+      if (!cfg.quiet)
+        log << "mpi_trainer: resumed from " << resumed_from << " at global step " << prev.global_step
+            << " (attempt " << prev.attempts << ")\n";
+      metrics.write(nlohmann::ordered_json{{"event", "resume"}, {"file", resumed_from},
+                                           {"global_step", prev.global_step}, {"attempt", prev.attempts}});
+    }
+  }
+  BatchLoader loader(data.train, lo, LoaderCursor{prev.epoch, prev.position});
+  std::optional<ckpt::AsyncWriter> writer;
+  if (!cfg.ckpt_dir.empty()) writer.emplace(cfg.ckpt_dir, cfg.ckpt_keep);
+  const std::string config_json = config_event.dump();
+  auto last_ckpt = Clock::now();
+  // Snapshot in memory (the only stall), written on the writer's thread.
+  auto checkpoint = [&](std::int64_t step, double lr, double run_seconds) {
+    const auto t0 = Clock::now();
+    TrainProgress p = prev;
+    p.global_step = step;
+    const LoaderCursor cur = loader.cursor();
+    p.epoch = cur.epoch;
+    p.position = cur.position;
+    p.train_seconds = prev.train_seconds + run_seconds;
+    p.cost_usd = prev.cost_usd + cost_usd(cfg.instance_type, transient, run_seconds);
+    p.lr = lr;
+    writer->submit(make_checkpoint(model, params, sgd.velocity(), stats, p, config_json));
+    last_ckpt = Clock::now();
+    const double stall = seconds_since(t0);
+    metrics.write(nlohmann::ordered_json{{"event", "checkpoint_snapshot"}, {"global_step", step},
+                                         {"stall_seconds", stall}});
+  };
+  auto report_written = [&] {
+    if (!writer) return;
+    for (const auto& w : writer->take_written())
+      metrics.write(nlohmann::ordered_json{
+          {"event", "checkpoint"}, {"global_step", w.global_step}, {"file", w.file.string()},
+          {"write_seconds", w.stats.write_seconds}, {"sync_seconds", w.stats.sync_seconds},
+          {"bytes", w.stats.bytes}});
+  };
+
   TrainResult res;
   double train_seconds = 0;
   double window_loss = 0, window_seconds = 0;
   std::int64_t window_steps = 0, window_correct = 0;
   const auto log_every = std::max<std::int64_t>(1, cfg.log_every_steps);
-  for (std::int64_t step = 0; step < cfg.train_steps; ++step) {
+  for (std::int64_t step = prev.global_step; step < cfg.train_steps; ++step) {
     const auto t0 = Clock::now();
     const Batch& batch = loader.next();
     const float lr = static_cast<float>(schedule.lr_at(step));
@@ -189,6 +266,12 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       window_loss = window_seconds = 0;
       window_steps = window_correct = 0;
     }
+    if (writer && !last &&
+        ((cfg.ckpt_every_steps > 0 && (step + 1) % cfg.ckpt_every_steps == 0) ||
+         (cfg.ckpt_every_seconds > 0 && seconds_since(last_ckpt) >= cfg.ckpt_every_seconds))) {
+      checkpoint(step + 1, lr, train_seconds);
+      report_written();
+    }
     if (cfg.eval_every_steps > 0 && (step + 1) % cfg.eval_every_steps == 0 && !last) {
       const auto ev = evaluate(net, data.test, lo, params, stats);
       if (!cfg.quiet)
@@ -199,14 +282,21 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     }
   }
 
+  res.global_step = std::max(res.global_step, prev.global_step);
+  if (writer && res.global_step > prev.global_step) {
+    checkpoint(res.global_step, schedule.lr_at(std::max<std::int64_t>(res.global_step - 1, 0)), train_seconds);
+    writer->flush();
+    report_written();
+  }
   const auto t_eval = Clock::now();
   const auto ev = evaluate(net, data.test, lo, params, stats);
   const double eval_seconds = seconds_since(t_eval);
-  res.train_seconds = train_seconds;
+  res.train_seconds = prev.train_seconds + train_seconds;
   res.test_accuracy = ev.accuracy;
   res.test_loss = ev.loss;
-  res.images_per_second = double(res.global_step * cfg.batch_size) / std::max(train_seconds, 1e-9);
-  res.cost_usd = cost_usd(cfg.instance_type, transient, train_seconds);
+  res.images_per_second =
+      double((res.global_step - prev.global_step) * cfg.batch_size) / std::max(train_seconds, 1e-9);
+  res.cost_usd = prev.cost_usd + cost_usd(cfg.instance_type, transient, train_seconds);
   res.data_wait_seconds = loader.wait_seconds();
   metrics.write(nlohmann::ordered_json{{"event", "eval"}, {"global_step", res.global_step}, {"test_accuracy", ev.accuracy},
                  {"test_loss", ev.loss}, {"eval_seconds", eval_seconds}});
@@ -217,7 +307,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       {"workers_start", 1},          {"workers_end", 1},
       {"images_per_second", res.images_per_second}, {"test_loss", res.test_loss},
       {"data_wait_seconds", res.data_wait_seconds}, {"model", spec.name},
-      {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing}};
+      {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing},
+      {"attempts", prev.attempts},   {"resumed_from_step", prev.global_step}};
   metrics.write(summary);
   if (!cfg.quiet) {
     log << "done: " << res.global_step << " steps in " << std::setprecision(1) << res.train_seconds

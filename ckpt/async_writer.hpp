@@ -1,0 +1,54 @@
+// Writes checkpoints on a background thread so the trainer (or parameter server) stalls only
+// for the in-memory snapshot. At most one write runs; a snapshot submitted while one runs waits,
+// and a newer one replaces a waiting one (the newest state is what matters).
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+
+namespace mt::ckpt {
+
+struct Written {
+  std::int64_t global_step = 0;
+  std::filesystem::path file;
+  PublishStats stats;
+};
+
+class AsyncWriter {
+ public:
+  AsyncWriter(std::filesystem::path dir, int keep);
+  ~AsyncWriter();  // finishes the running and waiting writes; never throws
+  AsyncWriter(const AsyncWriter&) = delete;
+  AsyncWriter& operator=(const AsyncWriter&) = delete;
+
+  // Rethrows the error of an earlier failed write, if any.
+  void submit(Checkpoint&& snapshot);
+  // Blocks until nothing runs or waits; rethrows a write error.
+  void flush();
+  // Writes finished since the last call.
+  std::vector<Written> take_written();
+
+ private:
+  void run() noexcept;
+  void rethrow_locked();
+
+  std::filesystem::path dir_;
+  int keep_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::optional<Checkpoint> waiting_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::vector<Written> written_;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+}  // namespace mt::ckpt

@@ -1,0 +1,507 @@
+#include "ckpt/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace mt::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Reserved root attributes (DESIGN.md §6); everything else in `/` is a user attribute.
+constexpr const char* kAttrFormat = "format_version";
+constexpr const char* kAttrStep = "global_step";
+constexpr const char* kAttrModel = "model";
+constexpr const char* kAttrParamCount = "param_count";
+constexpr const char* kAttrEpoch = "epoch";
+constexpr const char* kAttrCreated = "created_unix";
+constexpr const char* kAttrConfig = "config";
+constexpr const char* kAttrCrc = "content_crc32";
+
+// HDF5 prints its error stack by default; we report our own messages instead.
+void quiet_hdf5() {
+  static const bool once = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)once;
+}
+
+// The innermost HDF5 error description, for messages.
+std::string hdf5_error() {
+  std::string msg;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
+        auto* s = static_cast<std::string*>(data);
+        if (n == 0 && e->desc) *s = e->desc;
+        return 0;
+      },
+      &msg);
+  H5Eclear2(H5E_DEFAULT);
+  return msg.empty() ? "unknown HDF5 error" : msg;
+}
+
+// Owns one HDF5 identifier.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  Handle(Handle&& o) noexcept : id_(o.id_), closer_(o.closer_) { o.id_ = -1; }
+  Handle& operator=(Handle&&) = delete;
+  Handle(const Handle&) = delete;
+  ~Handle() {
+    if (id_ >= 0) closer_(id_);
+  }
+  hid_t get() const { return id_; }
+  // Closes now and reports failure (closing a file flushes it).
+  bool close() {
+    const herr_t r = id_ >= 0 ? closer_(id_) : 0;
+    id_ = -1;
+    return r >= 0;
+  }
+
+ private:
+  hid_t id_;
+  Closer closer_;
+};
+
+// Checks an HDF5 return value; failures name the checkpoint file and the operation.
+hid_t check(hid_t id, const fs::path& file, const std::string& what) {
+  if (id < 0) throw CheckpointError(file.string() + ": " + what + ": " + hdf5_error());
+  return id;
+}
+
+// ---------------------------------------------------------------- content CRC
+
+struct Crc {
+  uLong value = crc32(0L, Z_NULL, 0);
+  void add(const void* p, std::size_t n) {
+    const auto* b = static_cast<const Bytef*>(p);
+    while (n > 0) {
+      const auto chunk = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
+      value = crc32(value, b, chunk);
+      b += chunk;
+      n -= chunk;
+    }
+  }
+  void add(const std::string& s) { add(s.data(), s.size() + 1); }
+  template <class T>
+  void add_value(T v) {
+    add(&v, sizeof v);
+  }
+};
+
+// Every attribute and array in a canonical order (maps and sorted paths).
+std::uint32_t content_crc(const Checkpoint& c) {
+  Crc crc;
+  crc.add(std::string(kAttrStep));
+  crc.add_value(c.global_step);
+  crc.add(std::string(kAttrModel));
+  crc.add(c.model);
+  crc.add(std::string(kAttrParamCount));
+  crc.add_value(c.param_count);
+  crc.add(std::string(kAttrEpoch));
+  crc.add_value(c.epoch);
+  crc.add(std::string(kAttrCreated));
+  crc.add_value(c.created_unix);
+  crc.add(std::string(kAttrConfig));
+  crc.add(c.config_json);
+  for (const auto& [k, v] : c.ints) crc.add(k), crc.add_value(v);
+  for (const auto& [k, v] : c.reals) crc.add(k), crc.add_value(v);
+  for (const auto& [k, v] : c.strings) crc.add(k), crc.add(v);
+  std::vector<const Array*> arrays;
+  for (const auto& a : c.arrays) arrays.push_back(&a);
+  std::sort(arrays.begin(), arrays.end(), [](auto* a, auto* b) { return a->path < b->path; });
+  for (const Array* a : arrays) {
+    crc.add(a->path);
+    for (auto d : a->dims) crc.add_value(d);
+    crc.add(a->data.data(), a->data.size() * sizeof(float));
+  }
+  return static_cast<std::uint32_t>(crc.value);
+}
+
+// ---------------------------------------------------------------- attributes
+
+void write_attr(hid_t loc, const fs::path& file, const std::string& name, hid_t mem_type,
+                hid_t file_type, const void* value) {
+  Handle space(check(H5Screate(H5S_SCALAR), file, "H5Screate"), H5Sclose);
+  Handle attr(check(H5Acreate2(loc, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                    file, "create attribute " + name),
+              H5Aclose);
+  check(H5Awrite(attr.get(), mem_type, value), file, "write attribute " + name);
+}
+
+void write_int(hid_t loc, const fs::path& file, const std::string& name, std::int64_t v) {
+  write_attr(loc, file, name, H5T_NATIVE_INT64, H5T_STD_I64LE, &v);
+}
+void write_real(hid_t loc, const fs::path& file, const std::string& name, double v) {
+  write_attr(loc, file, name, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, &v);
+}
+// Variable-length UTF-8: h5py returns it as a Python str.
+void write_string(hid_t loc, const fs::path& file, const std::string& name, const std::string& v) {
+  Handle type(check(H5Tcopy(H5T_C_S1), file, "H5Tcopy"), H5Tclose);
+  check(H5Tset_size(type.get(), H5T_VARIABLE), file, "H5Tset_size");
+  check(H5Tset_cset(type.get(), H5T_CSET_UTF8), file, "H5Tset_cset");
+  const char* p = v.c_str();
+  write_attr(loc, file, name, type.get(), type.get(), &p);
+}
+
+struct AttrValue {
+  enum class Kind { kInt, kReal, kString } kind = Kind::kInt;
+  std::int64_t i = 0;
+  double r = 0;
+  std::string s;
+};
+
+AttrValue read_attr(hid_t attr, const fs::path& file, const std::string& name) {
+  Handle type(check(H5Aget_type(attr), file, "type of attribute " + name), H5Tclose);
+  AttrValue v;
+  switch (H5Tget_class(type.get())) {
+    case H5T_INTEGER:
+      v.kind = AttrValue::Kind::kInt;
+      check(H5Aread(attr, H5T_NATIVE_INT64, &v.i), file, "read attribute " + name);
+      break;
+    case H5T_FLOAT:
+      v.kind = AttrValue::Kind::kReal;
+      check(H5Aread(attr, H5T_NATIVE_DOUBLE, &v.r), file, "read attribute " + name);
+      break;
+    case H5T_STRING: {
+      v.kind = AttrValue::Kind::kString;
+      if (H5Tis_variable_str(type.get()) > 0) {
+        Handle mem(check(H5Tcopy(H5T_C_S1), file, "H5Tcopy"), H5Tclose);
+        check(H5Tset_size(mem.get(), H5T_VARIABLE), file, "H5Tset_size");
+        check(H5Tset_cset(mem.get(), H5Tget_cset(type.get())), file, "H5Tset_cset");
+        char* p = nullptr;
+        check(H5Aread(attr, mem.get(), &p), file, "read attribute " + name);
+        if (p) {
+          v.s = p;
+          H5free_memory(p);
+        }
+      } else {
+        const std::size_t n = H5Tget_size(type.get());
+        std::string buf(n, '\0');
+        check(H5Aread(attr, type.get(), buf.data()), file, "read attribute " + name);
+        v.s = buf.c_str();
+      }
+      break;
+    }
+    default:
+      throw CheckpointError(file.string() + ": attribute " + name + " has an unsupported type");
+  }
+  return v;
+}
+
+// ---------------------------------------------------------------- POSIX durability
+
+void fsync_path(const fs::path& p, bool directory) {
+  const int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) throw CheckpointError(p.string() + ": open for fsync: " + std::strerror(errno));
+  const int r = ::fsync(fd);
+  const int saved = errno;
+  ::close(fd);
+  if (r != 0) throw CheckpointError(p.string() + ": fsync: " + std::strerror(saved));
+}
+
+void rename_durably(const fs::path& from, const fs::path& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    throw CheckpointError("rename " + from.string() + " -> " + to.string() + ": " + std::strerror(errno));
+  fsync_path(to.parent_path(), /*directory=*/true);
+}
+
+double now_unix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::optional<std::int64_t> step_of(const std::string& name) {
+  // ckpt-NNNNNNNNNN.h5
+  if (name.size() != 18 || !name.starts_with("ckpt-") || !name.ends_with(".h5")) return std::nullopt;
+  const std::string digits = name.substr(5, 10);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoll(digits);
+}
+
+// Writes the HDF5 file (not yet published).
+void write_file(const fs::path& tmp, const Checkpoint& c) {
+  Handle f(check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), tmp, "create file"),
+           H5Fclose);
+  write_int(f.get(), tmp, kAttrFormat, kFormatVersion);
+  write_int(f.get(), tmp, kAttrStep, c.global_step);
+  write_string(f.get(), tmp, kAttrModel, c.model);
+  write_int(f.get(), tmp, kAttrParamCount, c.param_count);
+  write_int(f.get(), tmp, kAttrEpoch, c.epoch);
+  write_real(f.get(), tmp, kAttrCreated, c.created_unix);
+  write_string(f.get(), tmp, kAttrConfig, c.config_json);
+  for (const auto& [k, v] : c.ints) write_int(f.get(), tmp, k, v);
+  for (const auto& [k, v] : c.reals) write_real(f.get(), tmp, k, v);
+  for (const auto& [k, v] : c.strings) write_string(f.get(), tmp, k, v);
+  write_int(f.get(), tmp, kAttrCrc, content_crc(c));
+
+  Handle lcpl(check(H5Pcreate(H5P_LINK_CREATE), tmp, "H5Pcreate"), H5Pclose);
+  check(H5Pset_create_intermediate_group(lcpl.get(), 1), tmp, "H5Pset_create_intermediate_group");
+  for (const auto& a : c.arrays) {
+    MT_ASSERT(static_cast<std::int64_t>(a.data.size()) == product(a.dims), "array size vs dims: " + a.path);
+    std::vector<hsize_t> dims(a.dims.begin(), a.dims.end());
+    Handle space(check(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), tmp,
+                       "dataspace for " + a.path),
+                 H5Sclose);
+    // One chunk per dataset (the largest is ~0.6 MB): Fletcher32 needs chunked storage.
+    Handle dcpl(check(H5Pcreate(H5P_DATASET_CREATE), tmp, "H5Pcreate"), H5Pclose);
+    check(H5Pset_chunk(dcpl.get(), static_cast<int>(dims.size()), dims.data()), tmp, "H5Pset_chunk");
+    check(H5Pset_fletcher32(dcpl.get()), tmp, "H5Pset_fletcher32");
+    Handle ds(check(H5Dcreate2(f.get(), a.path.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(),
+                               dcpl.get(), H5P_DEFAULT),
+                    tmp, "create dataset " + a.path),
+              H5Dclose);
+    check(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()), tmp,
+          "write dataset " + a.path);
+  }
+  if (!f.close()) throw CheckpointError(tmp.string() + ": close (flush) failed: " + hdf5_error());
+}
+
+}  // namespace
+
+const Array* Checkpoint::find(const std::string& path) const {
+  for (const auto& a : arrays)
+    if (a.path == path) return &a;
+  return nullptr;
+}
+
+std::string file_name(std::int64_t global_step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "ckpt-%010lld.h5", static_cast<long long>(global_step));
+  return buf;
+}
+
+fs::path publish(const fs::path& dir, const Checkpoint& input, int keep, PublishStats* stats) {
+  quiet_hdf5();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw CheckpointError(dir.string() + ": cannot create checkpoint directory: " + ec.message());
+  Checkpoint c_copy;
+  const Checkpoint* c = &input;
+  if (input.created_unix == 0) {
+    c_copy = input;
+    c_copy.created_unix = now_unix();
+    c = &c_copy;
+  }
+  const fs::path final_path = dir / file_name(c->global_step);
+  const fs::path tmp = fs::path(final_path.string() + ".tmp");
+  try {
+    write_file(tmp, *c);
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  fsync_path(tmp, false);
+  rename_durably(tmp, final_path);
+  // LATEST names the newest checkpoint, for scripts; readers do not depend on it.
+  const fs::path latest_tmp = dir / "LATEST.tmp";
+  {
+    std::ofstream out(latest_tmp, std::ios::trunc);
+    out << final_path.filename().string() << '\n';
+    out.close();
+    if (!out) throw CheckpointError(latest_tmp.string() + ": write failed");
+  }
+  fsync_path(latest_tmp, false);
+  rename_durably(latest_tmp, dir / "LATEST");
+  if (keep > 0) {
+    const auto all = list(dir);
+    for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i)
+      if (all[i] != final_path) fs::remove(all[i], ec);
+  }
+  // Leftovers of an interrupted earlier write are never valid; remove those older than us.
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".h5.tmp")) {
+      const auto s = step_of(name.substr(0, name.size() - 4));
+      if (s && *s < c->global_step) fs::remove(e.path(), ec);
+    }
+  }
+  if (stats) {
+    const auto t2 = std::chrono::steady_clock::now();
+    stats->write_seconds = std::chrono::duration<double>(t1 - t0).count();
+    stats->sync_seconds = std::chrono::duration<double>(t2 - t1).count();
+    stats->bytes = static_cast<std::int64_t>(fs::file_size(final_path, ec));
+  }
+  return final_path;
+}
+
+Checkpoint read(const fs::path& file) {
+  quiet_hdf5();
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) throw CheckpointError(file.string() + ": no such checkpoint file");
+  if (H5Fis_hdf5(file.c_str()) <= 0)
+    throw CheckpointError(file.string() + ": not a readable HDF5 file (truncated or damaged)");
+  Handle f(check(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), file,
+                 "open (truncated or damaged file?)"),
+           H5Fclose);
+
+  // Attributes.
+  struct Collect {
+    hid_t file_id;
+    const fs::path* path;
+    std::map<std::string, AttrValue> attrs;
+    std::string error;
+  } col{f.get(), &file, {}, {}};
+  hsize_t idx = 0;
+  const herr_t it = H5Aiterate2(
+      f.get(), H5_INDEX_NAME, H5_ITER_INC, &idx,
+      [](hid_t loc, const char* name, const H5A_info_t*, void* data) -> herr_t {
+        auto* c = static_cast<Collect*>(data);
+        try {
+          Handle a(check(H5Aopen(loc, name, H5P_DEFAULT), *c->path, std::string("open attribute ") + name),
+                   H5Aclose);
+          c->attrs[name] = read_attr(a.get(), *c->path, name);
+        } catch (const std::exception& e) {
+          c->error = e.what();
+          return -1;
+        }
+        return 0;
+      },
+      &col);
+  if (!col.error.empty()) throw CheckpointError(col.error);
+  check(it, file, "read attributes");
+
+  auto need = [&](const char* name, AttrValue::Kind kind) -> const AttrValue& {
+    const auto i = col.attrs.find(name);
+    if (i == col.attrs.end()) throw CheckpointError(file.string() + ": missing attribute '" + name + "'");
+    if (i->second.kind != kind) throw CheckpointError(file.string() + ": attribute '" + name + "' has the wrong type");
+    return i->second;
+  };
+  const std::int64_t version = need(kAttrFormat, AttrValue::Kind::kInt).i;
+  if (version != kFormatVersion)
+    throw CheckpointError(file.string() + ": format_version " + std::to_string(version) +
+                          " is not the supported version " + std::to_string(kFormatVersion));
+  Checkpoint c;
+  c.global_step = need(kAttrStep, AttrValue::Kind::kInt).i;
+  c.model = need(kAttrModel, AttrValue::Kind::kString).s;
+  c.param_count = need(kAttrParamCount, AttrValue::Kind::kInt).i;
+  c.epoch = need(kAttrEpoch, AttrValue::Kind::kInt).i;
+  c.created_unix = need(kAttrCreated, AttrValue::Kind::kReal).r;
+  c.config_json = need(kAttrConfig, AttrValue::Kind::kString).s;
+  const std::int64_t stored_crc = need(kAttrCrc, AttrValue::Kind::kInt).i;
+  for (const auto& [name, v] : col.attrs) {
+    if (name == kAttrFormat || name == kAttrStep || name == kAttrModel || name == kAttrParamCount ||
+        name == kAttrEpoch || name == kAttrCreated || name == kAttrConfig || name == kAttrCrc)
+      continue;
+    switch (v.kind) {
+      case AttrValue::Kind::kInt: c.ints[name] = v.i; break;
+      case AttrValue::Kind::kReal: c.reals[name] = v.r; break;
+      case AttrValue::Kind::kString: c.strings[name] = v.s; break;
+    }
+  }
+
+  // Datasets, each read through the Fletcher32 filter.
+  struct Visit {
+    std::vector<std::string> names;
+  } vis;
+  check(H5Ovisit2(
+            f.get(), H5_INDEX_NAME, H5_ITER_INC,
+            [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+              if (info->type == H5O_TYPE_DATASET) static_cast<Visit*>(data)->names.emplace_back(name);
+              return 0;
+            },
+            &vis, H5O_INFO_BASIC),
+        file, "list datasets");
+  for (const auto& name : vis.names) {
+    Handle ds(check(H5Dopen2(f.get(), name.c_str(), H5P_DEFAULT), file, "open dataset " + name), H5Dclose);
+    Handle space(check(H5Dget_space(ds.get()), file, "dataspace of " + name), H5Sclose);
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank < 0 || rank > 8) throw CheckpointError(file.string() + ": dataset " + name + " has a bad shape");
+    std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+    check(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), file, "shape of " + name);
+    Array a;
+    a.path = name;
+    a.dims.assign(dims.begin(), dims.end());
+    a.data.resize(static_cast<std::size_t>(product(a.dims)));
+    if (H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()) < 0)
+      throw CheckpointError(file.string() + ": dataset " + name +
+                            " failed its Fletcher32 checksum or could not be read: " + hdf5_error());
+    c.arrays.push_back(std::move(a));
+  }
+  const std::uint32_t crc = content_crc(c);
+  if (static_cast<std::int64_t>(crc) != stored_crc)
+    throw CheckpointError(file.string() + ": content checksum mismatch (stored " +
+                          std::to_string(stored_crc) + ", computed " + std::to_string(crc) +
+                          "): the file was modified or damaged");
+  return c;
+}
+
+VerifyReport verify(const fs::path& file) {
+  VerifyReport r;
+  try {
+    const Checkpoint c = read(file);
+    r.ok = true;
+    r.global_step = c.global_step;
+    r.model = c.model;
+  } catch (const CheckpointError& e) {
+    r.reason = e.what();
+  }
+  return r;
+}
+
+std::vector<fs::path> list(const fs::path& dir) {
+  std::vector<std::pair<std::int64_t, fs::path>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_regular_file(ec)) continue;
+    if (const auto s = step_of(e.path().filename().string())) found.emplace_back(*s, e.path());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<fs::path> out;
+  for (auto& [s, p] : found) out.push_back(std::move(p));
+  return out;
+}
+
+std::optional<Loaded> load_latest_valid(const fs::path& dir,
+                                        const std::function<void(const Checkpoint&)>& accept,
+                                        std::vector<std::string>* skipped) {
+  for (const auto& file : list(dir)) {
+    try {
+      Checkpoint c = read(file);
+      if (accept) accept(c);
+      return Loaded{std::move(c), file};
+    } catch (const CheckpointError& e) {
+      if (skipped) skipped->push_back(e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+std::string describe(const Checkpoint& c) {
+  std::ostringstream os;
+  os << "format_version: " << kFormatVersion << '\n'
+     << "global_step: " << c.global_step << '\n'
+     << "model: " << c.model << '\n'
+     << "param_count: " << c.param_count << '\n'
+     << "epoch: " << c.epoch << '\n'
+     << "created_unix: " << std::fixed << c.created_unix << '\n';
+  for (const auto& [k, v] : c.ints) os << k << ": " << v << '\n';
+  for (const auto& [k, v] : c.reals) os << k << ": " << v << '\n';
+  for (const auto& [k, v] : c.strings) os << k << ": " << v << '\n';
+  os << "config: " << c.config_json << '\n';
+  std::int64_t floats = 0;
+  os << "arrays: " << c.arrays.size() << '\n';
+  for (const auto& a : c.arrays) {
+    os << "  /" << a.path << ' ' << dims_to_string(a.dims) << '\n';
+    floats += static_cast<std::int64_t>(a.data.size());
+  }
+  os << "floats: " << floats << '\n';
+  return os.str();
+}
+
+}  // namespace mt::ckpt

@@ -1,0 +1,91 @@
+// Durable training checkpoints in HDF5 (DESIGN.md §6).
+//
+// One file per checkpoint, `ckpt-<global_step, 10 digits>.h5`. Every array is a chunked dataset
+// with HDF5's Fletcher32 filter; a CRC-32 over all arrays and attributes (`content_crc32`) also
+// catches damage Fletcher32 cannot see (attributes, a flipped byte in metadata that still
+// parses). Publishing is atomic: write `*.tmp`, close, fsync, rename, fsync the directory, then
+// replace `LATEST` the same way, then delete checkpoints beyond the newest `keep`. A reader
+// never sees a half-written checkpoint under its final name.
+//
+// Depends on mt_core and HDF5 only.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace mt::ckpt {
+
+inline constexpr std::int64_t kFormatVersion = 1;
+
+// One dataset: `path` relative to the file root, e.g. "params/stage2/block3/conv1/weight".
+struct Array {
+  std::string path;
+  Dims dims;
+  std::vector<float> data;
+};
+
+struct Checkpoint {
+  std::int64_t global_step = 0;
+  std::string model;
+  std::int64_t param_count = 0;
+  std::int64_t epoch = 0;
+  double created_unix = 0;       // set by publish() when 0
+  std::string config_json = "{}";
+  std::map<std::string, std::int64_t> ints;     // data cursors, counters
+  std::map<std::string, double> reals;          // schedule state
+  std::map<std::string, std::string> strings;   // RNG states and the like
+  std::vector<Array> arrays;
+
+  const Array* find(const std::string& path) const;
+};
+
+// "ckpt-0000001234.h5"
+std::string file_name(std::int64_t global_step);
+
+struct PublishStats {
+  double write_seconds = 0;    // HDF5 write and close
+  double sync_seconds = 0;     // fsync of file and directory, rename, LATEST
+  std::int64_t bytes = 0;
+};
+
+// Writes `c` into `dir` (created if missing) and publishes it atomically; keeps the newest
+// `keep` checkpoints (0: all). Returns the final path. Throws CheckpointError.
+std::filesystem::path publish(const std::filesystem::path& dir, const Checkpoint& c, int keep,
+                              PublishStats* stats = nullptr);
+
+// Reads and fully verifies a checkpoint (HDF5 structure, Fletcher32 of every dataset, the
+// content CRC, the format version). Throws CheckpointError naming the file and the problem.
+Checkpoint read(const std::filesystem::path& file);
+
+struct VerifyReport {
+  bool ok = false;
+  std::string reason;  // empty when ok
+  std::int64_t global_step = -1;
+  std::string model;
+};
+VerifyReport verify(const std::filesystem::path& file);
+
+// Published checkpoints in `dir`, newest (highest step) first; `*.tmp` and other files ignored.
+std::vector<std::filesystem::path> list(const std::filesystem::path& dir);
+
+// The newest checkpoint that reads, verifies and passes `accept` (which throws CheckpointError to
+// reject, e.g. another model). Each one passed over is described in `skipped`. Empty when none.
+struct Loaded {
+  Checkpoint checkpoint;
+  std::filesystem::path file;
+};
+std::optional<Loaded> load_latest_valid(const std::filesystem::path& dir,
+                                        const std::function<void(const Checkpoint&)>& accept,
+                                        std::vector<std::string>* skipped);
+
+// A human-readable description (attributes, arrays with shapes) for `ckpt inspect`.
+std::string describe(const Checkpoint& c);
+
+}  // namespace mt::ckpt

@@ -1,0 +1,273 @@
+// HDF5 checkpoints: round trip, atomic publish, retention, every kind of damage, fallback to the
+// previous good checkpoint, refusing to overwrite, and bit-exact resume of training.
+#include <hdf5.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <sstream>
+
+#include "app/checkpointing.hpp"
+#include "app/train.hpp"
+#include "ckpt/async_writer.hpp"
+#include "ckpt/checkpoint.hpp"
+#include "core/error.hpp"
+#include "data/dataset.hpp"
+#include "test_util.hpp"
+
+using namespace mt;
+namespace fs = std::filesystem;
+
+namespace {
+
+ckpt::Checkpoint sample(std::int64_t step, const std::string& model = "resnet8") {
+  ckpt::Checkpoint c;
+  c.global_step = step;
+  c.model = model;
+  c.param_count = 7;
+  c.epoch = 3;
+  c.config_json = R"({"lr":0.1})";
+  c.ints["data_cursor_position"] = 42;
+  c.reals["train_seconds"] = 12.5;
+  c.strings["note"] = "héllo";
+  c.arrays.push_back({"params/stage1/block1/conv1/weight", {1, 1, 2, 2}, {1, 2, 3, float(step)}});
+  c.arrays.push_back({"params/fc/bias", {3}, {-1.5f, 0.25f, 1e-7f}});
+  return c;
+}
+
+// Byte offset of a dataset's (single) chunk in the file.
+haddr_t chunk_address(const fs::path& file, const std::string& dataset) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  const hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+  REQUIRE(d >= 0);
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  const hid_t space = H5Dget_space(d);
+  REQUIRE(H5Dget_chunk_info(d, space, 0, nullptr, nullptr, &addr, &size) >= 0);
+  H5Sclose(space);
+  H5Dclose(d);
+  H5Fclose(f);
+  return addr;
+}
+
+void flip_byte(const fs::path& file, std::uint64_t offset) {
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  REQUIRE(io);
+  io.seekg(static_cast<std::streamoff>(offset));
+  char b = 0;
+  io.read(&b, 1);
+  b = static_cast<char>(b ^ 0x5a);
+  io.seekp(static_cast<std::streamoff>(offset));
+  io.write(&b, 1);
+}
+
+std::string reason(const fs::path& file) {
+  const auto r = ckpt::verify(file);
+  CHECK_FALSE(r.ok);
+  return r.reason;
+}
+
+bool has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("checkpoint round trip keeps every attribute and array exactly", "[unit][ckpt]") {
+  test::TempDir dir("ckpt_rt");
+  const auto c = sample(1234);
+  ckpt::PublishStats st;
+  const fs::path file = ckpt::publish(dir.path(), c, 0, &st);
+  CHECK(file.filename() == "ckpt-0000001234.h5");
+  CHECK(st.bytes > 0);
+  const auto r = ckpt::read(file);
+  CHECK(r.global_step == 1234);
+  CHECK(r.model == "resnet8");
+  CHECK(r.epoch == 3);
+  CHECK(r.created_unix > 1.7e9);
+  CHECK(r.config_json == c.config_json);
+  CHECK(r.ints == c.ints);
+  CHECK(r.reals == c.reals);
+  CHECK(r.strings == c.strings);
+  REQUIRE(r.arrays.size() == 2);
+  for (const auto& a : c.arrays) {
+    const auto* b = r.find(a.path);
+    REQUIRE(b);
+    CHECK(b->dims == a.dims);
+    CHECK(b->data == a.data);
+  }
+  std::ifstream latest(dir.path() / "LATEST");
+  std::string name;
+  latest >> name;
+  CHECK(name == "ckpt-0000001234.h5");
+  for (const auto& e : fs::directory_iterator(dir.path())) CHECK_FALSE(e.path().string().ends_with(".tmp"));
+}
+
+TEST_CASE("retention keeps the newest checkpoints and the writer thread publishes in order",
+          "[unit][ckpt]") {
+  test::TempDir dir("ckpt_keep");
+  {
+    ckpt::AsyncWriter w(dir.path(), 2);
+    for (int s = 1; s <= 5; ++s) {
+      w.submit(sample(s * 10));
+      w.flush();
+    }
+    CHECK(w.take_written().size() == 5);
+  }
+  const auto files = ckpt::list(dir.path());
+  REQUIRE(files.size() == 2);
+  CHECK(files[0].filename() == "ckpt-0000000050.h5");
+  CHECK(files[1].filename() == "ckpt-0000000040.h5");
+}
+
+TEST_CASE("damaged checkpoints are detected with a clear reason", "[unit][ckpt]") {
+  test::TempDir dir("ckpt_damage");
+  const fs::path good = ckpt::publish(dir.path(), sample(10), 0);
+  const fs::path bad = ckpt::publish(dir.path(), sample(20), 0);
+  const auto bytes = fs::file_size(bad);
+  // The damaged newest is passed over for the previous good one, which is untouched.
+  auto expect_fallback = [&] {
+    std::vector<std::string> skipped;
+    const auto found = ckpt::load_latest_valid(dir.path(), {}, &skipped);
+    REQUIRE(found);
+    CHECK(found->file == good);
+    CHECK(found->checkpoint.global_step == 10);
+    REQUIRE(skipped.size() == 1);
+    CHECK(has(skipped[0], "ckpt-0000000020.h5"));
+  };
+
+  SECTION("truncated file") {
+    fs::resize_file(bad, bytes / 2);
+    CHECK(has(reason(bad), "truncated or damaged"));
+    expect_fallback();
+  }
+  SECTION("one flipped byte in a weight's data: Fletcher32") {
+    flip_byte(bad, chunk_address(bad, "params/stage1/block1/conv1/weight") + 5);
+    CHECK(has(reason(bad), "Fletcher32"));
+    expect_fallback();
+  }
+  SECTION("one flipped byte anywhere in the file") {
+    // Every byte position that still parses must fail a checksum; sample positions.
+    int detected = 0, tried = 0;
+    for (std::uint64_t off = 0; off < bytes; off += bytes / 37 + 1) {
+      fs::copy_file(good, dir.path() / "probe.h5", fs::copy_options::overwrite_existing);
+      const fs::path probe = dir.path() / "probe.h5";
+      flip_byte(probe, off);
+      const auto r = ckpt::verify(probe);
+      ++tried;
+      // A flip in unused space changes nothing a reader sees: then it must read back identical.
+      if (r.ok) {
+        const auto a = ckpt::read(probe), b = ckpt::read(good);
+        CHECK(a.arrays[0].data == b.arrays[0].data);
+        CHECK(a.ints == b.ints);
+      } else {
+        ++detected;
+      }
+    }
+    INFO(detected << " of " << tried << " flips detected");
+    CHECK(detected > 0);
+  }
+  SECTION("wrong format_version") {
+    const hid_t f = H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    const std::int64_t v = 99;
+    REQUIRE(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
+    H5Aclose(a);
+    H5Fclose(f);
+    CHECK(has(reason(bad), "format_version 99"));
+    expect_fallback();
+  }
+  SECTION("an attribute edited behind our back: content checksum") {
+    const hid_t f = H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    const hid_t a = H5Aopen(f, "global_step", H5P_DEFAULT);
+    const std::int64_t v = 21;
+    REQUIRE(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
+    H5Aclose(a);
+    H5Fclose(f);
+    CHECK(has(reason(bad), "content checksum mismatch"));
+    expect_fallback();
+  }
+  SECTION("leftover .tmp of an interrupted write is ignored") {
+    std::ofstream(dir.path() / "ckpt-0000000030.h5.tmp") << "partial";
+    CHECK(ckpt::list(dir.path()).front().filename() == "ckpt-0000000020.h5");
+    CHECK(ckpt::load_latest_valid(dir.path(), {}, nullptr)->checkpoint.global_step == 20);
+  }
+}
+
+TEST_CASE("a checkpoint of another model is refused and the previous one used", "[unit][ckpt]") {
+  test::TempDir dir("ckpt_model");
+  const Model model(parse_model("resnet8"));
+  FlatTensors params(model.params()), mom(model.params()), stats(model.stats());
+  model.init_params(params, stats, 1);
+  TrainProgress p;
+  p.global_step = 5;
+  ckpt::publish(dir.path(), make_checkpoint(model, params, mom, stats, p, "{}"), 0);
+  const Model other(parse_model("resnet8-t2t"));
+  FlatTensors op(other.params()), om(other.params()), os(other.stats());
+  p.global_step = 9;
+  ckpt::publish(dir.path(), make_checkpoint(other, op, om, os, p, "{}"), 0);
+  std::vector<std::string> skipped;
+  const auto found = ckpt::load_latest_valid(
+      dir.path(), [&](const ckpt::Checkpoint& c) { check_compatible(c, model); }, &skipped);
+  REQUIRE(found);
+  CHECK(found->checkpoint.global_step == 5);
+  REQUIRE(skipped.size() == 1);
+  CHECK(has(skipped[0], "model 'resnet8-t2t'"));
+}
+
+namespace {
+
+TrainConfig small_run(const fs::path& data, const fs::path& ckpt_dir, std::int64_t steps) {
+  TrainConfig cfg;
+  cfg.data = data.string();
+  cfg.model = "resnet8";
+  cfg.batch_size = 16;
+  cfg.train_steps = steps;
+  cfg.threads = 2;
+  cfg.device = "cpu";
+  cfg.quiet = true;
+  cfg.ckpt_dir = ckpt_dir.string();
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("resume is bit-exact: 20 steps straight equal 10, checkpoint, resume, 10",
+          "[unit][ckpt]") {
+  test::TempDir dir("ckpt_resume");
+  write_synthetic_cifar10(dir.path() / "data", 256, 64, 5);
+  std::ostringstream log;
+  train(small_run(dir.path() / "data", dir.path() / "a", 20), log);
+  train(small_run(dir.path() / "data", dir.path() / "b", 10), log);
+  const TrainResult r = train(small_run(dir.path() / "data", dir.path() / "b", 20), log);
+  CHECK(r.global_step == 20);
+  const auto a = ckpt::read(dir.path() / "a" / ckpt::file_name(20));
+  const auto b = ckpt::read(dir.path() / "b" / ckpt::file_name(20));
+  CHECK(b.ints.at("attempts") == 2);
+  CHECK(a.ints.at("data_cursor_position") == b.ints.at("data_cursor_position"));
+  REQUIRE(a.arrays.size() == b.arrays.size());
+  int differing = 0;
+  for (const auto& x : a.arrays) {
+    const auto* y = b.find(x.path);
+    REQUIRE(y);
+    if (x.data != y->data) {
+      ++differing;
+      UNSCOPED_INFO("differs: " << x.path);
+    }
+  }
+  CHECK(differing == 0);
+}
+
+TEST_CASE("a run never overwrites checkpoints it cannot resume", "[unit][ckpt]") {
+  test::TempDir dir("ckpt_guard");
+  write_synthetic_cifar10(dir.path() / "data", 128, 32, 5);
+  std::ostringstream log;
+  train(small_run(dir.path() / "data", dir.path() / "c", 2), log);
+  auto cfg = small_run(dir.path() / "data", dir.path() / "c", 4);
+  cfg.resume = "never";
+  CHECK_THROWS_AS(train(cfg, log), CheckpointError);
+  cfg.resume = "auto";
+  cfg.model = "resnet8-t2t";  // every checkpoint there is of another model
+  CHECK_THROWS_AS(train(cfg, log), CheckpointError);
+  CHECK(ckpt::verify(dir.path() / "c" / ckpt::file_name(2)).ok);
+}
