@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# README command 1: installs what is missing, builds, and runs a short training of ResNet-32 on
-# the default data (CIFAR-10 if $MT_CIFAR10_DIR is set, else Debian's Fashion-MNIST), then
-# prints the summary. Extra arguments go to `mpi_trainer train`.
+# README command 1: installs what is missing, builds, and runs a short asynchronous
+# parameter-server training on this machine: 1 PS + 3 workers (mpirun on loopback) training
+# ResNet-32 on the default data (CIFAR-10 if $MT_CIFAR10_DIR is set, else Debian's
+# Fashion-MNIST), then prints the summary. Extra arguments go to `mpi_trainer train`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 launch/setup.sh
 launch/build.sh release
 mkdir -p runs
-exec build/release/mpi_trainer train --train-steps "${MT_TRAIN_STEPS:-200}" --log-every-steps 25 \
+if [[ $(id -u) -eq 0 ]]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+# One machine: keep Open MPI on loopback; idle OpenMP threads sleep (ranks share the cores).
+export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
+exec mpirun -np "${MT_QUICKSTART_NP:-4}" --oversubscribe -x OMP_WAIT_POLICY=passive \
+  build/release/mpi_trainer train --train-steps "${MT_TRAIN_STEPS:-200}" --log-every-steps 25 \
   --metrics runs/quickstart.jsonl "$@"

@@ -88,12 +88,6 @@ TEST_CASE("data and device errors exit 3 and name the problem", "[unit][cli]") {
   CHECK(contains(r.output, "--device cuda"));
 }
 
-TEST_CASE("a multi-process launch is refused clearly", "[unit][cli]") {
-  const auto r = run("train --train-steps 1", "OMPI_COMM_WORLD_SIZE=3");
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "3 processes"));
-}
-
 TEST_CASE("gen-data then train end to end: progress lines and the summary", "[unit][cli]") {
   mt::test::TempDir dir("cli_e2e");
   const auto data = (dir.path() / "data").string();

@@ -7,6 +7,8 @@
 
 #include "app/config.hpp"
 #include "app/train.hpp"
+#include "app/train_dist.hpp"
+#include "dist/mpi_env.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
@@ -17,17 +19,6 @@ namespace mt {
 namespace {
 
 constexpr const char* kVersion = "0.1.0";
-
-// More than one MPI process asks for the parameter server, which this version does not have.
-int launched_processes() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
-    if (const char* v = std::getenv(var); v && *v) {
-      const int n = std::atoi(v);
-      if (n > 0) return n;
-    }
-  }
-  return 1;
-}
 
 void add_train_options(CLI::App& cmd, TrainConfig& c) {
   auto env = [](CLI::Option* o, const char* name) { o->envname(name); };
@@ -46,6 +37,12 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::Range(1, 65536)),
       "MT_BATCH_SIZE");
+  env(cmd.add_option("--num-ps", c.num_ps,
+                     "Parameter-server shards when launched as several MPI processes: ranks "
+                     "0..N-1 serve parameters, the others are workers")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 1024)),
+      "MT_NUM_PS");
   env(cmd.add_option("--device", c.device,
                      "cpu, cuda or auto (auto: a GPU when a CUDA backend and GPU are present)")
           ->capture_default_str()
@@ -179,7 +176,9 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
              "Run 'mpi_trainer <command> --help' for a command's options.");
 
   TrainConfig cfg;
-  auto* train_cmd = app.add_subcommand("train", "Train a model (single process: the single-server baseline)");
+  auto* train_cmd = app.add_subcommand(
+      "train", "Train a model: one process alone (the single-server baseline), or under mpirun/srun as "
+               "parameter-server shards and workers");
   add_train_options(*train_cmd, cfg);
 
   std::string info_model = "resnet32";
@@ -225,11 +224,12 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
 
   try {
     if (*train_cmd) {
-      if (const int n = launched_processes(); n > 1)
-        throw UsageError("launched as " + std::to_string(n) +
-                         " processes, but this version trains in a single process; run it "
-                         "plainly or under 'mpirun -np 1'");
-      train(cfg, out);
+      if (launcher_world_size() > 1) {
+        MpiSession mpi(&argc, &argv);
+        train_distributed(cfg, mpi, out);
+      } else {
+        train(cfg, out);
+      }
     } else if (*info_cmd) {
       const Model model(parse_model(info_model));
       out << "model: " << model.spec().name << '\n';

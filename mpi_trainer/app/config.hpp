@@ -11,6 +11,7 @@ struct TrainConfig {
   std::string model = "resnet32";
   std::int64_t train_steps = 64000;
   int batch_size = 128;
+  int num_ps = 1;               // parameter-server shards (ranks 0..num_ps-1) under MPI
   std::string device = "auto";  // cpu | cuda | auto
   int threads = 0;              // 0: every core
   std::uint64_t seed = 1;

@@ -1,4 +1,5 @@
 #include "app/train.hpp"
+#include "app/run_setup.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -55,13 +56,11 @@ Normalization parse_normalization(const std::string& value, bool t2t) {
   throw UsageError("--normalize must be channel, per-image, none or default, not '" + value + "'");
 }
 
-struct EvalResult {
-  double accuracy = 0, loss = 0;
-};
+}  // namespace
 
 // The whole test set through the training network in inference mode; a short last batch is
 // padded (BN uses running statistics, so rows do not interact) and its padding ignored.
-EvalResult evaluate(Network& net, const Dataset& test, const LoaderOptions& opts,
+EvalResult evaluate_test_set(Network& net, const Dataset& test, const LoaderOptions& opts,
                     const FlatTensors& params, const FlatTensors& stats) {
   Batch batch;
   std::int64_t correct = 0;
@@ -84,36 +83,44 @@ EvalResult evaluate(Network& net, const Dataset& test, const LoaderOptions& opts
   return {double(correct) / double(test.count), loss / double(test.count)};
 }
 
-}  // namespace
+RunSetup prepare_run(const TrainConfig& cfg) {
+  RunSetup r;
+  r.spec = parse_model(cfg.model);
+  r.t2t = r.spec.kind == BlockKind::kPreActivation;
+  r.schedule = parse_schedule(cfg.lr_schedule, r.t2t, cfg.lr);
+  r.nesterov = on_off("--nesterov", cfg.nesterov, r.t2t);
+  r.augment = on_off("--augment", cfg.augment, true);
+  r.transient = cfg.pricing == "transient";
+  if (!r.transient && cfg.pricing != "on-demand")
+    throw UsageError("--pricing must be on-demand or transient, not '" + cfg.pricing + "'");
+  table2_price(cfg.instance_type);  // validates the type before any work
+  r.device = resolve_device(cfg.device);
+  r.threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  r.data_dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;
+  r.data = load_dataset(r.data_dir);
+  r.loader.batch_size = cfg.batch_size;
+  r.loader.augment = r.augment;
+  r.loader.normalization = parse_normalization(cfg.normalize, r.t2t);
+  r.loader.stats = compute_channel_stats(r.data.train);
+  r.loader.seed = cfg.seed;
+  if (r.data.train.count < cfg.batch_size)
+    throw DataError(r.data_dir + ": " + std::to_string(r.data.train.count) +
+                    " training images is fewer than one batch of " + std::to_string(cfg.batch_size));
+  return r;
+}
 
 TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   const auto t_setup = Clock::now();
-  const ModelSpec spec = parse_model(cfg.model);
-  const bool t2t = spec.kind == BlockKind::kPreActivation;
-  const LrSchedule schedule = parse_schedule(cfg.lr_schedule, t2t, cfg.lr);
-  const bool nesterov = on_off("--nesterov", cfg.nesterov, t2t);
-  const bool augment = on_off("--augment", cfg.augment, true);
-  const bool transient = cfg.pricing == "transient";
-  if (!transient && cfg.pricing != "on-demand")
-    throw UsageError("--pricing must be on-demand or transient, not '" + cfg.pricing + "'");
-  table2_price(cfg.instance_type);  // validates the type before any work
-
-  const ResolvedDevice device = resolve_device(cfg.device);
-  const int threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const RunSetup setup = prepare_run(cfg);
+  const ModelSpec& spec = setup.spec;
+  const LrSchedule& schedule = setup.schedule;
+  const bool nesterov = setup.nesterov, augment = setup.augment, transient = setup.transient;
+  const ResolvedDevice& device = setup.device;
+  const int threads = setup.threads;
+  const std::string& data_dir = setup.data_dir;
+  const DataSplit& data = setup.data;
+  const LoaderOptions& lo = setup.loader;
   auto backend = make_backend(device, threads);
-
-  const std::string data_dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;
-  const DataSplit data = load_dataset(data_dir);
-
-  LoaderOptions lo;
-  lo.batch_size = cfg.batch_size;
-  lo.augment = augment;
-  lo.normalization = parse_normalization(cfg.normalize, t2t);
-  lo.stats = compute_channel_stats(data.train);
-  lo.seed = cfg.seed;
-  if (data.train.count < cfg.batch_size)
-    throw DataError(data_dir + ": " + std::to_string(data.train.count) +
-                    " training images is fewer than one batch of " + std::to_string(cfg.batch_size));
 
   MetricsWriter metrics(cfg.metrics);
   Model model(spec);
@@ -273,7 +280,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       report_written();
     }
     if (cfg.eval_every_steps > 0 && (step + 1) % cfg.eval_every_steps == 0 && !last) {
-      const auto ev = evaluate(net, data.test, lo, params, stats);
+      const auto ev = evaluate_test_set(net, data.test, lo, params, stats);
       if (!cfg.quiet)
         log << "eval step " << step + 1 << "  test_acc " << std::setprecision(4) << ev.accuracy
             << "  test_loss " << ev.loss << '\n';
@@ -289,7 +296,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     report_written();
   }
   const auto t_eval = Clock::now();
-  const auto ev = evaluate(net, data.test, lo, params, stats);
+  const auto ev = evaluate_test_set(net, data.test, lo, params, stats);
   const double eval_seconds = seconds_since(t_eval);
   res.train_seconds = prev.train_seconds + train_seconds;
   res.test_accuracy = ev.accuracy;

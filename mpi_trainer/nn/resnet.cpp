@@ -106,6 +106,21 @@ std::vector<const BnDef*> Model::batchnorms() const {
   return out;
 }
 
+std::vector<std::int64_t> Model::bn_counts(int batch) const {
+  std::int64_t hw = 32;  // every model here keeps the 32x32 input size through the stem
+  std::vector<std::int64_t> out{batch * hw * hw};
+  for (const auto& b : blocks_) {
+    const std::int64_t in = batch * hw * hw;
+    hw /= b.stride;
+    const std::int64_t mid = batch * hw * hw;
+    if (b.bn_in.channels) out.push_back(in);
+    out.push_back(mid);
+    if (b.bn2.channels) out.push_back(mid);
+    if (b.has_projection) out.push_back(mid);
+  }
+  return out;
+}
+
 void Model::init_params(FlatTensors& params, FlatTensors& stats, std::uint64_t seed) const {
   Rng rng(seed);
   params.flat().zero();
@@ -205,10 +220,9 @@ struct Network::Impl {
   // Views of parameter tensors are made once per call: cheap (a shared_ptr copy).
   Impl(const Model& m, Backend& b, int n) : model(m), be(b), batch(n), act(b.activation_layout()) {
     pre = m.spec().kind == BlockKind::kPreActivation;
+    counts = m.bn_counts(n);
     const auto bn_of = [&](const BnDef& d, const Dims& dims) {
-      BnRun r{&d, be.make_batchnorm(dims, act, m.spec().bn_eps, d.relu)};
-      counts.push_back(dims[0] * dims[2] * dims[3]);
-      return r;
+      return BnRun{&d, be.make_batchnorm(dims, act, m.spec().bn_eps, d.relu)};
     };
     Dims dims{n, 3, 32, 32};
     stem_conv = {&m.stem_conv(), be.make_conv(m.stem_conv().spec, dims, Layout::kPlain, act)};

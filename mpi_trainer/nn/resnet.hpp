@@ -87,6 +87,8 @@ class Model {
   int fc_bias() const { return fc_bias_; }
   // All BN definitions in forward order, for statistics bookkeeping.
   std::vector<const BnDef*> batchnorms() const;
+  // Values each BN normalizes over per channel (batch * H * W), in batchnorms() order.
+  std::vector<std::int64_t> bn_counts(int batch) const;
 
  private:
   ConvDef add_conv(const std::string& name, int in, int out, int k, int stride);

@@ -1,0 +1,41 @@
+// What the single-process trainer and the distributed roles share: the validated run setup
+// (recipe, device, data, loader options) and test-set evaluation.
+#pragma once
+
+#include <string>
+
+#include "app/config.hpp"
+#include "app/device.hpp"
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "nn/resnet.hpp"
+#include "optim/schedule.hpp"
+
+namespace mt {
+
+struct RunSetup {
+  ModelSpec spec;
+  bool t2t = false;
+  LrSchedule schedule;
+  bool nesterov = false;
+  bool augment = true;
+  bool transient = false;
+  ResolvedDevice device;
+  int threads = 1;
+  std::string data_dir;
+  DataSplit data;
+  LoaderOptions loader;
+};
+
+// Validates the recipe flags and loads the data. Throws UsageError / DataError.
+RunSetup prepare_run(const TrainConfig& cfg);
+
+struct EvalResult {
+  double accuracy = 0, loss = 0;
+};
+
+// The whole test set through `net` in inference mode (running statistics).
+EvalResult evaluate_test_set(Network& net, const Dataset& test, const LoaderOptions& opts,
+                             const FlatTensors& params, const FlatTensors& stats);
+
+}  // namespace mt

@@ -1,0 +1,58 @@
+// The one message format between workers and parameter-server shards. Every message is a
+// fixed header followed by float32 payload in one contiguous buffer, so each exchange is a
+// single MPI message.
+//
+//   worker -> shard  kJoin   (no payload)                      "send me the model"
+//   shard -> worker  kParams (the shard's parameters)          reply to kJoin and kPush
+//   worker -> shard  kPush   (gradients [+ BN batch stats])    one global step
+//   shard -> worker  kStop   (no payload)                      training is over
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+
+namespace mt {
+
+inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr int kTagToPs = 11;
+inline constexpr int kTagToWorker = 12;
+
+enum class MsgKind : std::uint16_t { kJoin = 1, kParams = 2, kPush = 3, kStop = 4 };
+
+struct MsgHeader {
+  std::uint32_t magic = kMsgMagic;
+  std::uint16_t version = kProtocolVersion;
+  MsgKind kind = MsgKind::kJoin;
+  std::int64_t step = 0;           // shard -> worker: global step after this update
+  std::int64_t model_version = 0;  // version of the parameters sent / the gradients were computed on
+  std::int64_t payload = 0;        // floats after the header
+  std::int64_t cursor_epoch = 0;   // worker -> shard: data cursor after this batch
+  std::int64_t cursor_position = 0;
+  float loss = 0;                  // worker -> shard: the batch's loss
+  std::int32_t correct = 0;        // and its correct predictions
+  std::int32_t batch = 0;
+  std::int32_t reserved = 0;
+};
+static_assert(sizeof(MsgHeader) == 64, "header is 64 bytes = 16 floats");
+inline constexpr std::int64_t kHeaderFloats = sizeof(MsgHeader) / sizeof(float);
+
+// A message buffer: header then payload.
+struct MsgView {
+  float* base;
+  MsgHeader& header() { return *reinterpret_cast<MsgHeader*>(base); }
+  float* payload() { return base + kHeaderFloats; }
+};
+
+// Empty when the header is well formed; else what is wrong with it.
+inline std::string check_header(const MsgHeader& h, std::int64_t max_payload) {
+  if (h.magic != kMsgMagic) return "bad magic";
+  if (h.version != kProtocolVersion)
+    return "protocol version " + std::to_string(h.version) + ", expected " + std::to_string(kProtocolVersion);
+  if (h.payload < 0 || h.payload > max_payload) return "payload of " + std::to_string(h.payload) + " floats";
+  return {};
+}
+
+}  // namespace mt
