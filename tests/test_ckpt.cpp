@@ -61,6 +61,17 @@ void flip_byte(const fs::path& file, std::uint64_t offset) {
   io.write(&b, 1);
 }
 
+// Rewrites an int64 root attribute in place, as a careless tool would.
+void overwrite_int_attribute(const fs::path& file, const char* name, std::int64_t v) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  const hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+  REQUIRE(a >= 0);
+  REQUIRE(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
+  H5Aclose(a);
+  H5Fclose(f);
+}
+
 std::string reason(const fs::path& file) {
   const auto r = ckpt::verify(file);
   CHECK_FALSE(r.ok);
@@ -166,24 +177,12 @@ TEST_CASE("damaged checkpoints are detected with a clear reason", "[unit][ckpt]"
     CHECK(detected > 0);
   }
   SECTION("wrong format_version") {
-    const hid_t f = H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    REQUIRE(f >= 0);
-    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-    const std::int64_t v = 99;
-    REQUIRE(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
-    H5Aclose(a);
-    H5Fclose(f);
+    overwrite_int_attribute(bad, "format_version", 99);
     CHECK(has(reason(bad), "format_version 99"));
     expect_fallback();
   }
   SECTION("an attribute edited behind our back: content checksum") {
-    const hid_t f = H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    REQUIRE(f >= 0);
-    const hid_t a = H5Aopen(f, "global_step", H5P_DEFAULT);
-    const std::int64_t v = 21;
-    REQUIRE(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
-    H5Aclose(a);
-    H5Fclose(f);
+    overwrite_int_attribute(bad, "global_step", 21);
     CHECK(has(reason(bad), "content checksum mismatch"));
     expect_fallback();
   }

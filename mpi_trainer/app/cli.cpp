@@ -43,6 +43,13 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::Range(1, 1024)),
       "MT_NUM_PS");
+  env(cmd.add_option("--lr-scaling", c.lr_scaling,
+                     "Parameter server: each update's rate is the schedule's divided by the number "
+                     "of active workers (active-workers; the paper's adaptive rate), by the update's "
+                     "staleness + 1 (staleness-aware async SGD), or not scaled (none)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"none", "active-workers", "staleness"})),
+      "MT_LR_SCALING");
   env(cmd.add_option("--device", c.device,
                      "cpu, cuda or auto (auto: a GPU when a CUDA backend and GPU are present)")
           ->capture_default_str()

@@ -12,6 +12,7 @@ struct TrainConfig {
   std::int64_t train_steps = 64000;
   int batch_size = 128;
   int num_ps = 1;               // parameter-server shards (ranks 0..num_ps-1) under MPI
+  std::string lr_scaling = "active-workers";  // none | active-workers | staleness
   std::string device = "auto";  // cpu | cuda | auto
   int threads = 0;              // 0: every core
   std::uint64_t seed = 1;
