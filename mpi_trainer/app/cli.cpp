@@ -55,7 +55,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::IsMember({"cpu", "cuda", "auto"})),
       "MT_DEVICE");
-  env(cmd.add_option("--threads", c.threads, "Compute threads (0: every core)")
+  env(cmd.add_option("--threads", c.threads, "Compute threads (0: every core; under MPI each worker takes its share)")
           ->capture_default_str()
           ->check(CLI::Range(0, 4096)),
       "MT_THREADS");
@@ -215,11 +215,9 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    out << app.help(e.get_name().empty() ? "" : e.get_name());
-    return 0;
-  } catch (const CLI::CallForAllHelp&) {
-    out << app.help("", CLI::AppFormatMode::All);
-    return 0;
+    return app.exit(e, out, err);  // the help of the (sub)command that asked for it
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e, out, err);
   } catch (const CLI::CallForVersion&) {
     out << kVersion << '\n';
     return 0;
