@@ -203,6 +203,12 @@ TrainResult run_shard(const TrainConfig& cfg, const RunSetup& setup, MpiSession&
           window_loss = window_staleness = 0;
           window_pushes = window_correct = window_images = 0;
         }
+      } else if (h.kind == MsgKind::kStop) {
+        // Another shard ended training for this worker first; it sends no more pushes.
+        s.done = true;
+        s.active_seconds = since(s.joined_at);
+        --active;
+        continue;
       } else {
         throw Error(kExitInternal, "parameter server: unexpected message kind from rank " + std::to_string(s.rank));
       }
@@ -293,14 +299,26 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
       auto v = recv[static_cast<std::size_t>(s)].view();
       if (const auto bad = check_header(v.header(), part.floats(s)); !bad.empty())
         throw Error(kExitInternal, "worker: malformed reply from shard " + std::to_string(s) + ": " + bad);
-      if (v.header().kind == MsgKind::kStop) {
-        stop = true;
-        continue;
+      stop = stop || v.header().kind == MsgKind::kStop;
+    }
+    if (stop) {
+      // Shards count their own steps and may disagree on which push is the last: those that
+      // still expect pushes from this worker are told it leaves.
+      for (int s = 0; s < shards; ++s) {
+        if (recv[static_cast<std::size_t>(s)].view().header().kind == MsgKind::kStop) continue;
+        Buffer& b = send[static_cast<std::size_t>(s)];
+        b.view().header() = MsgHeader{};
+        b.view().header().kind = MsgKind::kStop;
+        MT_MPI(MPI_Send(b.data.data(), static_cast<int>(kHeaderFloats), MPI_FLOAT, s, kTagToPs, MPI_COMM_WORLD));
       }
+      return false;
+    }
+    for (int s = 0; s < shards; ++s) {
+      auto v = recv[static_cast<std::size_t>(s)].view();
       part.unpack(s, std::span<const float>(v.payload(), static_cast<std::size_t>(part.floats(s))), params);
       version[static_cast<std::size_t>(s)] = v.header().model_version;
     }
-    return !stop;
+    return true;
   };
 
   for (auto& b : send) b.view().header() = MsgHeader{};

@@ -6,6 +6,7 @@
 //   shard -> worker  kParams (the shard's parameters)          reply to kJoin and kPush
 //   worker -> shard  kPush   (gradients [+ BN batch stats])    one global step
 //   shard -> worker  kStop   (no payload)                      training is over
+//   worker -> shard  kStop   (no payload)                      leaving: another shard said stop
 #pragma once
 
 #include <cstdint>
