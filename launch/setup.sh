@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  libdnnl-dev                      # oneDNN: CPU kernels
+  libdnnl-dev ocl-icd-opencl-dev   # oneDNN: CPU kernels (its CMake config asks for OpenCL)
   libopenmpi-dev openmpi-bin       # MPI (Open MPI 4.1)
   libhdf5-dev hdf5-tools           # checkpoints
   zlib1g-dev                       # gzip'd IDX files
