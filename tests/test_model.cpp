@@ -70,6 +70,14 @@ TEST_CASE("learning-rate schedules follow the recipes", "[unit][model]") {
   CHECK(parse_schedule("constant", false, 0.3).lr_at(100000) == Approx(0.3));
   CHECK_THROWS_AS(parse_schedule("linear", false, 0), UsageError);
   CHECK_THROWS_AS(parse_schedule("step:10,x", false, 0), UsageError);
+  // --lr-warmup-steps: linear warm-up on any schedule; 0 turns cosine's own off.
+  const auto warm = parse_schedule("step:10", false, 0.2, 4);
+  CHECK(warm.lr_at(0) == Approx(0.05));
+  CHECK(warm.lr_at(2) == Approx(0.15));
+  CHECK(warm.lr_at(3) == Approx(0.2));
+  CHECK(warm.lr_at(10) == Approx(0.02));
+  CHECK(parse_schedule("default", false, 0).warmup_steps == 0);
+  CHECK(parse_schedule("default", true, 0, 0).lr_at(0) == Approx(0.4));
 }
 
 namespace {
@@ -157,7 +165,9 @@ TEST_CASE("training on generated CIFAR-format data learns within seconds", "[uni
   TrainConfig cfg;
   cfg.data = dir.path().string();
   cfg.model = "resnet8";
-  cfg.train_steps = 60;
+  // 60 steps gave 58-97% over seeds 1-5 on one CPU (test accuracy is volatile that early);
+  // 100 steps gave 95-100%.
+  cfg.train_steps = 100;
   cfg.batch_size = 32;
   cfg.threads = 2;
   cfg.lr_schedule = "constant";
@@ -169,8 +179,8 @@ TEST_CASE("training on generated CIFAR-format data learns within seconds", "[uni
   std::ostringstream log;
   const TrainResult r = train(cfg, log);
   INFO("accuracy " << r.test_accuracy << " final loss " << r.final_train_loss);
-  CHECK(r.global_step == 60);
-  CHECK(r.test_accuracy > 0.6);          // chance is 0.1
+  CHECK(r.global_step == 100);
+  CHECK(r.test_accuracy > 0.8);          // chance is 0.1
   CHECK(r.final_train_loss < 1.5);       // starts near ln 10 = 2.3
   std::ifstream in(cfg.metrics);
   std::string line, last;

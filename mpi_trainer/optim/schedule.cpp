@@ -8,16 +8,16 @@
 namespace mt {
 
 double LrSchedule::lr_at(std::int64_t step) const {
+  const double warm = warmup_steps > 0 ? std::min(1.0, double(step + 1) / double(warmup_steps)) : 1.0;
   switch (kind) {
-    case Kind::kConstant: return base_lr;
+    case Kind::kConstant: return base_lr * warm;
     case Kind::kStep: {
-      double lr = base_lr;
+      double lr = base_lr * warm;
       for (auto b : boundaries)
         if (step >= b) lr *= factor;
       return lr;
     }
     case Kind::kCosine: {
-      const double warm = warmup_steps > 0 ? std::min(1.0, double(step + 1) / double(warmup_steps)) : 1.0;
       const double t = std::min(1.0, double(step) / double(std::max<std::int64_t>(decay_steps, 1)));
       return base_lr * warm * 0.5 * (1.0 + std::cos(M_PI * t));
     }
@@ -33,15 +33,15 @@ std::string LrSchedule::describe() const {
       os << "step " << base_lr << " x" << factor << " at";
       for (auto b : boundaries) os << ' ' << b;
       break;
-    case Kind::kCosine:
-      os << "cosine " << base_lr << ", warm-up " << warmup_steps << ", decay over " << decay_steps;
-      break;
+    case Kind::kCosine: os << "cosine " << base_lr << ", decay over " << decay_steps; break;
   }
+  if (warmup_steps > 0) os << ", warm-up " << warmup_steps;
   return os.str();
 }
 
-LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr) {
+LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr, std::int64_t warmup) {
   LrSchedule s;
+  s.warmup_steps = 0;
   std::string kind = text, args;
   if (auto colon = text.find(':'); colon != std::string::npos) {
     kind = text.substr(0, colon);
@@ -70,6 +70,7 @@ LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr) {
   } else if (kind == "cosine") {
     s.kind = LrSchedule::Kind::kCosine;
     s.base_lr = 0.4;
+    s.warmup_steps = 100;
     if (!args.empty()) {
       try {
         std::size_t used = 0;
@@ -84,6 +85,7 @@ LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr) {
                      "'; choose default, step[:B1,B2,...], cosine[:DECAY_STEPS] or constant");
   }
   if (lr > 0) s.base_lr = lr;
+  if (warmup >= 0) s.warmup_steps = warmup;
   return s;
 }
 

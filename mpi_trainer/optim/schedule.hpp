@@ -14,9 +14,10 @@ struct LrSchedule {
   // kStep: multiply by `factor` at each boundary (global steps).
   std::vector<std::int64_t> boundaries{32000, 48000};
   double factor = 0.1;
-  // kCosine: linear warm-up, then cosine decay to zero at `decay_steps`.
-  std::int64_t warmup_steps = 100;
+  // kCosine: cosine decay to zero at `decay_steps`.
   std::int64_t decay_steps = 120000;
+  // Every kind: linear warm-up from base/warmup_steps to base over the first steps (0: none).
+  std::int64_t warmup_steps = 0;
 
   double lr_at(std::int64_t step) const;
   std::string describe() const;
@@ -24,7 +25,8 @@ struct LrSchedule {
 
 // "step" (resnetN: 0.1, /10 at 32k and 48k), "cosine" (t2t: 0.4, 100 warm-up, 120k decay),
 // "constant"; "default" picks the model's own. `lr` > 0 replaces the base rate. Boundaries can
-// be given as "step:32000,48000". Throws UsageError on a bad value.
-LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr);
+// be given as "step:32000,48000". `warmup` >= 0 replaces the warm-up (cosine: 100, others: 0).
+// Throws UsageError on a bad value.
+LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr, std::int64_t warmup = -1);
 
 }  // namespace mt
