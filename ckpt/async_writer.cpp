@@ -1,6 +1,9 @@
 #include "ckpt/async_writer.hpp"
 
+#include <iostream>
 #include <utility>
+
+#include "core/thread_priority.hpp"
 
 namespace mt::ckpt {
 
@@ -29,6 +32,7 @@ void AsyncWriter::submit(Checkpoint&& snapshot) {
   {
     std::lock_guard lock(mutex_);
     rethrow_locked();
+    if (waiting_) spares_.push_back(std::move(*waiting_));
     waiting_ = std::move(snapshot);
   }
   cv_.notify_all();
@@ -40,12 +44,27 @@ void AsyncWriter::flush() {
   rethrow_locked();
 }
 
+Checkpoint AsyncWriter::take_spare() {
+  std::lock_guard lock(mutex_);
+  if (spares_.empty()) return {};
+  Checkpoint c = std::move(spares_.back());
+  spares_.pop_back();
+  return c;
+}
+
+void AsyncWriter::give_spare(Checkpoint&& c) {
+  std::lock_guard lock(mutex_);
+  spares_.push_back(std::move(c));
+}
+
 std::vector<Written> AsyncWriter::take_written() {
   std::lock_guard lock(mutex_);
   return std::exchange(written_, {});
 }
 
 void AsyncWriter::run() noexcept {
+  if (const auto why = lower_this_thread_priority(kBackgroundNice, true); !why.empty())
+    std::cerr << "mpi_trainer: warning: checkpoint writer keeps its priority: " << why << '\n';
   std::unique_lock lock(mutex_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || waiting_.has_value(); });
@@ -69,6 +88,7 @@ void AsyncWriter::run() noexcept {
     } else {
       written_.push_back(std::move(w));
     }
+    if (spares_.size() < 2) spares_.push_back(std::move(c));
     cv_.notify_all();
   }
 }

@@ -1,6 +1,7 @@
 // Writes checkpoints on a background thread so the trainer (or parameter server) stalls only
 // for the in-memory snapshot. At most one write runs; a snapshot submitted while one runs waits,
-// and a newer one replaces a waiting one (the newest state is what matters).
+// and a newer one replaces a waiting one (the newest state is what matters). The writer thread
+// runs at a lower priority (core/thread_priority.hpp).
 #pragma once
 
 #include <condition_variable>
@@ -23,6 +24,7 @@ struct Written {
 
 class AsyncWriter {
  public:
+
   AsyncWriter(std::filesystem::path dir, int keep);
   ~AsyncWriter();  // finishes the running and waiting writes; never throws
   AsyncWriter(const AsyncWriter&) = delete;
@@ -34,6 +36,13 @@ class AsyncWriter {
   void flush();
   // Writes finished since the last call.
   std::vector<Written> take_written();
+
+  // Snapshot objects to fill in place (their arrays keep their memory), so a snapshot allocates
+  // nothing once the writer has one: checkpoints it has written and snapshots a newer one
+  // replaced come back here, and `give_spare` adds one (made ahead of time, off the hot path).
+  // Returns an empty Checkpoint when none is free.
+  Checkpoint take_spare();
+  void give_spare(Checkpoint&& c);
 
  private:
   void run() noexcept;
@@ -48,6 +57,7 @@ class AsyncWriter {
   bool stop_ = false;
   std::exception_ptr error_;
   std::vector<Written> written_;
+  std::vector<Checkpoint> spares_;
   std::thread thread_;  // last: starts once the members above exist
 };
 
