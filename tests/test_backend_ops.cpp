@@ -207,4 +207,13 @@ TEST_CASE("SGD momentum and Nesterov updates match the reference", "[unit][backe
   }
   MT_CHECK_CLOSE(p2, p, 1e-6);
   MT_CHECK_CLOSE(v2, v, 1e-6);
+
+  // Out of place (the parameter server's reply buffer): the same values, the input untouched.
+  Tensor p3 = p.clone(), v3 = v.clone(), v4 = v.clone(), out = random_tensor({1000}, rng);
+  const Tensor p3_before = p3.clone();
+  cpu().sgd_update_to(p3.span(), g.span(), v3.span(), out.span(), spec);
+  ref::sgd_update(p.span(), g.span(), v4.span(), spec);
+  MT_CHECK_CLOSE(out, p, 1e-6);
+  MT_CHECK_CLOSE(v3, v4, 1e-6);
+  CHECK(std::equal(p3.span().begin(), p3.span().end(), p3_before.span().begin()));
 }

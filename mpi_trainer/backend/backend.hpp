@@ -7,6 +7,7 @@
 // The plain-loop oracle for every op is in backend/reference (tests only).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -108,6 +109,15 @@ class Backend {
   //   param -= lr * (nesterov ? g + momentum * v : v)
   virtual void sgd_update(std::span<float> param, std::span<const float> grad,
                           std::span<float> velocity, const SgdSpec& spec) = 0;
+
+  // The same step out of place: reads `param`, writes the updated parameters to `out` (which may
+  // be `param` itself; otherwise the two must not overlap). The parameter server updates straight
+  // into a reply buffer this way instead of updating and then copying.
+  virtual void sgd_update_to(std::span<const float> param, std::span<const float> grad,
+                             std::span<float> velocity, std::span<float> out, const SgdSpec& spec) {
+    if (out.data() != param.data()) std::copy(param.begin(), param.end(), out.begin());
+    sgd_update(out, grad, velocity, spec);
+  }
 
   // Waits for queued work (no-op on the CPU).
   virtual void synchronize() {}

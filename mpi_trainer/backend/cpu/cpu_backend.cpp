@@ -486,10 +486,17 @@ class CpuBackend final : public Backend {
 
   void sgd_update(std::span<float> param, std::span<const float> grad, std::span<float> velocity,
                   const SgdSpec& spec) override {
-    MT_ASSERT(param.size() == grad.size() && param.size() == velocity.size(), "sgd sizes");
-    float* p = param.data();
+    sgd_update_to(param, grad, velocity, param, spec);
+  }
+
+  void sgd_update_to(std::span<const float> param, std::span<const float> grad, std::span<float> velocity,
+                     std::span<float> out, const SgdSpec& spec) override {
+    MT_ASSERT(param.size() == grad.size() && param.size() == velocity.size() && param.size() == out.size(),
+              "sgd sizes");
+    const float* p = param.data();
     const float* g = grad.data();
     float* v = velocity.data();
+    float* o = out.data();  // may be p: each element is read before it is written
     const float lr = spec.lr, mu = spec.momentum, wd = spec.weight_decay;
     const auto n = static_cast<std::int64_t>(param.size());
     if (spec.nesterov) {
@@ -498,14 +505,14 @@ class CpuBackend final : public Backend {
         const float gi = g[i] + wd * p[i];
         const float vi = mu * v[i] + gi;
         v[i] = vi;
-        p[i] -= lr * (gi + mu * vi);
+        o[i] = p[i] - lr * (gi + mu * vi);
       }
     } else {
 #pragma omp parallel for simd schedule(static)
       for (std::int64_t i = 0; i < n; ++i) {
         const float vi = mu * v[i] + g[i] + wd * p[i];
         v[i] = vi;
-        p[i] -= lr * vi;
+        o[i] = p[i] - lr * vi;
       }
     }
   }
