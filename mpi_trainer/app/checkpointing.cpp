@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 
@@ -13,15 +16,35 @@ constexpr const char* kParams = "params";
 constexpr const char* kMomentum = "optimizer/momentum";
 constexpr const char* kBnStats = "bn_stats";
 
-void add_group(ckpt::Checkpoint& c, const std::string& group, const FlatTensors& flat) {
+// Appends the group's arrays at c.arrays[*next...], or overwrites them in place when the
+// arrays there already have these paths (a reused checkpoint).
+void add_group(ckpt::Checkpoint& c, std::size_t* next, const std::string& group, const FlatTensors& flat) {
   for (const auto& e : flat.layout().entries()) {
-    ckpt::Array a;
-    a.path = array_path(group, e.name);
-    a.dims = e.dims;
     const float* src = flat.flat().data() + e.offset;
-    a.data.assign(src, src + e.size);
-    c.arrays.push_back(std::move(a));
+    if (*next < c.arrays.size()) {
+      c.arrays[*next].data.assign(src, src + e.size);  // same path and size: checked by the caller
+    } else {
+      ckpt::Array a;
+      a.path = array_path(group, e.name);
+      a.dims = e.dims;
+      a.data.assign(src, src + e.size);
+      c.arrays.push_back(std::move(a));
+    }
+    ++*next;
   }
+}
+
+// True when `c`'s arrays are exactly these groups' arrays, in order.
+bool same_arrays(const ckpt::Checkpoint& c, const std::vector<std::pair<const char*, const FlatTensors*>>& groups) {
+  std::size_t i = 0;
+  for (const auto& [group, flat] : groups)
+    for (const auto& e : flat->layout().entries()) {
+      if (i >= c.arrays.size() || c.arrays[i].dims != e.dims ||
+          c.arrays[i].path != array_path(group, e.name))
+        return false;
+      ++i;
+    }
+  return i == c.arrays.size();
 }
 
 void check_group(const ckpt::Checkpoint& c, const std::string& group, const ParamLayout& layout,
@@ -55,8 +78,12 @@ std::string array_path(const std::string& group, const std::string& dotted_name)
 
 ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
                                  const FlatTensors& momentum, const FlatTensors& bn_stats,
-                                 const TrainProgress& p, const std::string& config_json) {
+                                 const TrainProgress& p, const std::string& config_json,
+                                 ckpt::Checkpoint&& reuse) {
+  const std::vector<std::pair<const char*, const FlatTensors*>> groups = {
+      {kParams, &params}, {kMomentum, &momentum}, {kBnStats, &bn_stats}};
   ckpt::Checkpoint c;
+  if (same_arrays(reuse, groups)) c.arrays = std::move(reuse.arrays);
   c.global_step = p.global_step;
   c.model = model.spec().name;
   c.param_count = model.param_count();
@@ -64,13 +91,16 @@ ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
   c.config_json = config_json;
   c.ints["data_cursor_epoch"] = p.epoch;
   c.ints["data_cursor_position"] = p.position;
+  if (!p.worker_cursors.empty()) {
+    c.ints["workers"] = static_cast<std::int64_t>(p.worker_cursors.size());
+    c.strings["data_cursors"] = nlohmann::json(p.worker_cursors).dump();
+  }
   c.ints["attempts"] = p.attempts;
   c.reals["train_seconds"] = p.train_seconds;
   c.reals["cost_usd"] = p.cost_usd;
   c.reals["lr"] = p.lr;
-  add_group(c, kParams, params);
-  add_group(c, kMomentum, momentum);
-  add_group(c, kBnStats, bn_stats);
+  std::size_t next = 0;
+  for (const auto& [group, flat] : groups) add_group(c, &next, group, *flat);
   return c;
 }
 
@@ -102,9 +132,64 @@ TrainProgress restore_checkpoint(const ckpt::Checkpoint& c, const Model& model, 
   p.train_seconds = real("train_seconds");
   p.cost_usd = real("cost_usd");
   p.lr = real("lr");
+  if (const auto it = c.strings.find("data_cursors"); it != c.strings.end()) {
+    try {
+      p.worker_cursors = nlohmann::json::parse(it->second).get<std::vector<std::array<std::int64_t, 2>>>();
+    } catch (const std::exception& e) {
+      throw CheckpointError("checkpoint attribute data_cursors is not a list of [epoch, position]: " +
+                            std::string(e.what()));
+    }
+  }
   const auto a = c.ints.find("attempts");
   p.attempts = a == c.ints.end() ? 1 : a->second;
   return p;
+}
+
+std::vector<LoaderCursor> start_cursors(const TrainProgress& p, int workers) {
+  std::vector<std::array<std::int64_t, 2>> saved = p.worker_cursors;
+  if (saved.empty() && (p.global_step > 0 || p.epoch > 0 || p.position > 0)) saved.push_back({p.epoch, p.position});
+  std::vector<LoaderCursor> out(static_cast<std::size_t>(workers));
+  if (saved.empty()) return out;
+  if (saved.size() == out.size()) {
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = LoaderCursor{saved[i][0], saved[i][1]};
+    return out;
+  }
+  std::int64_t furthest = 0;
+  for (const auto& c : saved) furthest = std::max(furthest, c[1] > 0 ? c[0] + 1 : c[0]);
+  for (auto& c : out) c = LoaderCursor{furthest, 0};
+  return out;
+}
+
+std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model,
+                                                   MetricsWriter& metrics, std::ostream& log) {
+  namespace fs = std::filesystem;
+  const bool have_dir = !cfg.ckpt_dir.empty() && fs::is_directory(cfg.ckpt_dir);
+  if (cfg.resume == "never") {
+    if (have_dir && !ckpt::list(cfg.ckpt_dir).empty())
+      throw CheckpointError("--resume never, but " + cfg.ckpt_dir +
+                            " already holds checkpoints that a new run would overwrite; use an empty "
+                            "--ckpt-dir");
+    return std::nullopt;
+  }
+  if (cfg.resume != "auto") {
+    ckpt::Checkpoint c = ckpt::read(cfg.resume);
+    check_compatible(c, model);
+    return ckpt::Loaded{std::move(c), cfg.resume};
+  }
+  if (!have_dir) return std::nullopt;
+  std::vector<std::string> skipped;
+  auto found = ckpt::load_latest_valid(
+      cfg.ckpt_dir, [&](const ckpt::Checkpoint& c) { check_compatible(c, model); }, &skipped);
+  for (const auto& why : skipped) {
+    if (!cfg.quiet) log << "mpi_trainer: skipping checkpoint: " << why << '\n';
+    metrics.write(nlohmann::ordered_json{{"event", "checkpoint_skipped"}, {"reason", why}});
+  }
+  // Starting over beside checkpoints we cannot use would mix runs in one directory.
+  if (!found && !skipped.empty())
+    throw CheckpointError(cfg.ckpt_dir + ": none of its " + std::to_string(skipped.size()) +
+                          " checkpoints can be resumed (reasons above); use another "
+                          "--ckpt-dir, or move them away to start fresh");
+  return found;
 }
 
 }  // namespace mt

@@ -4,10 +4,17 @@
 // running statistics at /bn_stats/...
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
+#include <ostream>
 #include <string>
+#include <vector>
 
+#include "app/config.hpp"
+#include "app/metrics.hpp"
 #include "ckpt/checkpoint.hpp"
+#include "data/loader.hpp"
 #include "nn/params.hpp"
 #include "nn/resnet.hpp"
 
@@ -21,12 +28,31 @@ struct TrainProgress {
   double cost_usd = 0;                // over every attempt so far
   std::int64_t attempts = 1;          // runs that contributed (1 + resumes)
   double lr = 0;                      // at the last step (informational)
+  // Parameter server: each worker's data cursor (epoch, position) after its last applied push,
+  // in worker order. Empty for the single process (epoch/position above are its cursor).
+  std::vector<std::array<std::int64_t, 2>> worker_cursors;
 };
 
-// Copies the state into a checkpoint (the in-memory snapshot).
+// Where each of `workers` data shards starts after restoring `p`: the saved cursors when the
+// worker count is unchanged; otherwise every worker starts the epoch after the furthest saved
+// one (the shards of a different count are different, so a mid-epoch position is meaningless;
+// the rest of that epoch is skipped rather than replayed).
+std::vector<LoaderCursor> start_cursors(const TrainProgress& p, int workers);
+
+// The checkpoint to resume from, as --resume and --ckpt-dir say: auto takes the newest valid
+// checkpoint of this model in the directory, falling back past damaged ones (each reported on
+// `log` and as a checkpoint_skipped event); never refuses a directory that already holds
+// checkpoints; a PATH is read and checked. Empty: start fresh. Throws CheckpointError.
+std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model,
+                                                   MetricsWriter& metrics, std::ostream& log);
+
+// Copies the state into a checkpoint (the in-memory snapshot). `reuse`, a checkpoint made by an
+// earlier call for the same model (ckpt::AsyncWriter::take_spare), is filled in place without
+// allocating; anything else is rebuilt.
 ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
                                  const FlatTensors& momentum, const FlatTensors& bn_stats,
-                                 const TrainProgress& progress, const std::string& config_json);
+                                 const TrainProgress& progress, const std::string& config_json,
+                                 ckpt::Checkpoint&& reuse = {});
 
 // Throws CheckpointError unless `c` holds exactly this model's arrays.
 void check_compatible(const ckpt::Checkpoint& c, const Model& model);

@@ -50,6 +50,20 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::IsMember({"none", "active-workers", "staleness"})),
       "MT_LR_SCALING");
+  env(cmd.add_option("--momentum-correction", c.momentum_correction,
+                     "Parameter server: implicit (default) lowers the momentum applied with N active "
+                     "workers to max(0, momentum - (1 - 1/N)), since asynchrony itself acts as "
+                     "momentum 1 - 1/N (Mitliagkas et al. 2016; momentum 0.9 with stale gradients "
+                     "diverges early otherwise); none applies --momentum as given (TensorFlow's behaviour)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"implicit", "none"})),
+      "MT_MOMENTUM_CORRECTION");
+  env(cmd.add_option("--max-staleness", c.max_staleness,
+                     "Parameter server: drop a push computed on parameters more than N updates old "
+                     "(the worker gets fresh parameters and tries again; -1: no bound)")
+          ->capture_default_str()
+          ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40)),
+      "MT_MAX_STALENESS");
   env(cmd.add_option("--device", c.device,
                      "cpu, cuda or auto (auto: a GPU when a CUDA backend and GPU are present)")
           ->capture_default_str()
@@ -72,6 +86,13 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber),
       "MT_LR");
+  env(cmd.add_option("--lr-warmup-steps", c.lr_warmup_steps,
+                     "Linear warm-up of the learning rate over the first N global steps (-1: the "
+                     "schedule's own: 100 for cosine, none otherwise); asynchronous workers "
+                     "profit from a few hundred")
+          ->capture_default_str()
+          ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40)),
+      "MT_LR_WARMUP_STEPS");
   env(cmd.add_option("--momentum", c.momentum, "SGD momentum")
           ->capture_default_str()
           ->check(CLI::Range(0.0, 1.0)),
@@ -108,10 +129,21 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->check(CLI::PositiveNumber),
       "MT_LOG_EVERY_STEPS");
   env(cmd.add_option("--instance-type", c.instance_type,
-                     "Instance type billed for cost: k80, p100, v100, ps (paper's Table II)")
-          ->capture_default_str()
-          ->check(CLI::IsMember({"k80", "p100", "v100", "ps"})),
+                     "Instance type billed for each worker (or the single process): a type of the "
+                     "price table (Table II: k80, p100, v100, ps)")
+          ->capture_default_str(),
       "MT_INSTANCE_TYPE");
+  env(cmd.add_option("--worker-types", c.worker_types,
+                     "Parameter server: one instance type per worker, comma-separated in rank "
+                     "order (e.g. k80,k80,p100,v100); default: --instance-type for all"),
+      "MT_WORKER_TYPES");
+  env(cmd.add_option("--ps-type", c.ps_type, "Parameter server: instance type billed for each shard")
+          ->capture_default_str(),
+      "MT_PS_TYPE");
+  env(cmd.add_option("--prices", c.prices,
+                     "Price table file replacing the paper's Table II: lines 'TYPE ON_DEMAND "
+                     "TRANSIENT' in $/hour, '#' comments (see docs/user-guide.md)"),
+      "MT_PRICES");
   env(cmd.add_option("--pricing", c.pricing, "on-demand or transient prices")
           ->capture_default_str()
           ->check(CLI::IsMember({"on-demand", "transient"})),
@@ -140,6 +172,8 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str(),
       "MT_RESUME");
   env(cmd.add_flag("--quiet", c.quiet, "No progress lines (metrics and errors only)"), "MT_QUIET");
+  // Benchmark mode for bench/ps_throughput.sh: workers push a fixed gradient without computing.
+  cmd.add_flag("--synthetic-gradients", c.synthetic_gradients)->group("");
 }
 
 // `ckpt verify`: one line per file, exit 0 only when every file is valid.
@@ -231,7 +265,14 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (*train_cmd) {
       if (launcher_world_size() > 1) {
         MpiSession mpi(&argc, &argv);
-        train_distributed(cfg, mpi, out);
+        try {
+          train_distributed(cfg, mpi, out);
+        } catch (const Error& e) {
+          // One rank's error ends the job: the others may be waiting for this one.
+          err << "mpi_trainer: error (rank " << mpi.rank() << "): " << e.what() << '\n' << std::flush;
+          MPI_Abort(MPI_COMM_WORLD, e.exit_code());
+          return e.exit_code();
+        }
       } else {
         train(cfg, out);
       }

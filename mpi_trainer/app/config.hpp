@@ -13,11 +13,14 @@ struct TrainConfig {
   int batch_size = 128;
   int num_ps = 1;               // parameter-server shards (ranks 0..num_ps-1) under MPI
   std::string lr_scaling = "active-workers";  // none | active-workers | staleness
+  std::string momentum_correction = "implicit";  // implicit | none (PS: momentum lowered for asynchrony)
+  std::int64_t max_staleness = -1;  // PS drops pushes staler than this (-1: no bound)
   std::string device = "auto";  // cpu | cuda | auto
   int threads = 0;              // 0: every core
   std::uint64_t seed = 1;
   std::string lr_schedule = "default";
   double lr = 0;                // 0: the schedule's own base rate
+  std::int64_t lr_warmup_steps = -1;  // -1: the schedule's own (cosine 100, others 0)
   double momentum = 0.9;
   double weight_decay = 1e-4;
   std::string nesterov = "default";     // on | off | default (model's recipe)
@@ -26,7 +29,10 @@ struct TrainConfig {
   std::string metrics;          // JSON Lines path, empty: none
   std::int64_t eval_every_steps = 0;  // 0: only at the end
   std::int64_t log_every_steps = 50;
-  std::string instance_type = "k80";
+  std::string instance_type = "k80";  // every worker (or the single process)
+  std::string worker_types;           // comma list, one per worker; empty: instance_type
+  std::string ps_type = "ps";         // every parameter-server shard
+  std::string prices;                 // price table file; empty: the paper's Table II
   std::string pricing = "on-demand";  // on-demand | transient
   std::string ckpt_dir;               // empty: no checkpoints
   std::int64_t ckpt_every_steps = 0;  // 0: only at the end
@@ -34,6 +40,7 @@ struct TrainConfig {
   int ckpt_keep = 3;                  // newest kept; 0: all
   std::string resume = "auto";        // auto | never | PATH
   bool quiet = false;
+  bool synthetic_gradients = false;   // benchmark: workers push a fixed gradient, no compute
 };
 
 }  // namespace mt

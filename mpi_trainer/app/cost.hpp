@@ -1,7 +1,10 @@
-// Instance prices ($/hour) of the paper's Table II and per-second billing.
+// Instance prices ($/hour) and per-second billing. The default table is the paper's Table II
+// (GCE, 2019); `--prices FILE` replaces it.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
 namespace mt {
 
@@ -10,9 +13,31 @@ struct InstancePrice {
   double transient = 0;
 };
 
-// "k80", "p100", "v100", "ps" (4 vCPU, no GPU); throws UsageError naming the choices otherwise.
+class PriceTable {
+ public:
+  // k80 0.723/0.256, p100 1.43/0.551, v100 2.144/0.861, ps (4 vCPU, no GPU) 0.143/0.041.
+  static PriceTable table2();
+  // A text file, one instance type per line: `TYPE ON_DEMAND_PER_HOUR TRANSIENT_PER_HOUR`,
+  // separated by spaces, tabs or commas; `#` starts a comment; a header line starting with
+  // `type` is skipped. Throws DataError naming the file and line.
+  static PriceTable from_file(const std::string& path);
+  // Table II when `path` is empty, else the file.
+  static PriceTable load(const std::string& path);
+
+  // Throws UsageError naming the known types.
+  const InstancePrice& at(const std::string& type) const;
+  // Dollars for `seconds` of one instance, billed per second.
+  double cost_usd(const std::string& type, bool transient, double seconds) const;
+  std::vector<std::string> types() const;
+  std::string source() const { return source_; }
+
+ private:
+  std::map<std::string, InstancePrice> prices_;
+  std::string source_;
+};
+
+// Table II price of one type (throws UsageError); kept for callers without a table.
 InstancePrice table2_price(const std::string& type);
-// Dollars for `seconds` of one instance, billed per second.
 double cost_usd(const std::string& type, bool transient, double seconds);
 
 }  // namespace mt

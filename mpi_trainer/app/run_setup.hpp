@@ -5,6 +5,7 @@
 #include <string>
 
 #include "app/config.hpp"
+#include "app/cost.hpp"
 #include "app/device.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
@@ -25,6 +26,7 @@ struct RunSetup {
   std::string data_dir;
   DataSplit data;
   LoaderOptions loader;
+  PriceTable prices;
 };
 
 // Validates the recipe flags and loads the data. Throws UsageError / DataError.

@@ -87,13 +87,15 @@ RunSetup prepare_run(const TrainConfig& cfg) {
   RunSetup r;
   r.spec = parse_model(cfg.model);
   r.t2t = r.spec.kind == BlockKind::kPreActivation;
-  r.schedule = parse_schedule(cfg.lr_schedule, r.t2t, cfg.lr);
+  r.schedule = parse_schedule(cfg.lr_schedule, r.t2t, cfg.lr, cfg.lr_warmup_steps);
   r.nesterov = on_off("--nesterov", cfg.nesterov, r.t2t);
   r.augment = on_off("--augment", cfg.augment, true);
   r.transient = cfg.pricing == "transient";
   if (!r.transient && cfg.pricing != "on-demand")
     throw UsageError("--pricing must be on-demand or transient, not '" + cfg.pricing + "'");
-  table2_price(cfg.instance_type);  // validates the type before any work
+  // Prices and instance types are checked before any work.
+  r.prices = PriceTable::load(cfg.prices);
+  if (cfg.worker_types.empty()) r.prices.at(cfg.instance_type);  // else checked per worker
   r.device = resolve_device(cfg.device);
   r.threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   r.data_dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;
@@ -110,6 +112,11 @@ RunSetup prepare_run(const TrainConfig& cfg) {
 }
 
 TrainResult train(const TrainConfig& cfg, std::ostream& log) {
+  if (!cfg.worker_types.empty())
+    throw UsageError("--worker-types applies to parameter-server runs (mpirun -np 2 or more); use "
+                     "--instance-type");
+  if (cfg.synthetic_gradients)
+    throw UsageError("--synthetic-gradients is a parameter-server benchmark mode (mpirun -np 2 or more)");
   const auto t_setup = Clock::now();
   const RunSetup setup = prepare_run(cfg);
   const ModelSpec& spec = setup.spec;
@@ -143,6 +150,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       {"nesterov", nesterov},     {"weight_decay", cfg.weight_decay},
       {"augment", augment},       {"seed", cfg.seed},
       {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing},
+      {"prices", setup.prices.source()},
       {"ckpt_dir", cfg.ckpt_dir},  {"resume", cfg.resume},
       {"processes", 1}};
   metrics.write(config_event);
@@ -160,48 +168,26 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   // Resume: the newest valid checkpoint of this model, falling back past damaged ones.
   TrainProgress prev;
   std::string resumed_from;
-  if (cfg.resume == "never" && !cfg.ckpt_dir.empty() && std::filesystem::is_directory(cfg.ckpt_dir) &&
-      !ckpt::list(cfg.ckpt_dir).empty())
-    throw CheckpointError("--resume never, but " + cfg.ckpt_dir +
-                          " already holds checkpoints that a new run would overwrite; use an empty "
-                          "--ckpt-dir");
-  if (cfg.resume != "never") {
-    std::optional<ckpt::Loaded> found;
-    if (cfg.resume == "auto") {
-      if (!cfg.ckpt_dir.empty() && std::filesystem::is_directory(cfg.ckpt_dir)) {
-        std::vector<std::string> skipped;
-        found = ckpt::load_latest_valid(
-            cfg.ckpt_dir, [&](const ckpt::Checkpoint& c) { check_compatible(c, model); }, &skipped);
-        for (const auto& why : skipped) {
-          if (!cfg.quiet) log << "mpi_trainer: skipping checkpoint: " << why << '\n';
-          metrics.write(nlohmann::ordered_json{{"event", "checkpoint_skipped"}, {"reason", why}});
-        }
-        // Starting over beside checkpoints we cannot use would mix runs in one directory.
-        if (!found && !skipped.empty())
-          throw CheckpointError(cfg.ckpt_dir + ": none of its " + std::to_string(skipped.size()) +
-                                " checkpoints can be resumed (reasons above); use another "
-                                "--ckpt-dir, or move them away to start fresh");
-      }
-    } else {
-      ckpt::Checkpoint c = ckpt::read(cfg.resume);
-      check_compatible(c, model);
-      found = ckpt::Loaded{std::move(c), cfg.resume};
-    }
-    if (found) {
-      prev = restore_checkpoint(found->checkpoint, model, params, sgd.velocity(), stats);
-      prev.attempts += 1;
-      resumed_from = found->file.string();
-      if (!cfg.quiet)
-        log << "mpi_trainer: resumed from " << resumed_from << " at global step " << prev.global_step
-            << " (attempt " << prev.attempts << ")\n";
-      metrics.write(nlohmann::ordered_json{{"event", "resume"}, {"file", resumed_from},
-                                           {"global_step", prev.global_step}, {"attempt", prev.attempts}});
-    }
+  if (auto found = find_resume_checkpoint(cfg, model, metrics, log)) {
+    prev = restore_checkpoint(found->checkpoint, model, params, sgd.velocity(), stats);
+    prev.attempts += 1;
+    resumed_from = found->file.string();
+    if (!cfg.quiet)
+      log << "mpi_trainer: resumed from " << resumed_from << " at global step " << prev.global_step
+          << " (attempt " << prev.attempts << ")\n";
+    metrics.write(nlohmann::ordered_json{{"event", "resume"}, {"file", resumed_from},
+                                         {"global_step", prev.global_step}, {"attempt", prev.attempts}});
   }
-  BatchLoader loader(data.train, lo, LoaderCursor{prev.epoch, prev.position});
+  const LoaderCursor start = start_cursors(prev, 1)[0];
+  prev.worker_cursors.clear();  // this run has one data shard: its cursor is epoch/position
+  BatchLoader loader(data.train, lo, start);
   std::optional<ckpt::AsyncWriter> writer;
-  if (!cfg.ckpt_dir.empty()) writer.emplace(cfg.ckpt_dir, cfg.ckpt_keep);
   const std::string config_json = config_event.dump();
+  if (!cfg.ckpt_dir.empty()) {
+    writer.emplace(cfg.ckpt_dir, cfg.ckpt_keep);
+    // The first snapshot's memory, allocated now rather than in the first checkpoint's stall.
+    writer->give_spare(make_checkpoint(model, params, sgd.velocity(), stats, prev, config_json));
+  }
   auto last_ckpt = Clock::now();
   // Snapshot in memory (the only stall), written on the writer's thread.
   auto checkpoint = [&](std::int64_t step, double lr, double run_seconds) {
@@ -212,9 +198,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     p.epoch = cur.epoch;
     p.position = cur.position;
     p.train_seconds = prev.train_seconds + run_seconds;
-    p.cost_usd = prev.cost_usd + cost_usd(cfg.instance_type, transient, run_seconds);
+    p.cost_usd = prev.cost_usd + setup.prices.cost_usd(cfg.instance_type, transient, run_seconds);
     p.lr = lr;
-    writer->submit(make_checkpoint(model, params, sgd.velocity(), stats, p, config_json));
+    writer->submit(make_checkpoint(model, params, sgd.velocity(), stats, p, config_json, writer->take_spare()));
     last_ckpt = Clock::now();
     const double stall = seconds_since(t0);
     metrics.write(nlohmann::ordered_json{{"event", "checkpoint_snapshot"}, {"global_step", step},
@@ -303,7 +289,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   res.test_loss = ev.loss;
   res.images_per_second =
       double((res.global_step - prev.global_step) * cfg.batch_size) / std::max(train_seconds, 1e-9);
-  res.cost_usd = prev.cost_usd + cost_usd(cfg.instance_type, transient, train_seconds);
+  res.cost_usd = prev.cost_usd + setup.prices.cost_usd(cfg.instance_type, transient, train_seconds);
   res.data_wait_seconds = loader.wait_seconds();
   metrics.write(nlohmann::ordered_json{{"event", "eval"}, {"global_step", res.global_step}, {"test_accuracy", ev.accuracy},
                  {"test_loss", ev.loss}, {"eval_seconds", eval_seconds}});

@@ -1,19 +1,29 @@
 #include "app/train_dist.hpp"
 
+#include <sys/prctl.h>
 #include <time.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <iomanip>
 #include <cstdlib>
+#include <cstring>
+#include <iomanip>
 #include <numeric>
-#include <thread>
+#include <optional>
 #include <ostream>
+#include <sstream>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "app/background_eval.hpp"
+#include "app/checkpointing.hpp"
 #include "app/cost.hpp"
 #include "app/metrics.hpp"
 #include "app/run_setup.hpp"
+#include "ckpt/async_writer.hpp"
 #include "core/error.hpp"
 #include "dist/mpi_env.hpp"
 #include "dist/partition.hpp"
@@ -25,7 +35,6 @@ namespace mt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kTagFinal = 13;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -34,11 +43,56 @@ void nap_microseconds(long us) {
   nanosleep(&ts, nullptr);
 }
 
+// Waiting for messages without spinning (MPI's blocking waits poll and would take the core from
+// the ranks that share it). Naps double from `floor` up to a cap that follows how long these waits
+// usually last: a tenth of their recent mean, within [floor, ceiling]. So a fast exchange (a
+// benchmark's precomputed gradients, a fraction of a millisecond) is not slowed down by long naps,
+// and a slow one (a real training step, a tenth of a second and more) wakes the core rarely; a
+// message waits at most about a tenth of the usual wait for the nap to end.
+class Backoff {
+ public:
+  Backoff(long floor_us, long ceiling_us) : floor_(floor_us), ceiling_(ceiling_us), nap_(floor_us) {}
+  // Nothing arrived yet: sleep a little longer each time.
+  void idle() {
+    nap_microseconds(nap_);
+    nap_ = std::min(nap_ * 2, cap());
+  }
+  // The wait is over: remember how long it took and start the next one.
+  void done() {
+    const auto now = Clock::now();
+    const double us = std::chrono::duration<double, std::micro>(now - since_).count();
+    mean_us_ = mean_us_ < 0 ? us : 0.9 * mean_us_ + 0.1 * us;
+    since_ = now;
+    nap_ = floor_;
+  }
+  void restart() { since_ = Clock::now(); nap_ = floor_; }
+
+ private:
+  long cap() const { return std::clamp(static_cast<long>(mean_us_ / 10), floor_, ceiling_); }
+  long floor_, ceiling_, nap_;
+  double mean_us_ = -1;
+  Clock::time_point since_ = Clock::now();
+};
+
+// Linux lets a sleep overrun by the thread's timer slack, 50 us by default: longer than the short
+// naps of the polling loops, which would turn every nap into 50+ us of added latency per message.
+// Failure is harmless (naps are just longer), so it is reported and ignored.
+void precise_naps(std::ostream& log) {
+#ifdef PR_SET_TIMERSLACK
+  if (prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL) != 0)
+    log << "mpi_trainer: warning: prctl(PR_SET_TIMERSLACK): " << std::strerror(errno) << '\n';
+#else
+  (void)log;
+#endif
+}
+
 // A message buffer of header + `payload` floats.
 struct Buffer {
   std::vector<float> data;
   explicit Buffer(std::int64_t payload = 0) : data(static_cast<std::size_t>(kHeaderFloats + payload)) {}
   MsgView view() { return MsgView{data.data()}; }
+  MsgHeader& header() { return view().header(); }
+  float* payload() { return view().payload(); }
   int count() const { return static_cast<int>(data.size()); }
 };
 
@@ -48,215 +102,658 @@ void isend(Buffer& buf, std::int64_t payload, int dest, int tag, MPI_Request* re
                    MPI_COMM_WORLD, req));
 }
 
+void irecv(Buffer& buf, int source, int tag, MPI_Request* req) {
+  MT_MPI(MPI_Irecv(buf.data.data(), buf.count(), MPI_FLOAT, source, tag, MPI_COMM_WORLD, req));
+}
+
+// "k80,k80,p100" -> one type per worker; a single type applies to every worker.
+std::vector<std::string> worker_types(const TrainConfig& cfg, const PriceTable& prices, int workers) {
+  std::vector<std::string> types;
+  if (cfg.worker_types.empty()) {
+    types.assign(static_cast<std::size_t>(workers), cfg.instance_type);
+  } else {
+    std::stringstream ss(cfg.worker_types);
+    for (std::string t; std::getline(ss, t, ',');) types.push_back(t);
+    if (types.size() == 1) types.assign(static_cast<std::size_t>(workers), types[0]);
+    if (static_cast<int>(types.size()) != workers)
+      throw UsageError("--worker-types lists " + std::to_string(types.size()) + " types for " +
+                       std::to_string(workers) + " workers; give one per worker, in rank order");
+  }
+  for (const auto& t : types) prices.at(t);
+  prices.at(cfg.ps_type);
+  return types;
+}
+
 // ------------------------------------------------------------------------------- PS shard
+
+enum Purpose : unsigned { kForCheckpoint = 1, kForEval = 2 };
 
 struct WorkerState {
   int rank = 0;
+  std::string type;
   Buffer recv, send;
   MPI_Request rreq = MPI_REQUEST_NULL, sreq = MPI_REQUEST_NULL;
   bool done = false;
   bool joined = false;
-  std::int64_t pushes = 0;
+  std::int64_t pushes = 0, dropped = 0;
+  double staleness_sum = 0;
   Clock::time_point joined_at{};
   double active_seconds = 0;
+  LoaderCursor cursor;                         // after its last applied push
+  std::int64_t window_pushes = 0, window_images = 0;
+  double window_staleness = 0;
+
+  double seconds_active() const { return done ? active_seconds : joined ? since(joined_at) : 0.0; }
 };
 
-TrainResult run_shard(const TrainConfig& cfg, const RunSetup& setup, MpiSession& mpi, std::ostream& log) {
-  const int shards = cfg.num_ps, shard = mpi.rank(), workers = mpi.size() - shards;
-  const Model model(setup.spec);
-  const Partition part(model.params(), shards);
-  const std::int64_t mine = part.floats(shard);
-  const std::int64_t stats_floats = shard == 0 ? model.stats().total() : 0;
-  MetricsWriter metrics(shard == 0 ? cfg.metrics : std::string());
-  auto backend = make_backend(setup.device, 1);  // the optimizer update: one thread is plenty
+class Shard {
+ public:
+  Shard(const TrainConfig& cfg, const RunSetup& setup, MpiSession& mpi, std::ostream& log)
+      : cfg_(cfg), setup_(setup), log_(log), shards_(cfg.num_ps), shard_(mpi.rank()),
+        workers_(mpi.size() - cfg.num_ps), model_(setup.spec), part_(model_.params(), shards_),
+        mine_(part_.floats(shard_)), stats_floats_(shard_ == 0 ? model_.stats().total() : 0),
+        metrics_(shard_ == 0 ? cfg.metrics : std::string()),
+        backend_(make_backend(setup.device, 1)),  // the optimizer update: one thread is plenty
+        full_(model_.params()), velocity_full_(model_.params()), stats_(model_.stats()),
+        batch_stats_(model_.stats()), params_(static_cast<std::size_t>(mine_)),
+        velocity_(params_.size(), 0.f), runs_(part_.runs(shard_)), counts_(model_.bn_counts(cfg.batch_size)),
+        types_(worker_types(cfg, setup.prices, workers_)) {}
 
-  // This shard's parameters and momentum, packed; shard 0 also owns the BN statistics.
-  FlatTensors full(model.params()), stats(model.stats()), batch_stats(model.stats());
-  model.init_params(full, stats, cfg.seed);
-  std::vector<float> params(static_cast<std::size_t>(mine)), velocity(params.size(), 0.f);
-  part.pack(shard, full, params);
-  const auto runs = part.runs(shard);
-  const auto counts = model.bn_counts(cfg.batch_size);
+  TrainResult run();
 
-  if (shard == 0) {
-    metrics.write(nlohmann::ordered_json{
-        {"event", "config"}, {"model", setup.spec.name}, {"parameters", model.param_count()},
-        {"data", setup.data_dir}, {"data_format", setup.data.format}, {"train_steps", cfg.train_steps},
-        {"batch_size", cfg.batch_size}, {"num_ps", shards}, {"workers", workers},
-        {"lr_schedule", setup.schedule.describe()}, {"momentum", cfg.momentum},
-        {"nesterov", setup.nesterov}, {"weight_decay", cfg.weight_decay}, {"seed", cfg.seed},
-        {"lr_scaling", cfg.lr_scaling},
-        {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing}, {"processes", mpi.size()}});
-    if (!cfg.quiet)
-      log << "mpi_trainer: parameter server: " << shards << " shard(s), " << workers << " worker(s), "
-          << setup.spec.name << " (" << model.param_count() << " parameters) on " << setup.data.format
-          << ", " << cfg.train_steps << " global steps of " << cfg.batch_size << ", lr "
-          << setup.schedule.describe() << '\n' << std::flush;
+ private:
+  bool lead() const { return shard_ == 0; }
+  // The momentum applied now: --momentum less the implicit momentum of the active workers'
+  // asynchrony (1 - 1/N) under --momentum-correction implicit.
+  double momentum_now() const {
+    if (cfg_.momentum_correction != "implicit" || active_ <= 1) return cfg_.momentum;
+    return std::max(0.0, cfg_.momentum - (1.0 - 1.0 / active_));
   }
+  void start_state();
+  void handle_worker(WorkerState& s);
+  void apply_push(WorkerState& s, const MsgHeader& h);
+  void wait_send(WorkerState& s);
+  void reply(WorkerState& s, MsgKind kind);
+  void after_step(double lr);
+  void log_progress(double lr);
+  // Shard 0: checkpoints, evaluation.
+  void request_snapshot(unsigned purposes);
+  void poll_background();
+  void finish_gather();
+  TrainProgress progress_now() const;
+  // Every shard for `run_seconds` of this attempt, each worker for its active seconds.
+  double cost_so_far(double run_seconds) const;
+  void report_written();
+  void report_evals(const std::vector<BackgroundEval::Done>& done);
+  // Shards > 0.
+  void answer_request(const MsgHeader& request);
+  void send_state(Buffer& buf, int tag, MsgKind kind, std::int64_t id, MPI_Request* req);
+  TrainResult finish();
 
-  std::vector<WorkerState> ws(static_cast<std::size_t>(workers));
-  const std::int64_t push_payload = mine + stats_floats;
-  for (int w = 0; w < workers; ++w) {
-    auto& s = ws[static_cast<std::size_t>(w)];
-    s.rank = shards + w;
-    s.recv = Buffer(push_payload);
-    s.send = Buffer(mine);
-    MT_MPI(MPI_Irecv(s.recv.data.data(), s.recv.count(), MPI_FLOAT, s.rank, kTagToPs, MPI_COMM_WORLD, &s.rreq));
-  }
+  const TrainConfig& cfg_;
+  const RunSetup& setup_;
+  std::ostream& log_;
+  const int shards_, shard_, workers_;
+  const Model model_;
+  const Partition part_;
+  const std::int64_t mine_, stats_floats_;
+  MetricsWriter metrics_;
+  std::unique_ptr<Backend> backend_;
+  FlatTensors full_, velocity_full_, stats_, batch_stats_;
+  // This shard's part, packed. The newest parameters live in `current_`: at first in params_,
+  // then in the reply buffer of the worker whose push was applied last (each update reads the
+  // newest parameters and writes the updated ones straight into the next reply, so a reply costs
+  // no copy). A buffer with a send in flight is only read, never written.
+  std::vector<float> params_, velocity_;
+  float* current_ = nullptr;
+  std::span<const float> current() const { return {current_, static_cast<std::size_t>(mine_)}; }
+  const std::vector<Partition::Run> runs_;
+  const std::vector<std::int64_t> counts_;
+  const std::vector<std::string> types_;
 
-  std::int64_t step = 0;
-  const auto t0 = Clock::now();
-  auto window_start = t0;
-  double window_loss = 0, window_staleness = 0;
-  std::int64_t window_pushes = 0, window_correct = 0, window_images = 0;
-  std::int64_t total_images = 0;
-  double max_staleness = 0;
-  const auto log_every = std::max<std::int64_t>(1, cfg.log_every_steps);
-  std::vector<MPI_Request> rreqs(ws.size());
-  std::vector<int> ready(ws.size());
+  TrainProgress prev_;  // what earlier attempts did (a resume)
+  std::vector<LoaderCursor> start_cursors_;
+  std::string config_json_ = "{}";
+  std::int64_t step_ = 0;
+  int active_ = 0;
+  std::vector<WorkerState> ws_;
+  Clock::time_point t0_, window_start_, last_ckpt_;
+  double window_loss_ = 0;
+  std::int64_t window_pushes_ = 0, window_correct_ = 0, window_images_ = 0, total_images_ = 0;
+  std::int64_t dropped_ = 0;
+  double max_staleness_ = 0;
 
-  auto reply = [&](WorkerState& s, MsgKind kind) {
-    // The worker has the previous reply (it sent again), so this send is done or nearly.
-    MT_MPI(MPI_Wait(&s.sreq, MPI_STATUS_IGNORE));
-    MsgHeader& h = s.send.view().header();
-    h = MsgHeader{};
-    h.kind = kind;
-    h.step = step;
-    h.model_version = step;
-    h.payload = kind == MsgKind::kParams ? mine : 0;
-    if (kind == MsgKind::kParams) std::copy(params.begin(), params.end(), s.send.view().payload());
-    isend(s.send, h.payload, s.rank, kTagToWorker, &s.sreq);
-  };
+  // Shard 0: state being assembled for a checkpoint and/or an evaluation.
+  std::optional<ckpt::AsyncWriter> writer_;
+  std::optional<BackgroundEval> eval_;
+  bool gathering_ = false;
+  unsigned gather_purposes_ = 0, pending_purposes_ = 0;
+  std::int64_t gather_id_ = 0;
+  double gather_stall_ = 0;
+  Clock::time_point gather_started_{};
+  FlatTensors snap_params_{model_.params()}, snap_velocity_{model_.params()}, snap_stats_{model_.stats()};
+  TrainProgress snap_progress_;
+  std::vector<Buffer> gather_bufs_, request_bufs_;
+  std::vector<MPI_Request> gather_reqs_, request_sreqs_;
+  // Shards > 0: requests from shard 0 and the answers.
+  Buffer control_{0}, snapshot_;
+  MPI_Request control_req_ = MPI_REQUEST_NULL, snapshot_req_ = MPI_REQUEST_NULL;
+};
 
-  int active = workers;
-  long nap_us = 20;  // idle back-off: frequent polls steal the workers' cores
-  while (active > 0) {
-    for (std::size_t i = 0; i < ws.size(); ++i) rreqs[i] = ws[i].rreq;
-    int n = 0;
-    MT_MPI(MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), MPI_STATUSES_IGNORE));
-    for (std::size_t i = 0; i < ws.size(); ++i) ws[i].rreq = rreqs[i];
-    if (n == MPI_UNDEFINED) break;
-    if (n == 0) {
-      nap_microseconds(nap_us);
-      nap_us = std::min<long>(nap_us * 2, 1000);
-      continue;
+// Every shard starts from the same state: shard 0 resumes (or initializes) and hands each shard
+// its part, with the global step. Blocking calls are fine here: no worker is served yet.
+void Shard::start_state() {
+  model_.init_params(full_, stats_, cfg_.seed);
+  if (lead()) {
+    if (auto found = find_resume_checkpoint(cfg_, model_, metrics_, log_)) {
+      prev_ = restore_checkpoint(found->checkpoint, model_, full_, velocity_full_, stats_);
+      prev_.attempts += 1;
+      if (!cfg_.quiet)
+        log_ << "mpi_trainer: resumed from " << found->file.string() << " at global step " << prev_.global_step
+             << " (attempt " << prev_.attempts << ")\n";
+      metrics_.write(nlohmann::ordered_json{{"event", "resume"}, {"file", found->file.string()},
+                                            {"global_step", prev_.global_step}, {"attempt", prev_.attempts},
+                                            {"saved_workers", prev_.worker_cursors.size()}});
     }
-    nap_us = 20;
-    for (int k = 0; k < n; ++k) {
-      WorkerState& s = ws[static_cast<std::size_t>(ready[k])];
-      MsgHeader& h = s.recv.view().header();
-      if (const auto bad = check_header(h, push_payload); !bad.empty())
-        throw Error(kExitInternal, "parameter server: malformed message from rank " + std::to_string(s.rank) + ": " + bad);
-      if (h.kind == MsgKind::kJoin) {
-        s.joined = true;
-        s.joined_at = Clock::now();
-        reply(s, MsgKind::kParams);
-      } else if (h.kind == MsgKind::kPush) {
-        if (step >= cfg.train_steps) {
-          reply(s, MsgKind::kStop);
-          s.done = true;
-          s.active_seconds = since(s.joined_at);
-          --active;
-          continue;  // no new receive
-        }
-        const float* g = s.recv.view().payload();
-        const double staleness = double(step - h.model_version);
-        double lr = setup.schedule.lr_at(step);
-        if (cfg.lr_scaling == "active-workers")
-          lr /= std::max(1, active);
-        else if (cfg.lr_scaling == "staleness")
-          lr /= 1.0 + staleness;
-        for (const auto& r : runs) {
-          const auto o = static_cast<std::size_t>(r.offset), len = static_cast<std::size_t>(r.length);
-          backend->sgd_update(std::span<float>(params).subspan(o, len), std::span<const float>(g + o, len),
-                              std::span<float>(velocity).subspan(o, len),
-                              SgdSpec{static_cast<float>(lr), static_cast<float>(cfg.momentum),
-                                      r.decay ? static_cast<float>(cfg.weight_decay) : 0.f, setup.nesterov});
-        }
-        if (shard == 0) {
-          std::copy(g + mine, g + mine + stats_floats, batch_stats.flat().data());
-          model.update_running_stats(stats, batch_stats, counts);
-        }
-        ++step;
-        ++s.pushes;
-        window_loss += h.loss;
-        window_correct += h.correct;
-        window_images += h.batch;
-        total_images += h.batch;
-        window_staleness += staleness;
-        max_staleness = std::max(max_staleness, staleness);
-        ++window_pushes;
-        reply(s, MsgKind::kParams);
-        if (shard == 0 && (step % log_every == 0 || step == cfg.train_steps)) {
-          const double dt = since(window_start), ips = double(window_images) / std::max(dt, 1e-9);
-          const double mean_loss = window_loss / double(window_pushes);
-          if (!cfg.quiet)
-            log << "step " << step << "/" << cfg.train_steps << "  loss " << std::fixed << std::setprecision(4)
-                << mean_loss << "  lr " << lr << "  img/s " << std::setprecision(1) << ips << "  workers "
-                << active << "  staleness " << window_staleness / double(window_pushes) << '\n' << std::flush;
-          metrics.write(nlohmann::ordered_json{
-              {"event", "progress"}, {"global_step", step}, {"loss", mean_loss},
-              {"train_accuracy", double(window_correct) / double(std::max<std::int64_t>(window_images, 1))},
-              {"lr", lr}, {"images_per_second", ips}, {"active_workers", active},
-              {"mean_staleness", window_staleness / double(window_pushes)}, {"elapsed_seconds", since(t0)}});
-          window_start = Clock::now();
-          window_loss = window_staleness = 0;
-          window_pushes = window_correct = window_images = 0;
-        }
-      } else if (h.kind == MsgKind::kStop) {
-        // Another shard ended training for this worker first; it sends no more pushes.
+    start_cursors_ = start_cursors(prev_, workers_);
+    for (int k = 1; k < shards_; ++k) {
+      Buffer b(2 * part_.floats(k));
+      b.header() = MsgHeader{};
+      b.header().kind = MsgKind::kParams;
+      b.header().step = prev_.global_step;
+      b.header().payload = 2 * part_.floats(k);
+      part_.pack(k, full_, std::span<float>(b.payload(), static_cast<std::size_t>(part_.floats(k))));
+      part_.pack(k, velocity_full_,
+                 std::span<float>(b.payload() + part_.floats(k), static_cast<std::size_t>(part_.floats(k))));
+      MT_MPI(MPI_Send(b.data.data(), b.count(), MPI_FLOAT, k, kTagControl, MPI_COMM_WORLD));
+    }
+    part_.pack(0, full_, params_);
+    part_.pack(0, velocity_full_, velocity_);
+  } else {
+    Buffer b(2 * mine_);
+    MT_MPI(MPI_Recv(b.data.data(), b.count(), MPI_FLOAT, 0, kTagControl, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    if (const auto bad = check_header(b.header(), 2 * mine_); !bad.empty())
+      throw Error(kExitInternal, "parameter server shard " + std::to_string(shard_) + ": bad start state: " + bad);
+    prev_.global_step = b.header().step;
+    std::copy_n(b.payload(), mine_, params_.data());
+    std::copy_n(b.payload() + mine_, mine_, velocity_.data());
+  }
+  step_ = prev_.global_step;
+  current_ = params_.data();
+}
+
+// The worker has the previous reply (it sent again), so this send is done or nearly.
+void Shard::wait_send(WorkerState& s) { MT_MPI(MPI_Wait(&s.sreq, MPI_STATUS_IGNORE)); }
+
+void Shard::reply(WorkerState& s, MsgKind kind) {
+  wait_send(s);
+  MsgHeader& h = s.send.header();
+  h = MsgHeader{};
+  h.kind = kind;
+  h.step = step_;
+  h.model_version = step_;
+  h.payload = kind == MsgKind::kParams ? mine_ : 0;
+  if (kind == MsgKind::kParams && current_ != s.send.payload())
+    std::copy_n(current_, mine_, s.send.payload());  // a join or a dropped push; updates write in place
+  if (lead() && !s.joined) {
+    h.cursor_epoch = s.cursor.epoch;
+    h.cursor_position = s.cursor.position;
+  }
+  isend(s.send, h.payload, s.rank, kTagToWorker, &s.sreq);
+}
+
+void Shard::apply_push(WorkerState& s, const MsgHeader& h) {
+  const float* g = s.recv.payload();
+  const double staleness = double(step_ - h.model_version);
+  double lr = setup_.schedule.lr_at(step_);
+  if (cfg_.lr_scaling == "active-workers")
+    lr /= std::max(1, active_);
+  else if (cfg_.lr_scaling == "staleness")
+    lr /= 1.0 + staleness;
+  const double momentum = momentum_now();
+  // The worker's previous reply is complete (it pushed again), so its buffer takes the update.
+  wait_send(s);
+  const std::span<float> out(s.send.payload(), static_cast<std::size_t>(mine_));
+  for (const auto& r : runs_) {
+    const auto o = static_cast<std::size_t>(r.offset), len = static_cast<std::size_t>(r.length);
+    backend_->sgd_update_to(current().subspan(o, len), std::span<const float>(g + o, len),
+                            std::span<float>(velocity_).subspan(o, len), out.subspan(o, len),
+                            SgdSpec{static_cast<float>(lr), static_cast<float>(momentum),
+                                    r.decay ? static_cast<float>(cfg_.weight_decay) : 0.f, setup_.nesterov});
+  }
+  current_ = out.data();
+  if (lead()) {
+    std::copy(g + mine_, g + mine_ + stats_floats_, batch_stats_.flat().data());
+    model_.update_running_stats(stats_, batch_stats_, counts_);
+    s.cursor = LoaderCursor{h.cursor_epoch, h.cursor_position};
+  }
+  ++step_;
+  ++s.pushes;
+  s.staleness_sum += staleness;
+  ++s.window_pushes;
+  s.window_images += h.batch;
+  s.window_staleness += staleness;
+  window_loss_ += h.loss;
+  window_correct_ += h.correct;
+  window_images_ += h.batch;
+  total_images_ += h.batch;
+  max_staleness_ = std::max(max_staleness_, staleness);
+  ++window_pushes_;
+  reply(s, MsgKind::kParams);
+  if (lead()) after_step(lr);
+}
+
+void Shard::handle_worker(WorkerState& s) {
+  const MsgHeader h = s.recv.header();
+  if (const auto bad = check_header(h, mine_ + stats_floats_); !bad.empty())
+    throw Error(kExitInternal, "parameter server: malformed message from rank " + std::to_string(s.rank) + ": " + bad);
+  switch (h.kind) {
+    case MsgKind::kJoin:
+      reply(s, MsgKind::kParams);
+      s.joined = true;
+      s.joined_at = Clock::now();
+      break;
+    case MsgKind::kPush:
+      if (step_ >= cfg_.train_steps) {
+        reply(s, MsgKind::kStop);
         s.done = true;
         s.active_seconds = since(s.joined_at);
-        --active;
-        continue;
-      } else {
-        throw Error(kExitInternal, "parameter server: unexpected message kind from rank " + std::to_string(s.rank));
+        --active_;
+        return;  // no new receive
       }
-      MT_MPI(MPI_Irecv(s.recv.data.data(), s.recv.count(), MPI_FLOAT, s.rank, kTagToPs, MPI_COMM_WORLD, &s.rreq));
+      if (cfg_.max_staleness >= 0 && step_ - h.model_version > cfg_.max_staleness) {
+        // Too stale: not applied; the worker gets the current parameters and computes again.
+        ++s.dropped;
+        ++dropped_;
+        reply(s, MsgKind::kParams);
+        break;
+      }
+      apply_push(s, h);
+      break;
+    case MsgKind::kStop:
+      // Another shard ended training for this worker first; it sends no more pushes.
+      s.done = true;
+      s.active_seconds = since(s.joined_at);
+      --active_;
+      return;
+    default:
+      throw Error(kExitInternal, "parameter server: unexpected message kind from rank " + std::to_string(s.rank));
+  }
+  irecv(s.recv, s.rank, kTagToPs, &s.rreq);
+}
+
+void Shard::after_step(double lr) {
+  const auto log_every = std::max<std::int64_t>(1, cfg_.log_every_steps);
+  if (step_ % log_every == 0 || step_ == cfg_.train_steps) log_progress(lr);
+  if (step_ >= cfg_.train_steps) return;  // the final checkpoint and evaluation follow
+  unsigned want = 0;
+  if (writer_ && ((cfg_.ckpt_every_steps > 0 && step_ % cfg_.ckpt_every_steps == 0) ||
+                  (cfg_.ckpt_every_seconds > 0 && since(last_ckpt_) >= cfg_.ckpt_every_seconds)))
+    want |= kForCheckpoint;
+  if (eval_ && cfg_.eval_every_steps > 0 && step_ % cfg_.eval_every_steps == 0) {
+    if (eval_->busy() || (gathering_ && (gather_purposes_ & kForEval))) {
+      metrics_.write(nlohmann::ordered_json{{"event", "eval_skipped"}, {"global_step", step_},
+                                            {"reason", "the previous evaluation is still running"}});
+    } else {
+      want |= kForEval;
     }
   }
-  for (auto& s : ws) MT_MPI(MPI_Wait(&s.sreq, MPI_STATUS_IGNORE));
-  const double train_seconds = since(t0);
+  if (want) request_snapshot(want);
+}
 
+void Shard::log_progress(double lr) {
+  const double dt = since(window_start_), ips = double(window_images_) / std::max(dt, 1e-9);
+  const double mean_loss = window_loss_ / double(std::max<std::int64_t>(window_pushes_, 1));
+  const double mean_stale = [&] {
+    double sum = 0;
+    for (const auto& w : ws_) sum += w.window_staleness;
+    return sum / double(std::max<std::int64_t>(window_pushes_, 1));
+  }();
+  const double done_fraction = double(step_ - prev_.global_step) / double(std::max<std::int64_t>(cfg_.train_steps - prev_.global_step, 1));
+  const double eta = done_fraction > 0 ? since(t0_) * (1 - done_fraction) / done_fraction : -1;
+  if (!cfg_.quiet) {
+    log_ << "step " << step_ << "/" << cfg_.train_steps << "  loss " << std::fixed << std::setprecision(4)
+         << mean_loss << "  lr " << lr << "  img/s " << std::setprecision(1) << ips << "  workers "
+         << active_ << "  staleness " << mean_stale << "  eta ";
+    if (eta >= 0)
+      log_ << static_cast<long long>(eta + 0.5) << " s";
+    else
+      log_ << '?';
+    log_ << '\n' << std::flush;
+  }
+  nlohmann::ordered_json per_worker = nlohmann::ordered_json::array();
+  for (auto& w : ws_) {
+    per_worker.push_back(nlohmann::ordered_json{
+        {"rank", w.rank}, {"instance_type", w.type}, {"pushes", w.window_pushes},
+        {"images_per_second", double(w.window_images) / std::max(dt, 1e-9)},
+        {"mean_staleness", w.window_pushes ? w.window_staleness / double(w.window_pushes) : 0.0},
+        {"active", w.joined && !w.done}});
+    w.window_pushes = w.window_images = 0;
+    w.window_staleness = 0;
+  }
+  metrics_.write(nlohmann::ordered_json{
+      {"event", "progress"}, {"global_step", step_}, {"loss", mean_loss},
+      {"train_accuracy", double(window_correct_) / double(std::max<std::int64_t>(window_images_, 1))},
+      {"lr", lr}, {"momentum", momentum_now()}, {"images_per_second", ips}, {"active_workers", active_},
+      {"mean_staleness", mean_stale},
+      {"dropped_stale_pushes", dropped_}, {"elapsed_seconds", since(t0_)}, {"workers", per_worker}});
+  window_start_ = Clock::now();
+  window_loss_ = 0;
+  window_pushes_ = window_correct_ = window_images_ = 0;
+}
+
+double Shard::cost_so_far(double run_seconds) const {
+  double c = prev_.cost_usd + shards_ * setup_.prices.cost_usd(cfg_.ps_type, setup_.transient, run_seconds);
+  for (const auto& w : ws_) c += setup_.prices.cost_usd(w.type, setup_.transient, w.seconds_active());
+  return c;
+}
+
+TrainProgress Shard::progress_now() const {
+  TrainProgress p = prev_;
+  p.global_step = step_;
+  p.worker_cursors.clear();
+  for (const auto& w : ws_) p.worker_cursors.push_back({w.cursor.epoch, w.cursor.position});
+  p.epoch = ws_.front().cursor.epoch;
+  p.position = ws_.front().cursor.position;
+  const double run_seconds = since(t0_);
+  p.train_seconds = prev_.train_seconds + run_seconds;
+  p.cost_usd = cost_so_far(run_seconds);
+  p.lr = setup_.schedule.lr_at(std::max<std::int64_t>(step_ - 1, 0));
+  return p;
+}
+
+// Shard 0: copies its own part now and asks the other shards for theirs; the snapshot is
+// complete when every part arrived (poll_background). Only this copy stalls training.
+void Shard::request_snapshot(unsigned purposes) {
+  if (gathering_) {
+    pending_purposes_ |= purposes;
+    return;
+  }
+  const auto t = Clock::now();
+  gathering_ = true;
+  gather_purposes_ = purposes;
+  gather_started_ = t;
+  ++gather_id_;
+  part_.unpack(0, current(), snap_params_);
+  part_.unpack(0, velocity_, snap_velocity_);
+  std::copy_n(stats_.flat().data(), stats_.flat().numel(), snap_stats_.flat().data());
+  snap_progress_ = progress_now();
+  for (int k = 1; k < shards_; ++k) {
+    const auto i = static_cast<std::size_t>(k - 1);
+    MT_MPI(MPI_Wait(&request_sreqs_[i], MPI_STATUS_IGNORE));  // a 64-byte message sent long ago
+    request_bufs_[i].header() = MsgHeader{};
+    request_bufs_[i].header().kind = MsgKind::kSnapshotRequest;
+    request_bufs_[i].header().model_version = gather_id_;
+    isend(request_bufs_[i], 0, k, kTagControl, &request_sreqs_[i]);
+    irecv(gather_bufs_[i], k, kTagSnapshot, &gather_reqs_[i]);
+  }
+  gather_stall_ = since(t);
+  if (shards_ == 1) finish_gather();
+}
+
+void Shard::finish_gather() {
+  const auto t = Clock::now();
+  for (int k = 1; k < shards_; ++k) {
+    Buffer& b = gather_bufs_[static_cast<std::size_t>(k - 1)];
+    if (const auto bad = check_header(b.header(), 2 * part_.floats(k)); !bad.empty())
+      throw Error(kExitInternal, "parameter server: bad snapshot from shard " + std::to_string(k) + ": " + bad);
+    const auto n = static_cast<std::size_t>(part_.floats(k));
+    part_.unpack(k, std::span<const float>(b.payload(), n), snap_params_);
+    part_.unpack(k, std::span<const float>(b.payload() + n, n), snap_velocity_);
+  }
+  if (gather_purposes_ & kForCheckpoint) {
+    writer_->submit(make_checkpoint(model_, snap_params_, snap_velocity_, snap_stats_, snap_progress_, config_json_,
+                                    writer_->take_spare()));
+    last_ckpt_ = Clock::now();
+  }
+  if (gather_purposes_ & kForEval) eval_->start(snap_progress_.global_step, snap_params_, snap_stats_);
+  const double stall = gather_stall_ + since(t);
+  if (gather_purposes_ & kForCheckpoint)
+    metrics_.write(nlohmann::ordered_json{{"event", "checkpoint_snapshot"}, {"global_step", snap_progress_.global_step},
+                                          {"stall_seconds", stall}, {"gather_seconds", since(gather_started_)}});
+  gathering_ = false;
+  if (const unsigned next = std::exchange(pending_purposes_, 0u)) request_snapshot(next);
+}
+
+void Shard::report_written() {
+  if (!writer_) return;
+  for (const auto& w : writer_->take_written())
+    metrics_.write(nlohmann::ordered_json{
+        {"event", "checkpoint"}, {"global_step", w.global_step}, {"file", w.file.string()},
+        {"write_seconds", w.stats.write_seconds}, {"sync_seconds", w.stats.sync_seconds}, {"bytes", w.stats.bytes}});
+}
+
+void Shard::report_evals(const std::vector<BackgroundEval::Done>& done) {
+  for (const auto& d : done) {
+    if (!cfg_.quiet)
+      log_ << "eval step " << d.step << "  test_acc " << std::setprecision(4) << d.result.accuracy
+           << "  test_loss " << d.result.loss << "  (" << std::setprecision(1) << d.seconds << " s, in the background)\n"
+           << std::flush;
+    metrics_.write(nlohmann::ordered_json{{"event", "eval"}, {"global_step", d.step}, {"test_accuracy", d.result.accuracy},
+                                          {"test_loss", d.result.loss}, {"eval_seconds", d.seconds},
+                                          {"background", true}});
+  }
+}
+
+void Shard::poll_background() {
+  if (!lead()) return;
+  if (gathering_ && shards_ > 1) {
+    int all = 0;
+    MT_MPI(MPI_Testall(static_cast<int>(gather_reqs_.size()), gather_reqs_.data(), &all, MPI_STATUSES_IGNORE));
+    if (all) finish_gather();
+  }
+  if (writer_ && cfg_.ckpt_every_seconds > 0 && !gathering_ && step_ < cfg_.train_steps &&
+      since(last_ckpt_) >= cfg_.ckpt_every_seconds)
+    request_snapshot(kForCheckpoint);
+  report_written();
+  if (eval_) report_evals(eval_->take_done());
+}
+
+void Shard::send_state(Buffer& buf, int tag, MsgKind kind, std::int64_t id, MPI_Request* req) {
+  buf.header() = MsgHeader{};
+  buf.header().kind = kind;
+  buf.header().step = step_;
+  buf.header().model_version = id;
+  buf.header().payload = 2 * mine_;
+  std::copy_n(current_, mine_, buf.payload());
+  std::copy(velocity_.begin(), velocity_.end(), buf.payload() + mine_);
+  if (req)
+    isend(buf, 2 * mine_, 0, tag, req);
+  else
+    MT_MPI(MPI_Send(buf.data.data(), buf.count(), MPI_FLOAT, 0, tag, MPI_COMM_WORLD));
+}
+
+// Shards > 0: shard 0 asked for this shard's part (it took the previous answer before asking).
+void Shard::answer_request(const MsgHeader& request) {
+  MT_MPI(MPI_Wait(&snapshot_req_, MPI_STATUS_IGNORE));
+  send_state(snapshot_, kTagSnapshot, MsgKind::kSnapshot, request.model_version, &snapshot_req_);
+}
+
+TrainResult Shard::run() {
+  start_state();
+  if (lead()) {
+    const nlohmann::ordered_json config{
+        {"event", "config"}, {"model", setup_.spec.name}, {"parameters", model_.param_count()},
+        {"data", setup_.data_dir}, {"data_format", setup_.data.format}, {"train_steps", cfg_.train_steps},
+        {"batch_size", cfg_.batch_size}, {"num_ps", shards_}, {"workers", workers_},
+        {"lr_schedule", setup_.schedule.describe()}, {"momentum", cfg_.momentum},
+        {"nesterov", setup_.nesterov}, {"weight_decay", cfg_.weight_decay}, {"seed", cfg_.seed},
+        {"lr_scaling", cfg_.lr_scaling}, {"momentum_correction", cfg_.momentum_correction},
+        {"max_staleness", cfg_.max_staleness},
+        {"worker_types", types_}, {"ps_type", cfg_.ps_type}, {"pricing", cfg_.pricing},
+        {"prices", setup_.prices.source()}, {"ckpt_dir", cfg_.ckpt_dir}, {"resume", cfg_.resume},
+        {"synthetic_gradients", cfg_.synthetic_gradients}, {"processes", workers_ + shards_}};
+    metrics_.write(config);
+    config_json_ = config.dump();
+    if (!cfg_.quiet)
+      log_ << "mpi_trainer: parameter server: " << shards_ << " shard(s), " << workers_ << " worker(s), "
+           << setup_.spec.name << " (" << model_.param_count() << " parameters) on " << setup_.data.format
+           << ", " << cfg_.train_steps << " global steps of " << cfg_.batch_size << ", lr "
+           << setup_.schedule.describe() << ", lr scaling " << cfg_.lr_scaling << ", momentum " << cfg_.momentum
+           << (cfg_.momentum_correction == "implicit" && workers_ > 1
+                   ? " (applied with " + std::to_string(workers_) + " workers: " +
+                         std::to_string(std::max(0.0, cfg_.momentum - (1.0 - 1.0 / workers_))).substr(0, 5) + ")"
+                   : std::string())
+           << '\n' << std::flush;
+    if (!cfg_.ckpt_dir.empty()) {
+      writer_.emplace(cfg_.ckpt_dir, cfg_.ckpt_keep);
+      // The first snapshot's memory, allocated now rather than in the first checkpoint's stall.
+      writer_->give_spare(make_checkpoint(model_, full_, velocity_full_, stats_, prev_, config_json_));
+    }
+    if (cfg_.eval_every_steps > 0) eval_.emplace(model_, setup_, cfg_.batch_size, 1);
+    for (int k = 1; k < shards_; ++k) {
+      gather_bufs_.emplace_back(2 * part_.floats(k));
+      request_bufs_.emplace_back(0);
+    }
+    gather_reqs_.assign(gather_bufs_.size(), MPI_REQUEST_NULL);
+    request_sreqs_.assign(gather_bufs_.size(), MPI_REQUEST_NULL);
+  } else {
+    snapshot_ = Buffer(2 * mine_);
+    irecv(control_, 0, kTagControl, &control_req_);
+  }
+
+  ws_.resize(static_cast<std::size_t>(workers_));
+  for (int w = 0; w < workers_; ++w) {
+    auto& s = ws_[static_cast<std::size_t>(w)];
+    s.rank = shards_ + w;
+    s.type = types_[static_cast<std::size_t>(w)];
+    s.recv = Buffer(mine_ + stats_floats_);
+    s.send = Buffer(mine_);
+    if (lead()) s.cursor = start_cursors_[static_cast<std::size_t>(w)];
+    irecv(s.recv, s.rank, kTagToPs, &s.rreq);
+  }
+  active_ = workers_;
+  t0_ = window_start_ = last_ckpt_ = Clock::now();
+
+  // Workers' receives, then (shards > 0) the control channel from shard 0.
+  std::vector<MPI_Request> rreqs(ws_.size() + (lead() ? 0 : 1));
+  std::vector<int> ready(rreqs.size());
+  Backoff backoff(10, 1000);  // the time between messages from any worker
+  while (active_ > 0) {
+    for (std::size_t i = 0; i < ws_.size(); ++i) rreqs[i] = ws_[i].rreq;
+    if (!lead()) rreqs.back() = control_req_;
+    int n = 0;
+    MT_MPI(MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), MPI_STATUSES_IGNORE));
+    for (std::size_t i = 0; i < ws_.size(); ++i) ws_[i].rreq = rreqs[i];
+    if (!lead()) control_req_ = rreqs.back();
+    if (n == MPI_UNDEFINED) break;
+    for (int k = 0; k < n; ++k) {
+      const auto i = static_cast<std::size_t>(ready[static_cast<std::size_t>(k)]);
+      if (i < ws_.size()) {
+        handle_worker(ws_[i]);
+      } else {
+        answer_request(control_.header());
+        irecv(control_, 0, kTagControl, &control_req_);
+      }
+    }
+    poll_background();
+    if (n == 0)
+      backoff.idle();
+    else
+      backoff.done();
+  }
+  for (auto& s : ws_) MT_MPI(MPI_Wait(&s.sreq, MPI_STATUS_IGNORE));
+  return finish();
+}
+
+TrainResult Shard::finish() {
+  const double run_seconds = since(t0_);
   TrainResult res;
-  res.global_step = step;
-  res.train_seconds = train_seconds;
-  res.images_per_second = double(total_images) / std::max(train_seconds, 1e-9);
-  // Shards > 0 hand their final parameters to shard 0, which evaluates and reports.
-  if (shard != 0) {
-    MT_MPI(MPI_Send(params.data(), static_cast<int>(params.size()), MPI_FLOAT, 0, kTagFinal, MPI_COMM_WORLD));
+  res.global_step = step_;
+  res.train_seconds = prev_.train_seconds + run_seconds;
+  res.images_per_second = double(total_images_) / std::max(run_seconds, 1e-9);
+  if (!lead()) {
+    // Final state to shard 0, then answer its requests until it says stop.
+    Buffer final_state(2 * mine_);
+    send_state(final_state, kTagFinal, MsgKind::kSnapshot, 0, nullptr);
+    for (;;) {
+      MT_MPI(MPI_Wait(&control_req_, MPI_STATUS_IGNORE));
+      if (control_.header().kind == MsgKind::kStop) break;
+      answer_request(control_.header());
+      irecv(control_, 0, kTagControl, &control_req_);
+    }
+    MT_MPI(MPI_Wait(&snapshot_req_, MPI_STATUS_IGNORE));
     return res;
   }
-  part.unpack(0, params, full);
-  for (int s = 1; s < shards; ++s) {
-    std::vector<float> other(static_cast<std::size_t>(part.floats(s)));
-    MT_MPI(MPI_Recv(other.data(), static_cast<int>(other.size()), MPI_FLOAT, s, kTagFinal, MPI_COMM_WORLD,
-                    MPI_STATUS_IGNORE));
-    part.unpack(s, other, full);
+
+  // Shard 0: the final state of every shard, then no more requests.
+  part_.unpack(0, current(), full_);
+  part_.unpack(0, velocity_, velocity_full_);
+  for (int k = 1; k < shards_; ++k) {
+    Buffer b(2 * part_.floats(k));
+    MT_MPI(MPI_Recv(b.data.data(), b.count(), MPI_FLOAT, k, kTagFinal, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    const auto n = static_cast<std::size_t>(part_.floats(k));
+    part_.unpack(k, std::span<const float>(b.payload(), n), full_);
+    part_.unpack(k, std::span<const float>(b.payload() + n, n), velocity_full_);
   }
-  auto eval_backend = make_backend(setup.device, setup.threads);
-  Network net(model, *eval_backend, cfg.batch_size);
-  const auto t_eval = Clock::now();
-  const EvalResult ev = evaluate_test_set(net, setup.data.test, setup.loader, full, stats);
-  res.test_accuracy = ev.accuracy;
-  res.test_loss = ev.loss;
-  // Cost: every PS shard for the whole run, each worker for the seconds it was in the job.
-  res.cost_usd = shards * cost_usd("ps", setup.transient, train_seconds);
-  for (const auto& s : ws) res.cost_usd += cost_usd(cfg.instance_type, setup.transient, s.active_seconds);
-  metrics.write(nlohmann::ordered_json{{"event", "eval"}, {"global_step", step}, {"test_accuracy", ev.accuracy},
-                                       {"test_loss", ev.loss}, {"eval_seconds", since(t_eval)}});
-  const nlohmann::ordered_json summary{
-      {"event", "summary"}, {"global_step", step}, {"train_seconds", train_seconds},
-      {"test_accuracy", ev.accuracy}, {"cost_usd", res.cost_usd}, {"revocations", 0},
-      {"workers_start", workers}, {"workers_end", workers}, {"images_per_second", res.images_per_second},
-      {"test_loss", ev.loss}, {"max_staleness", max_staleness}, {"num_ps", shards},
-      {"model", setup.spec.name}, {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing}};
-  metrics.write(summary);
-  if (!cfg.quiet)
-    log << "done: " << step << " global steps in " << std::setprecision(1) << train_seconds << " s by "
-        << workers << " worker(s), " << res.images_per_second << " img/s, test accuracy "
-        << std::setprecision(2) << 100.0 * ev.accuracy << "%, cost $" << std::setprecision(4) << res.cost_usd
-        << '\n' << "summary: " << summary.dump() << '\n' << std::flush;
+  for (int k = 1; k < shards_; ++k) {
+    const auto i = static_cast<std::size_t>(k - 1);
+    MT_MPI(MPI_Wait(&request_sreqs_[i], MPI_STATUS_IGNORE));
+    request_bufs_[i].header() = MsgHeader{};
+    request_bufs_[i].header().kind = MsgKind::kStop;
+    MT_MPI(MPI_Send(request_bufs_[i].data.data(), request_bufs_[i].count(), MPI_FLOAT, k, kTagControl, MPI_COMM_WORLD));
+  }
+  if (gathering_) {  // superseded by the final state
+    MT_MPI(MPI_Waitall(static_cast<int>(gather_reqs_.size()), gather_reqs_.data(), MPI_STATUSES_IGNORE));
+    gathering_ = false;
+  }
+  res.cost_usd = cost_so_far(run_seconds);
+  if (writer_ && step_ > prev_.global_step) {
+    const auto t = Clock::now();
+    TrainProgress p = progress_now();
+    p.train_seconds = res.train_seconds;
+    p.cost_usd = res.cost_usd;
+    writer_->submit(make_checkpoint(model_, full_, velocity_full_, stats_, p, config_json_, writer_->take_spare()));
+    metrics_.write(nlohmann::ordered_json{{"event", "checkpoint_snapshot"}, {"global_step", step_},
+                                          {"stall_seconds", since(t)}, {"final", true}});
+    writer_->flush();
+    report_written();
+  }
+  if (eval_) report_evals(eval_->wait());
+
+  std::optional<EvalResult> ev;
+  double eval_seconds = 0;
+  if (!cfg_.synthetic_gradients) {
+    // The workers are gone: the whole node is the evaluator's.
+    auto eval_backend = make_backend(setup_.device, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    Network net(model_, *eval_backend, cfg_.batch_size);
+    const auto t_eval = Clock::now();
+    ev = evaluate_test_set(net, setup_.data.test, setup_.loader, full_, stats_);
+    eval_seconds = since(t_eval);
+    res.test_accuracy = ev->accuracy;
+    res.test_loss = ev->loss;
+    metrics_.write(nlohmann::ordered_json{{"event", "eval"}, {"global_step", step_}, {"test_accuracy", ev->accuracy},
+                                          {"test_loss", ev->loss}, {"eval_seconds", eval_seconds}});
+  }
+  nlohmann::ordered_json per_worker = nlohmann::ordered_json::array();
+  for (const auto& w : ws_) {
+    per_worker.push_back(nlohmann::ordered_json{
+        {"rank", w.rank}, {"instance_type", w.type}, {"pushes", w.pushes}, {"dropped_stale", w.dropped},
+        {"active_seconds", w.active_seconds},
+        {"images_per_second", double(w.pushes) * cfg_.batch_size / std::max(w.active_seconds, 1e-9)},
+        {"mean_staleness", w.pushes ? w.staleness_sum / double(w.pushes) : 0.0},
+        {"cost_usd", setup_.prices.cost_usd(w.type, setup_.transient, w.active_seconds)}});
+  }
+  metrics_.write(nlohmann::ordered_json{{"event", "workers"}, {"workers", per_worker}});
+  nlohmann::ordered_json summary{
+      {"event", "summary"}, {"global_step", step_}, {"train_seconds", res.train_seconds},
+      {"test_accuracy", ev ? nlohmann::ordered_json(ev->accuracy) : nlohmann::ordered_json()},
+      {"cost_usd", res.cost_usd}, {"revocations", 0}, {"workers_start", workers_}, {"workers_end", workers_},
+      {"images_per_second", res.images_per_second},
+      {"test_loss", ev ? nlohmann::ordered_json(ev->loss) : nlohmann::ordered_json()},
+      {"max_staleness", max_staleness_}, {"dropped_stale_pushes", dropped_}, {"num_ps", shards_},
+      {"model", setup_.spec.name}, {"worker_types", types_}, {"ps_type", cfg_.ps_type}, {"pricing", cfg_.pricing},
+      {"attempts", prev_.attempts}, {"resumed_from_step", prev_.global_step}};
+  if (cfg_.synthetic_gradients) summary["synthetic_gradients"] = true;
+  metrics_.write(summary);
+  if (!cfg_.quiet) {
+    log_ << "done: " << step_ << " global steps in " << std::fixed << std::setprecision(1) << res.train_seconds
+         << " s by " << workers_ << " worker(s) and " << shards_ << " PS shard(s), " << res.images_per_second
+         << " img/s";
+    if (ev) log_ << ", test accuracy " << std::setprecision(2) << 100.0 * ev->accuracy << "%";
+    log_ << ", cost $" << std::setprecision(4) << res.cost_usd << " (" << cfg_.pricing << ")\n"
+         << "summary: " << summary.dump() << '\n' << std::flush;
+  }
   return res;
 }
 
@@ -268,12 +765,8 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
   const Partition part(model.params(), shards);
   auto backend = make_backend(setup.device, setup.threads);
   FlatTensors params(model.params()), grads(model.params()), stats(model.stats()), batch_stats(model.stats());
-  Network net(model, *backend, cfg.batch_size);
-  LoaderOptions lo = setup.loader;
-  lo.shard = index;
-  lo.num_shards = workers;
-  // Each worker sees its own part of every epoch, in its own order.
-  BatchLoader loader(setup.data.train, lo);
+  std::optional<Network> net;
+  if (!cfg.synthetic_gradients) net.emplace(model, *backend, cfg.batch_size);
 
   std::vector<Buffer> send, recv;
   for (int s = 0; s < shards; ++s) {
@@ -285,52 +778,81 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
 
   // One exchange with every shard: send what is in `send`, receive the replies into `recv` and
   // the parameters. Returns false when a shard said stop.
+  Backoff backoff(5, 1000);  // the time from a push to the replies
   auto round_trip = [&](MsgKind kind) {
     for (int s = 0; s < shards; ++s) {
       auto& r = recv[static_cast<std::size_t>(s)];
-      MT_MPI(MPI_Irecv(r.data.data(), r.count(), MPI_FLOAT, s, kTagToWorker, MPI_COMM_WORLD, &reqs[static_cast<std::size_t>(2 * s)]));
+      irecv(r, s, kTagToWorker, &reqs[static_cast<std::size_t>(2 * s)]);
       auto& b = send[static_cast<std::size_t>(s)];
-      const std::int64_t payload = kind == MsgKind::kPush ? b.view().header().payload : 0;
+      const std::int64_t payload = kind == MsgKind::kPush ? b.header().payload : 0;
       isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)]);
     }
-    MT_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+    // Poll with naps instead of MPI_Waitall's busy wait: on a shared node the spin would take
+    // the core from the parameter server and the other workers.
+    backoff.restart();
+    for (;;) {
+      int done = 0;
+      MT_MPI(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+      if (done) break;
+      backoff.idle();
+    }
+    backoff.done();
     bool stop = false;
     for (int s = 0; s < shards; ++s) {
-      auto v = recv[static_cast<std::size_t>(s)].view();
-      if (const auto bad = check_header(v.header(), part.floats(s)); !bad.empty())
+      auto& r = recv[static_cast<std::size_t>(s)];
+      if (const auto bad = check_header(r.header(), part.floats(s)); !bad.empty())
         throw Error(kExitInternal, "worker: malformed reply from shard " + std::to_string(s) + ": " + bad);
-      stop = stop || v.header().kind == MsgKind::kStop;
+      stop = stop || r.header().kind == MsgKind::kStop;
     }
     if (stop) {
       // Shards count their own steps and may disagree on which push is the last: those that
       // still expect pushes from this worker are told it leaves.
       for (int s = 0; s < shards; ++s) {
-        if (recv[static_cast<std::size_t>(s)].view().header().kind == MsgKind::kStop) continue;
+        if (recv[static_cast<std::size_t>(s)].header().kind == MsgKind::kStop) continue;
         Buffer& b = send[static_cast<std::size_t>(s)];
-        b.view().header() = MsgHeader{};
-        b.view().header().kind = MsgKind::kStop;
+        b.header() = MsgHeader{};
+        b.header().kind = MsgKind::kStop;
         MT_MPI(MPI_Send(b.data.data(), static_cast<int>(kHeaderFloats), MPI_FLOAT, s, kTagToPs, MPI_COMM_WORLD));
       }
       return false;
     }
     for (int s = 0; s < shards; ++s) {
-      auto v = recv[static_cast<std::size_t>(s)].view();
-      part.unpack(s, std::span<const float>(v.payload(), static_cast<std::size_t>(part.floats(s))), params);
-      version[static_cast<std::size_t>(s)] = v.header().model_version;
+      auto& r = recv[static_cast<std::size_t>(s)];
+      // A synthetic-gradient worker (benchmark) does not use the parameters.
+      if (!cfg.synthetic_gradients)
+        part.unpack(s, std::span<const float>(r.payload(), static_cast<std::size_t>(part.floats(s))), params);
+      version[static_cast<std::size_t>(s)] = r.header().model_version;
     }
     return true;
   };
 
-  for (auto& b : send) b.view().header() = MsgHeader{};
+  for (auto& b : send) b.header() = MsgHeader{};
   TrainResult res;
   if (!round_trip(MsgKind::kJoin)) return res;
+  // Shard 0 says where this worker's data shard continues (a resume) or starts.
+  const LoaderCursor start{recv[0].header().cursor_epoch, recv[0].header().cursor_position};
+  std::optional<BatchLoader> loader;
+  if (cfg.synthetic_gradients) {
+    // Benchmark: a fixed, harmless gradient and the initial BN statistics; no compute.
+    model.init_params(grads, batch_stats, cfg.seed);
+    for (std::int64_t i = 0; i < grads.flat().numel(); ++i) grads.flat().data()[i] *= 1e-6f;
+  } else {
+    LoaderOptions lo = setup.loader;
+    lo.shard = index;
+    lo.num_shards = workers;  // each worker sees its own part of every epoch, in its own order
+    loader.emplace(setup.data.train, lo, start);
+  }
   for (;;) {
-    const Batch& batch = loader.next();
-    const StepStats st = net.train_step(batch.images, batch.labels, params, grads, batch_stats);
-    const LoaderCursor cur = loader.cursor();
+    StepStats st;
+    LoaderCursor cur;
+    if (loader) {
+      const Batch& batch = loader->next();
+      st = net->train_step(batch.images, batch.labels, params, grads, batch_stats);
+      cur = loader->cursor();
+    }
     for (int s = 0; s < shards; ++s) {
-      auto v = send[static_cast<std::size_t>(s)].view();
-      MsgHeader& h = v.header();
+      Buffer& b = send[static_cast<std::size_t>(s)];
+      MsgHeader& h = b.header();
       h = MsgHeader{};
       h.kind = MsgKind::kPush;
       h.model_version = version[static_cast<std::size_t>(s)];
@@ -340,15 +862,35 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
       h.loss = st.loss;
       h.correct = st.correct;
       h.batch = cfg.batch_size;
-      part.pack(s, grads, std::span<float>(v.payload(), static_cast<std::size_t>(part.floats(s))));
-      if (s == 0)
-        std::copy(batch_stats.flat().data(), batch_stats.flat().data() + model.stats().total(),
-                  v.payload() + part.floats(0));
+      if (loader || res.global_step == 0) {  // a synthetic gradient is packed once
+        part.pack(s, grads, std::span<float>(b.payload(), static_cast<std::size_t>(part.floats(s))));
+        if (s == 0)
+          std::copy(batch_stats.flat().data(), batch_stats.flat().data() + model.stats().total(),
+                    b.payload() + part.floats(0));
+      }
     }
     ++res.global_step;
     if (!round_trip(MsgKind::kPush)) break;
   }
   return res;
+}
+
+// Which roles share this node (MPI_COMM_TYPE_SHARED), counted once at start.
+struct NodeRoles {
+  int shards = 0, workers = 0;
+};
+
+NodeRoles node_roles(int num_ps, MpiSession& mpi) {
+  MPI_Comm local = MPI_COMM_NULL;
+  MT_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mpi.rank(), MPI_INFO_NULL, &local));
+  int n = 0, rank = mpi.rank();
+  MT_MPI(MPI_Comm_size(local, &n));
+  std::vector<int> ranks(static_cast<std::size_t>(n));
+  MT_MPI(MPI_Allgather(&rank, 1, MPI_INT, ranks.data(), 1, MPI_INT, local));
+  MT_MPI(MPI_Comm_free(&local));
+  NodeRoles r;
+  for (const int k : ranks) (k < num_ps ? r.shards : r.workers) += 1;
+  return r;
 }
 
 }  // namespace
@@ -357,24 +899,20 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   if (cfg.num_ps < 1 || cfg.num_ps >= mpi.size())
     throw UsageError("--num-ps " + std::to_string(cfg.num_ps) + " leaves no worker among " +
                      std::to_string(mpi.size()) + " processes; use 1.." + std::to_string(mpi.size() - 1));
-  if (!cfg.ckpt_dir.empty())
-    throw UsageError("--ckpt-dir is not supported with the parameter server yet; train in one process "
-                     "to checkpoint");
   TrainConfig c = cfg;
+  const NodeRoles here = node_roles(c.num_ps, mpi);
   if (c.threads == 0) {
-    // Share the node's cores among the ranks on it instead of oversubscribing them.
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
-    // A PS shard on the node keeps one core: its wake-ups would stall the workers' OpenMP
-    // barriers otherwise (measured: 1 worker on 2 cores beside the PS, 2 threads 170 img/s,
-    // 1 thread 289 img/s).
-    const int ps_here = ranks_here > c.num_ps ? c.num_ps : 0;
-    const int workers_here = std::max(1, ranks_here - ps_here);
+    // Share the node's cores among the workers on it instead of oversubscribing them. A PS shard
+    // on the node keeps one core: its wake-ups would stall the workers' OpenMP barriers
+    // otherwise (measured: 1 worker on 2 cores beside the PS, 2 threads 170 img/s, 1 thread
+    // 289 img/s).
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    c.threads = std::max(1, (cores - ps_here) / workers_here);
+    c.threads = std::max(1, (cores - here.shards) / std::max(1, here.workers));
   }
   const RunSetup setup = prepare_run(c);
-  if (mpi.rank() < c.num_ps) return run_shard(c, setup, mpi, log);
+  worker_types(c, setup.prices, mpi.size() - c.num_ps);  // every rank validates before any work
+  precise_naps(log);
+  if (mpi.rank() < c.num_ps) return Shard(c, setup, mpi, log).run();
   return run_worker(c, setup, mpi);
 }
 

@@ -7,6 +7,13 @@
 //   worker -> shard  kPush   (gradients [+ BN batch stats])    one global step
 //   shard -> worker  kStop   (no payload)                      training is over
 //   worker -> shard  kStop   (no payload)                      leaving: another shard said stop
+//
+// Between shards (shard 0 coordinates checkpoints, evaluation and the end):
+//   shard 0 -> shard k  kSnapshotRequest (no payload; model_version = request id)
+//   shard k -> shard 0  kSnapshot (parameters then momentum of shard k; step = its step)
+//   shard k -> shard 0  kSnapshot on kTagFinal after its last update
+//   shard 0 -> shard k  kStop    after every final arrived: no more requests
+//   shard 0 -> shard k  kParams  at start: step, then parameters and momentum (a resume)
 #pragma once
 
 #include <cstdint>
@@ -20,8 +27,13 @@ inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
 inline constexpr std::uint16_t kProtocolVersion = 1;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
+inline constexpr int kTagFinal = 13;     // shard k -> shard 0: final state
+inline constexpr int kTagControl = 14;   // shard 0 -> shard k: requests, stop, start state
+inline constexpr int kTagSnapshot = 15;  // shard k -> shard 0: requested state
 
-enum class MsgKind : std::uint16_t { kJoin = 1, kParams = 2, kPush = 3, kStop = 4 };
+enum class MsgKind : std::uint16_t {
+  kJoin = 1, kParams = 2, kPush = 3, kStop = 4, kSnapshotRequest = 5, kSnapshot = 6
+};
 
 struct MsgHeader {
   std::uint32_t magic = kMsgMagic;
@@ -30,8 +42,8 @@ struct MsgHeader {
   std::int64_t step = 0;           // shard -> worker: global step after this update
   std::int64_t model_version = 0;  // version of the parameters sent / the gradients were computed on
   std::int64_t payload = 0;        // floats after the header
-  std::int64_t cursor_epoch = 0;   // worker -> shard: data cursor after this batch
-  std::int64_t cursor_position = 0;
+  std::int64_t cursor_epoch = 0;   // worker -> shard: data cursor after this batch;
+  std::int64_t cursor_position = 0;  // shard 0 -> worker (reply to kJoin): where to start
   float loss = 0;                  // worker -> shard: the batch's loss
   std::int32_t correct = 0;        // and its correct predictions
   std::int32_t batch = 0;
