@@ -70,10 +70,4 @@ std::vector<std::string> PriceTable::types() const {
   return out;
 }
 
-InstancePrice table2_price(const std::string& type) { return PriceTable::table2().at(type); }
-
-double cost_usd(const std::string& type, bool transient, double seconds) {
-  return PriceTable::table2().cost_usd(type, transient, seconds);
-}
-
 }  // namespace mt

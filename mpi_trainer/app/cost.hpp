@@ -36,8 +36,4 @@ class PriceTable {
   std::string source_;
 };
 
-// Table II price of one type (throws UsageError); kept for callers without a table.
-InstancePrice table2_price(const std::string& type);
-double cost_usd(const std::string& type, bool transient, double seconds);
-
 }  // namespace mt
