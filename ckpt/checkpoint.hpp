@@ -60,6 +60,11 @@ struct PublishStats {
 std::filesystem::path publish(const std::filesystem::path& dir, const Checkpoint& c, int keep,
                               PublishStats* stats = nullptr);
 
+// Fault injection (`--revoke rank=0@ckpt=N`): called in the middle of every checkpoint write,
+// with half of the arrays written and the file not yet closed. nullptr (the default): none.
+using MidWriteHook = void (*)(std::int64_t global_step);
+void set_mid_write_hook(MidWriteHook hook);
+
 // Reads and fully verifies a checkpoint (HDF5 structure, Fletcher32 of every dataset, the
 // content CRC, the format version). Throws CheckpointError naming the file and the problem.
 Checkpoint read(const std::filesystem::path& file);

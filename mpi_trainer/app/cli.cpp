@@ -171,6 +171,41 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "past damaged ones) if there is one; never: start fresh; PATH: from that file")
           ->capture_default_str(),
       "MT_RESUME");
+  env(cmd.add_option("--failure-timeout", c.failure_timeout,
+                     "Fault tolerance: a worker silent this long (no push, no heartbeat; workers send "
+                     "one every timeout/5 s) is dropped as revoked, and a worker whose parameter server "
+                     "does not answer this long exits 10")
+          ->capture_default_str()
+          ->check(CLI::Range(0.05, 3600.0)),
+      "MT_FAILURE_TIMEOUT");
+  env(cmd.add_option("--drain-deadline", c.drain_deadline,
+                     "Fault tolerance: after SIGTERM or SIGUSR1 a worker finishes its step, pushes it "
+                     "and leaves (exit 0), or abandons the step and leaves at this deadline; a "
+                     "parameter server waits this long at most for its workers before exiting 75")
+          ->capture_default_str()
+          ->check(CLI::Range(0.0, 3600.0)),
+      "MT_DRAIN_DEADLINE");
+  env(cmd.add_option("--status-file", c.status_file,
+                     "Parameter server: JSON run state for launchers (state, exit_code, global_step); "
+                     "default <ckpt-dir>/run-status.json. mpirun --enable-recovery always exits 0, so "
+                     "launch/restart_loop.sh reads the exit code here"),
+      "MT_STATUS_FILE");
+  env(cmd.add_option("--revoke", c.revoke,
+                     "Revocation injection: 'rank=2@30s,rank=3@step=400' makes those ranks SIGKILL "
+                     "themselves after 30 s of run time / at global step 400; ':TERM' or ':USR1' "
+                     "after an entry sends that notice instead; 'rank=0@ckpt=2' kills the parameter "
+                     "server in the middle of writing its 2nd checkpoint"),
+      "MT_REVOKE");
+  env(cmd.add_option("--revocation-model", c.revocation_model,
+                     "Revocation injection: each worker samples its lifetime from this model and "
+                     "SIGKILLs itself when it ends: 'gce' (built in: GCE preemptible servers, ~20% "
+                     "revoked within 2 h, none living past 24 h) or a table file HOURS,FRACTION"),
+      "MT_REVOCATION_MODEL");
+  env(cmd.add_option("--time-scale", c.time_scale,
+                     "Revocation model hours per real hour (3600: one model hour per second)")
+          ->capture_default_str()
+          ->check(CLI::Range(1e-6, 1e9)),
+      "MT_TIME_SCALE");
   env(cmd.add_flag("--quiet", c.quiet, "No progress lines (metrics and errors only)"), "MT_QUIET");
   // Benchmark mode for bench/ps_throughput.sh: workers push a fixed gradient without computing.
   cmd.add_flag("--synthetic-gradients", c.synthetic_gradients)->group("");
@@ -210,7 +245,9 @@ ckpt::Checkpoint load_for_inspect(const std::string& path) {
 int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app{
       "mpi_trainer: ResNet training for preemptible (spot) servers.\n"
-      "Exit codes: 0 done, 1 internal error, 2 usage, 3 config/data error, 4 checkpoint error."};
+      "Exit codes: 0 done, 1 internal error, 2 usage, 3 config/data error, 4 checkpoint error,\n"
+      "10 parameter server lost (a worker), 75 stopped on SIGTERM/SIGUSR1 after a checkpoint: rerun\n"
+      "with --resume auto (docs/fault-model.md)."};
   app.set_version_flag("--version", kVersion);
   app.require_subcommand(1);
   app.footer("Every train flag also reads an environment default MT_<FLAG>, e.g. MT_TRAIN_STEPS.\n"
@@ -266,7 +303,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       if (launcher_world_size() > 1) {
         MpiSession mpi(&argc, &argv);
         try {
-          train_distributed(cfg, mpi, out);
+          const int code = train_distributed(cfg, mpi, out).exit_code;
+          return mpi.finalize(code, 10.0);
         } catch (const Error& e) {
           // One rank's error ends the job: the others may be waiting for this one.
           err << "mpi_trainer: error (rank " << mpi.rank() << "): " << e.what() << '\n' << std::flush;
@@ -274,6 +312,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
           return e.exit_code();
         }
       } else {
+        if (!cfg.revoke.empty() || !cfg.revocation_model.empty())
+          throw UsageError("--revoke and --revocation-model need the parameter server (several MPI processes)");
         train(cfg, out);
       }
     } else if (*info_cmd) {

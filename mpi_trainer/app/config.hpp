@@ -40,6 +40,13 @@ struct TrainConfig {
   int ckpt_keep = 3;                  // newest kept; 0: all
   std::string resume = "auto";        // auto | never | PATH
   bool quiet = false;
+  // Fault tolerance (docs/fault-model.md).
+  double failure_timeout = 1.5;       // a peer silent this long is lost (s)
+  double drain_deadline = 10;         // a worker's notice: push and leave within this (s)
+  std::string status_file;            // run state for launchers; empty: <ckpt-dir>/run-status.json
+  std::string revoke;                 // "rank=2@30s,rank=3@step=400": real kills
+  std::string revocation_model;       // empty: none; gce or a table file: sampled lifetimes
+  double time_scale = 1;              // model hours per real hour (3600: an hour per second)
   bool synthetic_gradients = false;   // benchmark: workers push a fixed gradient, no compute
 };
 

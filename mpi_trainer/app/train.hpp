@@ -17,6 +17,7 @@ struct TrainResult {
   double images_per_second = 0;
   double cost_usd = 0;
   double data_wait_seconds = 0;
+  int exit_code = 0;  // kExitRequeue: stopped on a notice (checkpointed), rerun with --resume auto
 };
 
 // Trains as the config says; progress lines go to `log`. Throws mt::Error subclasses.

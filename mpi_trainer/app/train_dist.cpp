@@ -2,14 +2,22 @@
 
 #include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iomanip>
+#include <iostream>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <ostream>
@@ -25,6 +33,7 @@
 #include "app/run_setup.hpp"
 #include "ckpt/async_writer.hpp"
 #include "core/error.hpp"
+#include "dist/faults.hpp"
 #include "dist/mpi_env.hpp"
 #include "dist/partition.hpp"
 #include "dist/protocol.hpp"
@@ -37,6 +46,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 void nap_microseconds(long us) {
   timespec ts{0, us * 1000};
@@ -86,6 +99,105 @@ void precise_naps(std::ostream& log) {
 #endif
 }
 
+// Polls `req` with naps until it completes or `seconds` pass. False: it did not complete; the
+// peer is presumed lost, and the caller abandons the request and its buffer (never reused:
+// Open MPI 4.1 neither completes nor cancels a request to a dead peer, DESIGN.md section 7).
+bool wait_for(MPI_Request* req, double seconds) {
+  const auto t0 = Clock::now();
+  Backoff backoff(5, 1000);
+  for (;;) {
+    int done = 0;
+    MT_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    if (done) return true;
+    if (since(t0) >= seconds) return false;
+    backoff.idle();
+  }
+}
+
+// Run state for launchers, replaced atomically (mpirun --enable-recovery always exits 0, so
+// launch/restart_loop.sh takes the exit code from here).
+void write_status(const std::string& path, const nlohmann::ordered_json& j) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump() << '\n';
+    out.flush();
+    if (!out) throw Error(kExitCheckpoint, tmp + ": cannot write the run status file");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error(kExitCheckpoint, "rename " + tmp + " -> " + path + ": " + std::strerror(errno));
+}
+
+// What --revoke and --revocation-model ask of this rank.
+struct FaultPlan {
+  std::vector<RevokeEntry> entries;  // this rank's, each fired once
+  double lifetime_seconds = -1;      // from the model (workers); negative: none
+  Clock::time_point start = Clock::now();
+
+  // The process signals itself: SIGKILL ends it here, a notice sets the notice flag.
+  static void fire(int rank, int signo, const std::string& why) {
+    std::cout << std::flush;
+    std::cerr << "mpi_trainer: rank " << rank << ": revoked (" << why << "): " << signal_name(signo)
+              << " to itself at unix " << std::fixed << std::setprecision(3) << unix_now() << '\n'
+              << std::flush;
+    if (std::raise(signo) != 0) std::_Exit(kExitInternal);
+  }
+  // The global step this run started from: entries at or below it were for an earlier attempt.
+  void started_at(std::int64_t step) {
+    for (auto& e : entries)
+      if (e.step > 0 && e.step <= step) e.step = -1;
+  }
+  // Entries due at this global step (workers see the step jump by several between replies).
+  void at_step(int rank, std::int64_t step) {
+    for (auto& e : entries)
+      if (e.step > 0 && step >= e.step) {
+        e.step = -1;
+        fire(rank, e.signal, "--revoke at global step " + std::to_string(step));
+      }
+  }
+  // Entries due by now (run time), and the model's lifetime.
+  void at_time(int rank) {
+    const double t = since(start);
+    for (auto& e : entries)
+      if (e.seconds >= 0 && t >= e.seconds) {
+        e.seconds = -1;
+        fire(rank, e.signal, "--revoke after " + std::to_string(t).substr(0, 6) + " s");
+      }
+    if (lifetime_seconds >= 0 && t >= lifetime_seconds) {
+      lifetime_seconds = -1;
+      fire(rank, SIGKILL, "--revocation-model lifetime ended after " + std::to_string(t).substr(0, 6) + " s");
+    }
+  }
+};
+
+FaultPlan fault_plan(const TrainConfig& cfg, int rank, int size) {
+  FaultPlan plan;
+  for (const auto& e : parse_revoke(cfg.revoke)) {
+    if (e.rank >= size)
+      throw UsageError("--revoke: rank " + std::to_string(e.rank) + " is not in this job of " + std::to_string(size) +
+                       " processes");
+    if (e.rank == rank) plan.entries.push_back(e);
+  }
+  if (!cfg.revocation_model.empty()) {
+    const auto model = RevocationModel::load(cfg.revocation_model);
+    // Each attempt of launch/restart_loop.sh runs on new servers: a new draw.
+    std::uint64_t seed = cfg.seed;
+    if (const char* a = std::getenv("MT_RESTART_ATTEMPT")) seed += 7919 * std::strtoull(a, nullptr, 10);
+    if (rank >= cfg.num_ps) plan.lifetime_seconds = sampled_lifetime_seconds(model, seed, rank, cfg.time_scale);
+  }
+  return plan;
+}
+
+// `--revoke rank=0@ckpt=N`: the Nth checkpoint write of this process is killed half-way.
+std::atomic<std::int64_t> g_kill_in_ckpt_write{-1};
+void kill_in_ckpt_write(std::int64_t global_step) {
+  static std::atomic<std::int64_t> writes{0};
+  if (++writes == g_kill_in_ckpt_write.load())
+    FaultPlan::fire(0, SIGKILL, "--revoke in the middle of writing checkpoint " + std::to_string(writes.load()) +
+                                    " (global step " + std::to_string(global_step) + ")");
+}
+
 // A message buffer of header + `payload` floats.
 struct Buffer {
   std::vector<float> data;
@@ -131,10 +243,13 @@ enum Purpose : unsigned { kForCheckpoint = 1, kForEval = 2 };
 struct WorkerState {
   int rank = 0;
   std::string type;
-  Buffer recv, send;
-  MPI_Request rreq = MPI_REQUEST_NULL, sreq = MPI_REQUEST_NULL;
+  Buffer recv, send, hb{0};
+  MPI_Request rreq = MPI_REQUEST_NULL, sreq = MPI_REQUEST_NULL, hbreq = MPI_REQUEST_NULL;
   bool done = false;
   bool joined = false;
+  bool heard = false;                 // any message yet (before: the start-up grace applies)
+  bool lost = false, left = false;    // revoked: silent past --failure-timeout / left on a notice
+  Clock::time_point last_heard{}, last_reply{};
   std::int64_t pushes = 0, dropped = 0;
   double staleness_sum = 0;
   Clock::time_point joined_at{};
@@ -148,8 +263,8 @@ struct WorkerState {
 
 class Shard {
  public:
-  Shard(const TrainConfig& cfg, const RunSetup& setup, MpiSession& mpi, std::ostream& log)
-      : cfg_(cfg), setup_(setup), log_(log), shards_(cfg.num_ps), shard_(mpi.rank()),
+  Shard(const TrainConfig& cfg, const RunSetup& setup, MpiSession& mpi, FaultPlan plan, std::ostream& log)
+      : plan_(std::move(plan)), cfg_(cfg), setup_(setup), log_(log), shards_(cfg.num_ps), shard_(mpi.rank()),
         workers_(mpi.size() - cfg.num_ps), model_(setup.spec), part_(model_.params(), shards_),
         mine_(part_.floats(shard_)), stats_floats_(shard_ == 0 ? model_.stats().total() : 0),
         metrics_(shard_ == 0 ? cfg.metrics : std::string()),
@@ -157,7 +272,10 @@ class Shard {
         full_(model_.params()), velocity_full_(model_.params()), stats_(model_.stats()),
         batch_stats_(model_.stats()), params_(static_cast<std::size_t>(mine_)),
         velocity_(params_.size(), 0.f), runs_(part_.runs(shard_)), counts_(model_.bn_counts(cfg.batch_size)),
-        types_(worker_types(cfg, setup.prices, workers_)) {}
+        types_(worker_types(cfg, setup.prices, workers_)),
+        status_path_(!cfg.status_file.empty() ? cfg.status_file
+                     : cfg.ckpt_dir.empty()   ? std::string()
+                                              : (std::filesystem::path(cfg.ckpt_dir) / "run-status.json").string()) {}
 
   TrainResult run();
 
@@ -171,9 +289,20 @@ class Shard {
   }
   void start_state();
   void handle_worker(WorkerState& s);
-  void apply_push(WorkerState& s, const MsgHeader& h);
-  void wait_send(WorkerState& s);
-  void reply(WorkerState& s, MsgKind kind);
+  bool apply_push(WorkerState& s, const MsgHeader& h);
+  // The worker's previous reply is complete, within --failure-timeout; false: the worker is
+  // dropped as lost (its buffers abandoned).
+  bool settle_send(WorkerState& s);
+  bool reply(WorkerState& s, MsgKind kind);
+  // Fault tolerance.
+  enum class Departure { kLost, kLeft };
+  void drop(WorkerState& s, Departure how, const std::string& detail, int signo = 0);
+  void detect_failures();
+  void check_notice();
+  void begin_stop(const std::string& why);
+  void write_run_status(const std::string& state, int exit_code);
+  double lr_divisor() const { return cfg_.lr_scaling == "active-workers" ? std::max(1, active_) : 1; }
+  double startup_grace() const { return std::max(60.0, 10 * cfg_.failure_timeout); }
   void after_step(double lr);
   void log_progress(double lr);
   // Shard 0: checkpoints, evaluation.
@@ -190,6 +319,7 @@ class Shard {
   void send_state(Buffer& buf, int tag, MsgKind kind, std::int64_t id, MPI_Request* req);
   TrainResult finish();
 
+  FaultPlan plan_;
   const TrainConfig& cfg_;
   const RunSetup& setup_;
   std::ostream& log_;
@@ -210,6 +340,19 @@ class Shard {
   const std::vector<Partition::Run> runs_;
   const std::vector<std::int64_t> counts_;
   const std::vector<std::string> types_;
+  const std::string status_path_;
+
+  // Fault tolerance: buffers handed to lost workers (MPI may still write or read them: kept
+  // alive, never reused), the stop on a notice.
+  std::vector<Buffer> abandoned_;
+  int lost_ = 0, left_ = 0;
+  bool stopping_ = false;          // a notice or no worker left: apply no more pushes
+  int notice_ = 0;                 // the notice signal
+  std::string stop_reason_;
+  int exit_code_ = kExitOk;
+  Clock::time_point stop_at_{};
+  std::int64_t stop_step_ = -1, last_ckpt_step_ = -1;
+  bool stop_durable_reported_ = false;
 
   TrainProgress prev_;  // what earlier attempts did (a resume)
   std::vector<LoaderCursor> start_cursors_;
@@ -280,13 +423,18 @@ void Shard::start_state() {
   }
   step_ = prev_.global_step;
   current_ = params_.data();
+  plan_.started_at(step_);
 }
 
 // The worker has the previous reply (it sent again), so this send is done or nearly.
-void Shard::wait_send(WorkerState& s) { MT_MPI(MPI_Wait(&s.sreq, MPI_STATUS_IGNORE)); }
+bool Shard::settle_send(WorkerState& s) {
+  if (wait_for(&s.sreq, cfg_.failure_timeout)) return true;
+  drop(s, Departure::kLost, "its previous reply was not taken within --failure-timeout");
+  return false;
+}
 
-void Shard::reply(WorkerState& s, MsgKind kind) {
-  wait_send(s);
+bool Shard::reply(WorkerState& s, MsgKind kind) {
+  if (!settle_send(s)) return false;
   MsgHeader& h = s.send.header();
   h = MsgHeader{};
   h.kind = kind;
@@ -300,9 +448,11 @@ void Shard::reply(WorkerState& s, MsgKind kind) {
     h.cursor_position = s.cursor.position;
   }
   isend(s.send, h.payload, s.rank, kTagToWorker, &s.sreq);
+  s.last_reply = Clock::now();
+  return true;
 }
 
-void Shard::apply_push(WorkerState& s, const MsgHeader& h) {
+bool Shard::apply_push(WorkerState& s, const MsgHeader& h) {
   const float* g = s.recv.payload();
   const double staleness = double(step_ - h.model_version);
   double lr = setup_.schedule.lr_at(step_);
@@ -312,7 +462,7 @@ void Shard::apply_push(WorkerState& s, const MsgHeader& h) {
     lr /= 1.0 + staleness;
   const double momentum = momentum_now();
   // The worker's previous reply is complete (it pushed again), so its buffer takes the update.
-  wait_send(s);
+  if (!settle_send(s)) return false;
   const std::span<float> out(s.send.payload(), static_cast<std::size_t>(mine_));
   for (const auto& r : runs_) {
     const auto o = static_cast<std::size_t>(r.offset), len = static_cast<std::size_t>(r.length);
@@ -339,23 +489,28 @@ void Shard::apply_push(WorkerState& s, const MsgHeader& h) {
   total_images_ += h.batch;
   max_staleness_ = std::max(max_staleness_, staleness);
   ++window_pushes_;
-  reply(s, MsgKind::kParams);
+  const bool replied = reply(s, MsgKind::kParams);
   if (lead()) after_step(lr);
+  plan_.at_step(shard_, step_);
+  return replied;
 }
 
 void Shard::handle_worker(WorkerState& s) {
   const MsgHeader h = s.recv.header();
   if (const auto bad = check_header(h, mine_ + stats_floats_); !bad.empty())
     throw Error(kExitInternal, "parameter server: malformed message from rank " + std::to_string(s.rank) + ": " + bad);
+  s.last_heard = Clock::now();
+  s.heard = true;
   switch (h.kind) {
     case MsgKind::kJoin:
-      reply(s, MsgKind::kParams);
+      if (!reply(s, MsgKind::kParams)) return;
       s.joined = true;
       s.joined_at = Clock::now();
       break;
     case MsgKind::kPush:
-      if (step_ >= cfg_.train_steps) {
-        reply(s, MsgKind::kStop);
+      if (step_ >= cfg_.train_steps || stopping_) {
+        // The end, or a notice: this push is not applied.
+        if (!reply(s, MsgKind::kStop)) return;
         s.done = true;
         s.active_seconds = since(s.joined_at);
         --active_;
@@ -365,11 +520,15 @@ void Shard::handle_worker(WorkerState& s) {
         // Too stale: not applied; the worker gets the current parameters and computes again.
         ++s.dropped;
         ++dropped_;
-        reply(s, MsgKind::kParams);
+        if (!reply(s, MsgKind::kParams)) return;
         break;
       }
-      apply_push(s, h);
+      if (!apply_push(s, h)) return;
       break;
+    case MsgKind::kLeave:
+      // A preemption notice reached the worker: it pushed its last step and is gone.
+      drop(s, Departure::kLeft, "left on a preemption notice", h.reserved);
+      return;
     case MsgKind::kStop:
       // Another shard ended training for this worker first; it sends no more pushes.
       s.done = true;
@@ -382,10 +541,118 @@ void Shard::handle_worker(WorkerState& s) {
   irecv(s.recv, s.rank, kTagToPs, &s.rreq);
 }
 
+// A worker is gone: lost (silent past --failure-timeout: revoked, killed, or cut off) or left on a
+// notice. The learning-rate policy and the momentum correction follow the new worker count.
+void Shard::drop(WorkerState& s, Departure how, const std::string& detail, int signo) {
+  const auto now = Clock::now();
+  const bool lost = how == Departure::kLost;
+  s.done = true;
+  // Billed until its last sign of life.
+  s.active_seconds = s.joined ? std::max(0.0, seconds_between(s.joined_at, lost ? s.last_heard : now)) : 0.0;
+  --active_;
+  if (lost) {
+    s.lost = true;
+    ++lost_;
+    // The newest parameters may live in its reply buffer, which is abandoned now.
+    if (current_ == s.send.payload()) {
+      std::copy_n(current_, mine_, params_.data());
+      current_ = params_.data();
+    }
+    abandoned_.push_back(std::move(s.recv));
+    abandoned_.push_back(std::move(s.send));
+    abandoned_.push_back(std::move(s.hb));
+    s.rreq = s.sreq = s.hbreq = MPI_REQUEST_NULL;  // never waited for, never cancelled
+  } else {
+    s.left = true;
+    ++left_;
+  }
+  if (!lead()) return;
+  const double silent = s.heard ? seconds_between(s.last_heard, now) : since(t0_);
+  // A lost worker was computing on the parameters of its last reply: that step is lost.
+  const bool computing = lost && s.joined;
+  metrics_.write(nlohmann::ordered_json{
+      {"event", "revocation"}, {"global_step", step_}, {"rank", s.rank}, {"instance_type", s.type},
+      {"cause", lost ? "lost" : "notice"}, {"detail", detail},
+      {"signal", signo > 0 ? nlohmann::ordered_json(signal_name(signo)) : nlohmann::ordered_json()},
+      {"silent_seconds", silent}, {"unix_time", unix_now()}, {"elapsed_seconds", since(t0_)},
+      {"work_lost_steps", computing ? 1 : 0},
+      {"work_lost_seconds", computing ? std::max(0.0, seconds_between(s.last_reply, s.last_heard)) : 0.0},
+      {"active_seconds", s.active_seconds}, {"active_workers", active_}, {"lr_divisor", lr_divisor()},
+      {"momentum", momentum_now()}});
+  if (!cfg_.quiet)
+    log_ << "revocation: worker rank " << s.rank << " (" << s.type << ") " << (lost ? "lost" : "left") << " at global step "
+         << step_ << ": " << detail << (lost ? " (silent for " + std::to_string(silent).substr(0, 4) + " s)" : std::string())
+         << "; " << active_ << " worker(s) remain"
+         << (cfg_.lr_scaling == "active-workers" && active_ > 0 ? ", learning rate / " + std::to_string(active_) : std::string())
+         << '\n' << std::flush;
+  if (active_ == 0 && step_ < cfg_.train_steps && !stopping_)
+    begin_stop("every worker was revoked");
+}
+
+void Shard::detect_failures() {
+  const auto now = Clock::now();
+  for (auto& s : ws_) {
+    if (s.done) continue;
+    const double silent = seconds_between(s.heard ? s.last_heard : t0_, now);
+    if (silent > (s.heard ? cfg_.failure_timeout : startup_grace()))
+      drop(s, Departure::kLost, s.heard ? "no push or heartbeat within --failure-timeout" : "never joined");
+    else if (stopping_ && seconds_between(stop_at_, now) > cfg_.drain_deadline)
+      drop(s, Departure::kLost, "did not stop within --drain-deadline");
+  }
+}
+
+void Shard::check_notice() {
+  if (notice_) return;
+  if (const int sig = notice_signal()) {
+    notice_ = sig;
+    if (!stopping_) begin_stop(signal_name(sig));
+  }
+}
+
+// A notice (or the loss of every worker): checkpoint at once, refuse further pushes (each worker
+// is told to stop at its next push), then end with exit 75, so that a launcher reruns the job.
+void Shard::begin_stop(const std::string& why) {
+  stopping_ = true;
+  stop_reason_ = why;
+  exit_code_ = kExitRequeue;
+  stop_at_ = Clock::now();
+  stop_step_ = step_;
+  if (!cfg_.quiet)
+    log_ << "mpi_trainer: parameter server shard " << shard_ << ": " << why << " at global step " << step_
+         << (lead() ? (writer_ ? ": checkpointing now, stopping the workers" : ": stopping the workers (no --ckpt-dir: nothing is saved)")
+                    : ": stopping the workers")
+         << '\n' << std::flush;
+  if (!lead()) return;
+  metrics_.write(nlohmann::ordered_json{{"event", "stop"}, {"reason", why}, {"global_step", step_},
+                                        {"unix_time", unix_now()}, {"active_workers", active_}});
+  if (writer_) request_snapshot(kForCheckpoint);
+  for (int k = 1; k < shards_; ++k) {
+    const auto i = static_cast<std::size_t>(k - 1);
+    MT_MPI(MPI_Wait(&request_sreqs_[i], MPI_STATUS_IGNORE));  // a 64-byte message sent long ago
+    request_bufs_[i].header() = MsgHeader{};
+    request_bufs_[i].header().kind = MsgKind::kDrain;
+    isend(request_bufs_[i], 0, k, kTagControl, &request_sreqs_[i]);
+  }
+}
+
+void Shard::write_run_status(const std::string& state, int exit_code) {
+  if (!lead() || status_path_.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(status_path_).parent_path(), ec);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  write_status(status_path_, nlohmann::ordered_json{
+                                 {"state", state}, {"exit_code", state == "running" ? nlohmann::ordered_json() : nlohmann::ordered_json(exit_code)},
+                                 {"global_step", step_}, {"train_steps", cfg_.train_steps}, {"attempt", prev_.attempts},
+                                 {"stopped_by", stop_reason_.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(stop_reason_)},
+                                 {"revocations", lost_ + left_}, {"pid", static_cast<long>(getpid())}, {"host", host},
+                                 {"unix_time", unix_now()}});
+}
+
 void Shard::after_step(double lr) {
   const auto log_every = std::max<std::int64_t>(1, cfg_.log_every_steps);
   if (step_ % log_every == 0 || step_ == cfg_.train_steps) log_progress(lr);
-  if (step_ >= cfg_.train_steps) return;  // the final checkpoint and evaluation follow
+  if (step_ >= cfg_.train_steps || stopping_) return;  // the final checkpoint and evaluation follow
   unsigned want = 0;
   if (writer_ && ((cfg_.ckpt_every_steps > 0 && step_ % cfg_.ckpt_every_steps == 0) ||
                   (cfg_.ckpt_every_seconds > 0 && since(last_ckpt_) >= cfg_.ckpt_every_seconds)))
@@ -505,6 +772,7 @@ void Shard::finish_gather() {
     writer_->submit(make_checkpoint(model_, snap_params_, snap_velocity_, snap_stats_, snap_progress_, config_json_,
                                     writer_->take_spare()));
     last_ckpt_ = Clock::now();
+    last_ckpt_step_ = snap_progress_.global_step;
   }
   if (gather_purposes_ & kForEval) eval_->start(snap_progress_.global_step, snap_params_, snap_stats_);
   const double stall = gather_stall_ + since(t);
@@ -517,10 +785,22 @@ void Shard::finish_gather() {
 
 void Shard::report_written() {
   if (!writer_) return;
-  for (const auto& w : writer_->take_written())
+  for (const auto& w : writer_->take_written()) {
     metrics_.write(nlohmann::ordered_json{
         {"event", "checkpoint"}, {"global_step", w.global_step}, {"file", w.file.string()},
         {"write_seconds", w.stats.write_seconds}, {"sync_seconds", w.stats.sync_seconds}, {"bytes", w.stats.bytes}});
+    if (stopping_ && !stop_durable_reported_ && w.global_step >= stop_step_) {
+      // The stop's checkpoint is on disk (fsync'ed and published): the figure the cloud's grace
+      // period (30 s on GCE, 2 min on EC2) must cover.
+      stop_durable_reported_ = true;
+      const double dt = since(stop_at_);
+      metrics_.write(nlohmann::ordered_json{{"event", "stop_checkpoint_durable"}, {"global_step", w.global_step},
+                                            {"seconds_after_stop", dt}, {"file", w.file.string()}});
+      if (!cfg_.quiet)
+        log_ << "mpi_trainer: checkpoint of global step " << w.global_step << " durable " << std::setprecision(3)
+             << dt << " s after the " << stop_reason_ << '\n' << std::flush;
+    }
+  }
 }
 
 void Shard::report_evals(const std::vector<BackgroundEval::Done>& done) {
@@ -621,38 +901,76 @@ TrainResult Shard::run() {
     s.send = Buffer(mine_);
     if (lead()) s.cursor = start_cursors_[static_cast<std::size_t>(w)];
     irecv(s.recv, s.rank, kTagToPs, &s.rreq);
+    irecv(s.hb, s.rank, kTagHeartbeat, &s.hbreq);
   }
   active_ = workers_;
   t0_ = window_start_ = last_ckpt_ = Clock::now();
+  write_run_status("running", 0);
+  if (lead())
+    for (const auto& e : plan_.entries)
+      if (e.ckpt_write > 0) {
+        g_kill_in_ckpt_write = e.ckpt_write;
+        ckpt::set_mid_write_hook(kill_in_ckpt_write);
+      }
 
-  // Workers' receives, then (shards > 0) the control channel from shard 0.
-  std::vector<MPI_Request> rreqs(ws_.size() + (lead() ? 0 : 1));
+  // Workers' messages, their heartbeats, then (shards > 0) the control channel from shard 0.
+  // One receive per worker (never MPI_ANY_SOURCE: a worker killed in the middle of a message
+  // can leave an any-source receive hung, DESIGN.md section 7).
+  const std::size_t nw = ws_.size();
+  std::vector<MPI_Request> rreqs(2 * nw + (lead() ? 0 : 1));
   std::vector<int> ready(rreqs.size());
   Backoff backoff(10, 1000);  // the time between messages from any worker
   while (active_ > 0) {
-    for (std::size_t i = 0; i < ws_.size(); ++i) rreqs[i] = ws_[i].rreq;
+    for (std::size_t i = 0; i < nw; ++i) {
+      rreqs[i] = ws_[i].rreq;
+      rreqs[nw + i] = ws_[i].hbreq;
+    }
     if (!lead()) rreqs.back() = control_req_;
     int n = 0;
     MT_MPI(MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), MPI_STATUSES_IGNORE));
-    for (std::size_t i = 0; i < ws_.size(); ++i) ws_[i].rreq = rreqs[i];
+    for (std::size_t i = 0; i < nw; ++i) {
+      ws_[i].rreq = rreqs[i];
+      ws_[i].hbreq = rreqs[nw + i];
+    }
     if (!lead()) control_req_ = rreqs.back();
-    if (n == MPI_UNDEFINED) break;
+    if (n == MPI_UNDEFINED) n = 0;
+    int pushes = 0;
     for (int k = 0; k < n; ++k) {
       const auto i = static_cast<std::size_t>(ready[static_cast<std::size_t>(k)]);
-      if (i < ws_.size()) {
+      if (i < nw) {
         handle_worker(ws_[i]);
+        ++pushes;
+      } else if (i < 2 * nw) {
+        auto& w = ws_[i - nw];
+        w.last_heard = Clock::now();
+        w.heard = true;
+        if (!w.done) irecv(w.hb, w.rank, kTagHeartbeat, &w.hbreq);
       } else {
-        answer_request(control_.header());
+        if (control_.header().kind == MsgKind::kDrain) {
+          if (!stopping_) begin_stop("shard 0 stops on a notice");
+        } else {
+          answer_request(control_.header());
+        }
         irecv(control_, 0, kTagControl, &control_req_);
       }
     }
+    check_notice();
+    detect_failures();
+    plan_.at_time(shard_);
     poll_background();
-    if (n == 0)
+    if (pushes == 0)
       backoff.idle();
     else
       backoff.done();
   }
-  for (auto& s : ws_) MT_MPI(MPI_Wait(&s.sreq, MPI_STATUS_IGNORE));
+  for (auto& s : ws_) {
+    if (s.lost) continue;
+    if (!wait_for(&s.sreq, cfg_.failure_timeout)) abandoned_.push_back(std::move(s.send));
+    if (s.hbreq != MPI_REQUEST_NULL) {
+      MT_MPI(MPI_Cancel(&s.hbreq));
+      if (!wait_for(&s.hbreq, cfg_.failure_timeout)) abandoned_.push_back(std::move(s.hb));
+    }
+  }
   return finish();
 }
 
@@ -662,17 +980,26 @@ TrainResult Shard::finish() {
   res.global_step = step_;
   res.train_seconds = prev_.train_seconds + run_seconds;
   res.images_per_second = double(total_images_) / std::max(run_seconds, 1e-9);
+  res.exit_code = exit_code_;
+  // Shards wait for each other here, with a deadline: a lost shard is a lost parameter server.
+  const double shard_deadline = std::max(60.0, cfg_.drain_deadline + 10 * cfg_.failure_timeout);
+  const auto shard_lost = [&](int k) {
+    return Error(kExitPsLost, "parameter-server shard " + std::to_string(k) + " did not answer within " +
+                                  std::to_string(static_cast<int>(shard_deadline)) + " s: the parameter server is lost");
+  };
   if (!lead()) {
     // Final state to shard 0, then answer its requests until it says stop.
     Buffer final_state(2 * mine_);
-    send_state(final_state, kTagFinal, MsgKind::kSnapshot, 0, nullptr);
+    MPI_Request final_req = MPI_REQUEST_NULL;
+    send_state(final_state, kTagFinal, MsgKind::kSnapshot, 0, &final_req);
+    if (!wait_for(&final_req, shard_deadline)) throw shard_lost(0);
     for (;;) {
-      MT_MPI(MPI_Wait(&control_req_, MPI_STATUS_IGNORE));
+      if (!wait_for(&control_req_, shard_deadline)) throw shard_lost(0);
       if (control_.header().kind == MsgKind::kStop) break;
-      answer_request(control_.header());
+      if (control_.header().kind != MsgKind::kDrain) answer_request(control_.header());
       irecv(control_, 0, kTagControl, &control_req_);
     }
-    MT_MPI(MPI_Wait(&snapshot_req_, MPI_STATUS_IGNORE));
+    if (!wait_for(&snapshot_req_, shard_deadline)) throw shard_lost(0);
     return res;
   }
 
@@ -681,7 +1008,9 @@ TrainResult Shard::finish() {
   part_.unpack(0, velocity_, velocity_full_);
   for (int k = 1; k < shards_; ++k) {
     Buffer b(2 * part_.floats(k));
-    MT_MPI(MPI_Recv(b.data.data(), b.count(), MPI_FLOAT, k, kTagFinal, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    MPI_Request req = MPI_REQUEST_NULL;
+    irecv(b, k, kTagFinal, &req);
+    if (!wait_for(&req, shard_deadline)) throw shard_lost(k);
     const auto n = static_cast<std::size_t>(part_.floats(k));
     part_.unpack(k, std::span<const float>(b.payload(), n), full_);
     part_.unpack(k, std::span<const float>(b.payload() + n, n), velocity_full_);
@@ -698,7 +1027,7 @@ TrainResult Shard::finish() {
     gathering_ = false;
   }
   res.cost_usd = cost_so_far(run_seconds);
-  if (writer_ && step_ > prev_.global_step) {
+  if (writer_ && step_ > prev_.global_step && step_ != last_ckpt_step_) {
     const auto t = Clock::now();
     TrainProgress p = progress_now();
     p.train_seconds = res.train_seconds;
@@ -706,6 +1035,8 @@ TrainResult Shard::finish() {
     writer_->submit(make_checkpoint(model_, full_, velocity_full_, stats_, p, config_json_, writer_->take_spare()));
     metrics_.write(nlohmann::ordered_json{{"event", "checkpoint_snapshot"}, {"global_step", step_},
                                           {"stall_seconds", since(t)}, {"final", true}});
+  }
+  if (writer_) {
     writer_->flush();
     report_written();
   }
@@ -713,7 +1044,7 @@ TrainResult Shard::finish() {
 
   std::optional<EvalResult> ev;
   double eval_seconds = 0;
-  if (!cfg_.synthetic_gradients) {
+  if (!cfg_.synthetic_gradients && !stopping_) {  // after a notice, time is short: no evaluation
     // The workers are gone: the whole node is the evaluator's.
     auto eval_backend = make_backend(setup_.device, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     Network net(model_, *eval_backend, cfg_.batch_size);
@@ -738,12 +1069,15 @@ TrainResult Shard::finish() {
   nlohmann::ordered_json summary{
       {"event", "summary"}, {"global_step", step_}, {"train_seconds", res.train_seconds},
       {"test_accuracy", ev ? nlohmann::ordered_json(ev->accuracy) : nlohmann::ordered_json()},
-      {"cost_usd", res.cost_usd}, {"revocations", 0}, {"workers_start", workers_}, {"workers_end", workers_},
+      {"cost_usd", res.cost_usd}, {"revocations", lost_ + left_}, {"workers_start", workers_},
+      {"workers_end", workers_ - lost_ - left_},
       {"images_per_second", res.images_per_second},
       {"test_loss", ev ? nlohmann::ordered_json(ev->loss) : nlohmann::ordered_json()},
       {"max_staleness", max_staleness_}, {"dropped_stale_pushes", dropped_}, {"num_ps", shards_},
       {"model", setup_.spec.name}, {"worker_types", types_}, {"ps_type", cfg_.ps_type}, {"pricing", cfg_.pricing},
-      {"attempts", prev_.attempts}, {"resumed_from_step", prev_.global_step}};
+      {"attempts", prev_.attempts}, {"resumed_from_step", prev_.global_step}, {"lost_workers", lost_},
+      {"left_workers", left_}, {"stopped_by", stop_reason_.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(stop_reason_)},
+      {"exit_code", exit_code_}};
   if (cfg_.synthetic_gradients) summary["synthetic_gradients"] = true;
   metrics_.write(summary);
   if (!cfg_.quiet) {
@@ -751,16 +1085,147 @@ TrainResult Shard::finish() {
          << " s by " << workers_ << " worker(s) and " << shards_ << " PS shard(s), " << res.images_per_second
          << " img/s";
     if (ev) log_ << ", test accuracy " << std::setprecision(2) << 100.0 * ev->accuracy << "%";
-    log_ << ", cost $" << std::setprecision(4) << res.cost_usd << " (" << cfg_.pricing << ")\n"
-         << "summary: " << summary.dump() << '\n' << std::flush;
+    log_ << ", cost $" << std::setprecision(4) << res.cost_usd << " (" << cfg_.pricing << ")";
+    if (lost_ + left_ > 0) log_ << ", " << lost_ + left_ << " revocation(s)";
+    log_ << '\n';
+    if (stopping_)
+      log_ << "stopped early (" << stop_reason_ << "): exit " << exit_code_
+           << (writer_ ? ", rerun with --resume auto to continue from the checkpoint" : ", nothing was saved (no --ckpt-dir)")
+           << '\n';
+    log_ << "summary: " << summary.dump() << '\n' << std::flush;
   }
+  write_run_status(stopping_ ? "requeue" : "done", exit_code_);
   return res;
 }
 
 // ------------------------------------------------------------------------------- worker
 
-TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession& mpi) {
+// A worker's companion thread: tells every shard it is alive every --failure-timeout / 5
+// seconds (the failure detector's heartbeat, also while a long step computes), fires the
+// time-based revocations, and ends a notice's drain at --drain-deadline. It calls MPI only with
+// `mpi` held, as the main thread does (MPI_THREAD_SERIALIZED).
+class WorkerAgent {
+ public:
+  WorkerAgent(std::mutex& mpi, const TrainConfig& cfg, int rank, FaultPlan& plan)
+      : mpi_(mpi), cfg_(cfg), rank_(rank), plan_(plan),
+        hb_(static_cast<std::size_t>(cfg.num_ps), Buffer(0)),
+        hbreq_(static_cast<std::size_t>(cfg.num_ps), MPI_REQUEST_NULL) {
+    for (auto& b : hb_) {
+      b.header() = MsgHeader{};
+      b.header().kind = MsgKind::kHeartbeat;
+    }
+    thread_ = std::thread([this] { run(); });
+  }
+  ~WorkerAgent() {
+    {
+      std::lock_guard<std::mutex> lock(stop_mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    // Heartbeats to a lost shard never complete: their buffers stay until the process ends.
+    std::lock_guard<std::mutex> lock(mpi_);
+    for (std::size_t s = 0; s < hbreq_.size(); ++s)
+      if (hbreq_[s] != MPI_REQUEST_NULL && !wait_for(&hbreq_[s], 0.5)) abandoned().push_back(std::move(hb_[s]));
+  }
+  WorkerAgent(const WorkerAgent&) = delete;
+  WorkerAgent& operator=(const WorkerAgent&) = delete;
+
+  // The first caller sends LEAVE; a second (the agent at the deadline, the main thread after
+  // its push) does nothing.
+  bool claim_leave() { return !leaving_.exchange(true); }
+
+  // LEAVE to every shard (with `mpi` held), each send waited for briefly: a shard that does not
+  // take it will notice the silence instead.
+  static void send_leave(int shards, int signo, double timeout) {
+    for (int s = 0; s < shards; ++s) {
+      auto& keep = abandoned();  // a send that does not complete keeps its buffer
+      keep.emplace_back(0);
+      Buffer& b = keep.back();
+      b.header() = MsgHeader{};
+      b.header().kind = MsgKind::kLeave;
+      b.header().reserved = signo;
+      MPI_Request req = MPI_REQUEST_NULL;
+      isend(b, 0, s, kTagToPs, &req);
+      if (wait_for(&req, timeout)) keep.pop_back();
+    }
+  }
+
+ private:
+  // Buffers of sends to lost peers, alive until the process ends (after MPI_Finalize); used
+  // with the MPI mutex held.
+  static std::vector<Buffer>& abandoned() {
+    static std::vector<Buffer> buffers;
+    return buffers;
+  }
+
+  void run() {
+    const auto interval = std::chrono::duration<double>(cfg_.failure_timeout / 5);
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(stop_mutex_);
+        if (cv_.wait_for(lock, std::chrono::duration_cast<std::chrono::microseconds>(interval), [this] { return stop_; }))
+          return;
+      }
+      beat();
+      plan_.at_time(rank_);
+      if (const int sig = notice_signal()) {
+        if (notice_at_ == Clock::time_point{}) notice_at_ = Clock::now();
+        if (since(notice_at_) >= cfg_.drain_deadline && claim_leave()) {
+          std::lock_guard<std::mutex> lock(mpi_);
+          send_leave(cfg_.num_ps, sig, 1.0);
+          std::cout << std::flush;
+          std::cerr << "mpi_trainer: worker rank " << rank_ << ": " << signal_name(sig)
+                    << ": the step did not finish within --drain-deadline " << cfg_.drain_deadline
+                    << " s: abandoned it and left\n"
+                    << std::flush;
+          std::_Exit(kExitOk);
+        }
+      }
+    }
+  }
+
+  void beat() {
+    std::lock_guard<std::mutex> lock(mpi_);
+    for (std::size_t s = 0; s < hb_.size(); ++s) {
+      int done = 1;
+      if (hbreq_[s] != MPI_REQUEST_NULL) MT_MPI(MPI_Test(&hbreq_[s], &done, MPI_STATUS_IGNORE));
+      if (!done) continue;  // the shard has not taken the last one: do not reuse its buffer
+      isend(hb_[s], 0, static_cast<int>(s), kTagHeartbeat, &hbreq_[s]);
+    }
+  }
+
+  std::mutex& mpi_;
+  const TrainConfig& cfg_;
+  const int rank_;
+  FaultPlan& plan_;
+  std::vector<Buffer> hb_;
+  std::vector<MPI_Request> hbreq_;
+  std::atomic<bool> leaving_{false};
+  Clock::time_point notice_at_{};
+  std::mutex stop_mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+// A worker whose parameter server stopped answering exits 10 at once, without MPI_Finalize
+// (which could wait for the dead) and without MPI_Abort (which would end the whole job, and a
+// live shard may still serve others).
+[[noreturn]] void parameter_server_lost(int rank, int shard, double waited) {
+  std::cout << std::flush;
+  std::cerr << "mpi_trainer: worker rank " << rank << ": parameter-server shard " << shard << " did not answer within "
+            << std::setprecision(3) << waited << " s (--failure-timeout): the parameter server is lost; exit "
+            << kExitPsLost << '\n'
+            << std::flush;
+  std::_Exit(kExitPsLost);
+}
+
+TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession& mpi, FaultPlan plan) {
   const int shards = cfg.num_ps, workers = mpi.size() - shards, index = mpi.rank() - shards;
+  std::mutex mpi_lock;
+  // First: heartbeats must flow before anything slow happens here.
+  WorkerAgent agent(mpi_lock, cfg, mpi.rank(), plan);
   const Model model(setup.spec);
   const Partition part(model.params(), shards);
   auto backend = make_backend(setup.device, setup.threads);
@@ -775,25 +1240,42 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
   }
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(2 * shards), MPI_REQUEST_NULL);
   std::vector<std::int64_t> version(static_cast<std::size_t>(shards), 0);
+  std::int64_t global_step = 0;
 
   // One exchange with every shard: send what is in `send`, receive the replies into `recv` and
-  // the parameters. Returns false when a shard said stop.
+  // the parameters. Returns false when a shard said stop. A shard silent past the deadline is a
+  // lost parameter server: exit 10.
   Backoff backoff(5, 1000);  // the time from a push to the replies
   auto round_trip = [&](MsgKind kind) {
-    for (int s = 0; s < shards; ++s) {
-      auto& r = recv[static_cast<std::size_t>(s)];
-      irecv(r, s, kTagToWorker, &reqs[static_cast<std::size_t>(2 * s)]);
-      auto& b = send[static_cast<std::size_t>(s)];
-      const std::int64_t payload = kind == MsgKind::kPush ? b.header().payload : 0;
-      isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)]);
+    // The first exchange waits for the parameter server to start (it may load a checkpoint).
+    const double deadline = kind == MsgKind::kJoin ? std::max(60.0, 10 * cfg.failure_timeout) : cfg.failure_timeout;
+    {
+      std::lock_guard<std::mutex> lock(mpi_lock);
+      for (int s = 0; s < shards; ++s) {
+        auto& r = recv[static_cast<std::size_t>(s)];
+        irecv(r, s, kTagToWorker, &reqs[static_cast<std::size_t>(2 * s)]);
+        auto& b = send[static_cast<std::size_t>(s)];
+        const std::int64_t payload = kind == MsgKind::kPush ? b.header().payload : 0;
+        isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)]);
+      }
     }
     // Poll with naps instead of MPI_Waitall's busy wait: on a shared node the spin would take
     // the core from the parameter server and the other workers.
     backoff.restart();
+    const auto t0 = Clock::now();
     for (;;) {
       int done = 0;
-      MT_MPI(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+      {
+        std::lock_guard<std::mutex> lock(mpi_lock);
+        MT_MPI(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+      }
       if (done) break;
+      if (since(t0) > deadline) {
+        int silent = 0;
+        for (int s = 0; s < shards; ++s)
+          if (reqs[static_cast<std::size_t>(2 * s)] != MPI_REQUEST_NULL) silent = s;
+        parameter_server_lost(mpi.rank(), silent, since(t0));
+      }
       backoff.idle();
     }
     backoff.done();
@@ -807,12 +1289,15 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
     if (stop) {
       // Shards count their own steps and may disagree on which push is the last: those that
       // still expect pushes from this worker are told it leaves.
+      std::lock_guard<std::mutex> lock(mpi_lock);
       for (int s = 0; s < shards; ++s) {
         if (recv[static_cast<std::size_t>(s)].header().kind == MsgKind::kStop) continue;
         Buffer& b = send[static_cast<std::size_t>(s)];
         b.header() = MsgHeader{};
         b.header().kind = MsgKind::kStop;
-        MT_MPI(MPI_Send(b.data.data(), static_cast<int>(kHeaderFloats), MPI_FLOAT, s, kTagToPs, MPI_COMM_WORLD));
+        MPI_Request req = MPI_REQUEST_NULL;
+        isend(b, 0, s, kTagToPs, &req);
+        if (!wait_for(&req, cfg.failure_timeout)) parameter_server_lost(mpi.rank(), s, cfg.failure_timeout);
       }
       return false;
     }
@@ -822,13 +1307,32 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
       if (!cfg.synthetic_gradients)
         part.unpack(s, std::span<const float>(r.payload(), static_cast<std::size_t>(part.floats(s))), params);
       version[static_cast<std::size_t>(s)] = r.header().model_version;
+      global_step = std::max(global_step, r.header().step);
     }
+    return true;
+  };
+  // After a reply: a notice ends this worker here (its last step is pushed), and --revoke
+  // entries for this global step fire.
+  auto leave_if_noticed = [&] {
+    plan.at_step(mpi.rank(), global_step);
+    const int sig = notice_signal();
+    if (!sig) return false;
+    if (agent.claim_leave()) {
+      std::lock_guard<std::mutex> lock(mpi_lock);
+      WorkerAgent::send_leave(shards, sig, cfg.failure_timeout);
+    }
+    if (!cfg.quiet)
+      std::cerr << "mpi_trainer: worker rank " << mpi.rank() << ": " << signal_name(sig)
+                << ": pushed its last step and left at global step " << global_step << '\n'
+                << std::flush;
     return true;
   };
 
   for (auto& b : send) b.header() = MsgHeader{};
   TrainResult res;
   if (!round_trip(MsgKind::kJoin)) return res;
+  plan.started_at(global_step);
+  if (leave_if_noticed()) return res;
   // Shard 0 says where this worker's data shard continues (a resume) or starts.
   const LoaderCursor start{recv[0].header().cursor_epoch, recv[0].header().cursor_position};
   std::optional<BatchLoader> loader;
@@ -870,7 +1374,7 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
       }
     }
     ++res.global_step;
-    if (!round_trip(MsgKind::kPush)) break;
+    if (!round_trip(MsgKind::kPush) || leave_if_noticed()) break;
   }
   return res;
 }
@@ -909,11 +1413,14 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     c.threads = std::max(1, (cores - here.shards) / std::max(1, here.workers));
   }
+  // Every rank validates before any work; notices are caught from here on.
+  FaultPlan plan = fault_plan(c, mpi.rank(), mpi.size());
+  install_notice_handlers();
   const RunSetup setup = prepare_run(c);
-  worker_types(c, setup.prices, mpi.size() - c.num_ps);  // every rank validates before any work
+  worker_types(c, setup.prices, mpi.size() - c.num_ps);
   precise_naps(log);
-  if (mpi.rank() < c.num_ps) return Shard(c, setup, mpi, log).run();
-  return run_worker(c, setup, mpi);
+  if (mpi.rank() < c.num_ps) return Shard(c, setup, mpi, std::move(plan), log).run();
+  return run_worker(c, setup, mpi, std::move(plan));
 }
 
 }  // namespace mt

@@ -1,6 +1,12 @@
 #include "dist/mpi_env.hpp"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <thread>
+#include <string>
 
 #include "core/error.hpp"
 
@@ -26,13 +32,47 @@ int launcher_world_size() {
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
-  MT_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  MT_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+  if (provided < MPI_THREAD_SERIALIZED) {
+    MPI_Finalize();
+    throw Error(kExitInternal, "the MPI library gives thread level " + std::to_string(provided) +
+                                   ", the trainer needs MPI_THREAD_SERIALIZED (" +
+                                   std::to_string(MPI_THREAD_SERIALIZED) + ") for the workers' heartbeats");
+  }
   // Errors come back as return codes, checked by MT_MPI, instead of aborting the job.
   MT_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   MT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
 }
 
-MpiSession::~MpiSession() { MPI_Finalize(); }
+int MpiSession::finalize(int exit_code, double timeout_s) {
+  if (finalized_) return exit_code;
+  finalized_ = true;
+  std::cout << std::flush;
+  std::cerr << std::flush;
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(m);
+    if (cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done; })) return;
+    std::cerr << "mpi_trainer: rank " << rank_ << ": MPI_Finalize did not return within " << timeout_s
+              << " s (Open MPI 4.1 can hang there after a rank died): exiting " << exit_code << " without it\n"
+              << std::flush;
+    std::_Exit(exit_code);
+  });
+  MPI_Finalize();
+  {
+    std::lock_guard<std::mutex> lock(m);
+    done = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  return exit_code;
+}
+
+MpiSession::~MpiSession() {
+  if (!finalized_) MPI_Finalize();
+}
 
 }  // namespace mt

@@ -17,8 +17,14 @@ int launcher_world_size();
 
 class MpiSession {
  public:
-  MpiSession(int* argc, char*** argv);  // MPI_Init_thread(FUNNELED): only the main thread calls MPI
-  ~MpiSession();                         // MPI_Finalize; never throws
+  // MPI_Init_thread(SERIALIZED): a worker's heartbeat thread calls MPI too, one thread at a time
+  // (a mutex); fails when the library cannot give that.
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();                         // MPI_Finalize unless finalize() ran; never throws
+  // MPI_Finalize within `timeout_s`, else the process exits with `exit_code` without it: Open
+  // MPI 4.1's finalize can wait forever in its PMIx fence after a rank of the job died
+  // (measured here under mpirun --enable-recovery; docs/fault-model.md). Returns exit_code.
+  int finalize(int exit_code, double timeout_s);
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
   int rank() const { return rank_; }
@@ -27,6 +33,7 @@ class MpiSession {
  private:
   int rank_ = 0;
   int size_ = 1;
+  bool finalized_ = false;
 };
 
 }  // namespace mt

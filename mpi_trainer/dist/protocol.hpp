@@ -7,6 +7,9 @@
 //   worker -> shard  kPush   (gradients [+ BN batch stats])    one global step
 //   shard -> worker  kStop   (no payload)                      training is over
 //   worker -> shard  kStop   (no payload)                      leaving: another shard said stop
+//   worker -> shard  kLeave  (no payload; reserved = signal)   leaving on a preemption notice
+//   worker -> shard  kHeartbeat on kTagHeartbeat (no payload)  alive (a thread, every
+//                                                              --failure-timeout / 5 seconds)
 //
 // Between shards (shard 0 coordinates checkpoints, evaluation and the end):
 //   shard 0 -> shard k  kSnapshotRequest (no payload; model_version = request id)
@@ -14,6 +17,7 @@
 //   shard k -> shard 0  kSnapshot on kTagFinal after its last update
 //   shard 0 -> shard k  kStop    after every final arrived: no more requests
 //   shard 0 -> shard k  kParams  at start: step, then parameters and momentum (a resume)
+//   shard 0 -> shard k  kDrain   a preemption notice: apply no more pushes, stop the workers
 #pragma once
 
 #include <cstdint>
@@ -24,15 +28,17 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;     // shard k -> shard 0: final state
 inline constexpr int kTagControl = 14;   // shard 0 -> shard k: requests, stop, start state
 inline constexpr int kTagSnapshot = 15;  // shard k -> shard 0: requested state
+inline constexpr int kTagHeartbeat = 16; // worker -> shard: alive
 
 enum class MsgKind : std::uint16_t {
-  kJoin = 1, kParams = 2, kPush = 3, kStop = 4, kSnapshotRequest = 5, kSnapshot = 6
+  kJoin = 1, kParams = 2, kPush = 3, kStop = 4, kSnapshotRequest = 5, kSnapshot = 6,
+  kHeartbeat = 7, kLeave = 8, kDrain = 9
 };
 
 struct MsgHeader {

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Restart-from-checkpoint loop (in the spirit of SCR's srun loop): runs a training command,
+# and reruns it, resuming from the newest valid checkpoint (`--resume auto`, the default), when
+# the parameter server stopped on a notice (exit 75) or was lost, up to N attempts.
+#
+#   launch/restart_loop.sh [--attempts N] [--status FILE] [--delay S] [--grace S] -- COMMAND...
+#
+# COMMAND is the whole launch line, e.g.
+#   launch/restart_loop.sh --attempts 5 -- mpirun --enable-recovery -np 5 \
+#       build/release/mpi_trainer train --ckpt-dir ck --ckpt-every-steps 200
+#
+# How an attempt ended comes from the parameter server's status file (<ckpt-dir>/run-status.json
+# unless --status-file says otherwise; found in COMMAND or given with --status), because
+# `mpirun --enable-recovery` exits 0 whatever the ranks did (DESIGN.md section 7):
+#   state done            -> exit 0
+#   state requeue (75)    -> rerun (a notice, or every worker revoked)
+#   state running/missing -> the parameter server was lost (killed): rerun
+#   exit 2, 3 or 4 from COMMAND with no status (usage, config, checkpoint error) -> no rerun
+# Each attempt gets MT_RESTART_ATTEMPT=1,2,... in its environment. Once the status is final and
+# COMMAND still runs after --grace seconds (mpirun can hang when a node's daemon died), COMMAND
+# is ended. SIGTERM/SIGUSR1/SIGINT to this script are passed to COMMAND and end the loop with
+# COMMAND's status (75 after a checkpoint: Slurm --requeue then resubmits).
+# Exit: 0 done; 75 attempts used up after a requeue/loss (rerun later to continue); else the
+# failing attempt's code.
+set -uo pipefail
+
+attempts=3 status="" delay=1 grace=30
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --attempts) attempts="${2:?}"; shift 2 ;;
+    --status) status="${2:?}"; shift 2 ;;
+    --delay) delay="${2:?}"; shift 2 ;;
+    --grace) grace="${2:?}"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    *) echo "restart_loop: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ $# -gt 0 ]] || { echo "restart_loop: no command after '--' (see --help)" >&2; exit 2; }
+[[ "$attempts" =~ ^[1-9][0-9]*$ ]] || { echo "restart_loop: --attempts must be a positive integer" >&2; exit 2; }
+
+if [[ -z "$status" ]]; then
+  # The status file the trainer writes: --status-file, else <--ckpt-dir>/run-status.json.
+  args=("$@") ckpt="" sfile=""
+  for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[i]}" in
+      --ckpt-dir) ckpt="${args[i+1]:-}" ;;
+      --ckpt-dir=*) ckpt="${args[i]#--ckpt-dir=}" ;;
+      --status-file) sfile="${args[i+1]:-}" ;;
+      --status-file=*) sfile="${args[i]#--status-file=}" ;;
+    esac
+  done
+  ckpt="${ckpt:-${MT_CKPT_DIR:-}}" sfile="${sfile:-${MT_STATUS_FILE:-}}"
+  if [[ -n "$sfile" ]]; then status="$sfile"
+  elif [[ -n "$ckpt" ]]; then status="$ckpt/run-status.json"
+  else echo "restart_loop: the command has no --ckpt-dir: there is nothing to restart from" >&2; exit 2
+  fi
+fi
+
+log() { echo "restart_loop: $(date -u +%H:%M:%S) $*" >&2; }
+field() {  # field NAME: a value of the status file ("" when missing)
+  [[ -f "$status" ]] || return 0
+  /usr/bin/python3 - "$status" "$1" <<'EOF' 2>/dev/null
+import json, sys
+try:
+    v = json.load(open(sys.argv[1])).get(sys.argv[2])
+except Exception:
+    v = None
+print("" if v is None else v)
+EOF
+}
+
+child=0 stop_signal=""
+forward() { stop_signal="$1"; [[ $child -gt 0 ]] && kill "-$1" "$child" 2>/dev/null; }
+trap 'forward TERM' TERM
+trap 'forward USR1' USR1
+trap 'forward INT' INT
+
+last_step=""
+for ((attempt = 1; attempt <= attempts; attempt++)); do
+  [[ -f "$status" ]] && mv -f "$status" "$status.prev"
+  log "attempt $attempt/$attempts: $*"
+  MT_RESTART_ATTEMPT=$attempt "$@" &
+  child=$!
+  final_since=""
+  while kill -0 "$child" 2>/dev/null; do
+    state=$(field state)
+    if [[ -n "$state" && "$state" != running ]]; then
+      final_since=${final_since:-$SECONDS}
+      if ((SECONDS - final_since > grace)); then
+        log "the status is final ($state) but the command still runs after ${grace} s: ending it"
+        kill -TERM "$child" 2>/dev/null; sleep 5; kill -KILL "$child" 2>/dev/null
+        break
+      fi
+    fi
+    sleep 1 & wait $! 2>/dev/null
+  done
+  wait "$child"; rc=$?
+  while [[ $rc -gt 128 ]] && kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done  # a trapped signal interrupted wait
+  child=0
+  state=$(field state) code=$(field exit_code) step=$(field global_step)
+  if [[ -n "$last_step" && -n "$step" && "$state" != running && $step -lt $last_step ]]; then
+    log "error: global step went back from $last_step to $step"; exit 1
+  fi
+  [[ -n "$step" && "$state" != running ]] && last_step=$step
+  case "$state" in
+    done) log "attempt $attempt finished training at global step $step"; exit 0 ;;
+    requeue) why="exit ${code:-75} ($(field stopped_by)) at global step $step" ;;
+    *)
+      if [[ $rc -eq 2 || $rc -eq 3 || $rc -eq 4 ]]; then
+        log "attempt $attempt failed with exit $rc before training (usage, config or checkpoint error): not retrying"
+        exit $rc
+      fi
+      why="the parameter server was lost (command exit $rc, status '${state:-missing}')" ;;
+  esac
+  if [[ -n "$stop_signal" ]]; then
+    log "stopping on SIG$stop_signal after attempt $attempt: $why"
+    exit 75
+  fi
+  log "attempt $attempt ended: $why"
+  if ((attempt < attempts)); then sleep "$delay"; fi
+done
+log "gave up after $attempts attempt(s); rerun to continue from the newest checkpoint"
+exit 75

@@ -1,0 +1,170 @@
+#include "dist/faults.hpp"
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "dist/revocation_gce.hpp"  // generated from revocation_gce.csv: kGceRevocationCsv
+
+namespace mt {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+// Whole string parsed as a number, else nullopt-like failure via `ok`.
+bool to_double(const std::string& s, double& v) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  v = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+bool to_int64(const std::string& s, std::int64_t& v) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 15) return false;
+  v = std::stoll(s);
+  return true;
+}
+
+volatile std::sig_atomic_t g_notice = 0;
+
+extern "C" void on_notice(int signo) {
+  if (g_notice == 0) g_notice = signo;
+}
+
+}  // namespace
+
+std::string signal_name(int signo) {
+  switch (signo) {
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "signal " + std::to_string(signo);
+  }
+}
+
+std::vector<RevokeEntry> parse_revoke(const std::string& spec) {
+  std::vector<RevokeEntry> out;
+  std::stringstream ss(spec);
+  for (std::string item; std::getline(ss, item, ',');) {
+    item = trim(item);
+    if (item.empty()) continue;
+    const auto bad = [&](const std::string& why) {
+      return UsageError("--revoke: '" + item + "': " + why +
+                        " (expected rank=R@30s, rank=R@2m, rank=R@step=N or rank=R@ckpt=N, optionally "
+                        "followed by :KILL, :TERM or :USR1)");
+    };
+    RevokeEntry e;
+    std::string body = item;
+    if (const auto colon = body.rfind(':'); colon != std::string::npos) {
+      const std::string sig = body.substr(colon + 1);
+      if (sig == "KILL") e.signal = SIGKILL;
+      else if (sig == "TERM") e.signal = SIGTERM;
+      else if (sig == "USR1") e.signal = SIGUSR1;
+      else throw bad("unknown signal '" + sig + "'");
+      body = body.substr(0, colon);
+    }
+    const auto at = body.find('@');
+    if (body.rfind("rank=", 0) != 0 || at == std::string::npos) throw bad("no rank=R@WHEN");
+    std::int64_t rank = 0;
+    if (!to_int64(body.substr(5, at - 5), rank) || rank > 1000000) throw bad("bad rank");
+    e.rank = static_cast<int>(rank);
+    const std::string when = body.substr(at + 1);
+    if (when.rfind("step=", 0) == 0) {
+      if (!to_int64(when.substr(5), e.step) || e.step < 1) throw bad("bad step (a global step >= 1)");
+    } else if (when.rfind("ckpt=", 0) == 0) {
+      if (!to_int64(when.substr(5), e.ckpt_write) || e.ckpt_write < 1) throw bad("bad checkpoint number (>= 1)");
+      if (e.rank != 0) throw bad("@ckpt= applies to rank 0, the parameter server that writes checkpoints");
+    } else {
+      double unit = 0;
+      std::string num = when;
+      if (!num.empty() && num.back() == 's') unit = 1;
+      else if (!num.empty() && num.back() == 'm') unit = 60;
+      else if (!num.empty() && num.back() == 'h') unit = 3600;
+      else throw bad("a time needs a unit: s, m or h");
+      num.pop_back();
+      double v = 0;
+      if (!to_double(num, v) || !(v >= 0)) throw bad("bad time");
+      e.seconds = v * unit;
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+RevocationModel RevocationModel::parse(const std::string& text, const std::string& source) {
+  RevocationModel m;
+  m.source_ = source;
+  std::stringstream ss(text);
+  int line_no = 0;
+  for (std::string line; std::getline(ss, line);) {
+    ++line_no;
+    line = trim(line);
+    if (line.empty() || line[0] == '#') continue;
+    const auto where = source + ":" + std::to_string(line_no) + ": ";
+    const auto comma = line.find(',');
+    double h = 0, f = 0;
+    if (comma == std::string::npos || !to_double(trim(line.substr(0, comma)), h) ||
+        !to_double(trim(line.substr(comma + 1)), f))
+      throw DataError(where + "expected HOURS,FRACTION_REVOKED, got '" + line + "'");
+    if (h < 0 || f < 0 || f > 1) throw DataError(where + "hours must be >= 0 and the fraction within [0, 1]");
+    if (m.hours_.empty() && (h != 0 || f != 0)) throw DataError(where + "the first row must be 0,0");
+    if (!m.hours_.empty() && (h <= m.hours_.back() || f < m.fraction_.back()))
+      throw DataError(where + "hours must increase and the fraction must not decrease");
+    m.hours_.push_back(h);
+    m.fraction_.push_back(f);
+  }
+  if (m.hours_.size() < 2) throw DataError(source + ": a revocation model needs at least two rows");
+  return m;
+}
+
+RevocationModel RevocationModel::load(const std::string& name_or_file) {
+  if (name_or_file == "gce") return parse(kGceRevocationCsv, "gce (built in: dist/revocation_gce.csv)");
+  std::ifstream in(name_or_file);
+  if (!in) throw DataError(name_or_file + ": cannot open the revocation model (give 'gce' or a table file)");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), name_or_file);
+}
+
+double RevocationModel::fraction_by(double hours) const {
+  if (hours <= 0) return 0;
+  for (std::size_t i = 1; i < hours_.size(); ++i)
+    if (hours <= hours_[i])
+      return fraction_[i - 1] + (fraction_[i] - fraction_[i - 1]) * (hours - hours_[i - 1]) / (hours_[i] - hours_[i - 1]);
+  return fraction_.back();
+}
+
+double RevocationModel::lifetime_hours(double u) const {
+  if (u >= fraction_.back()) return -1;  // this server outlives the table: never revoked
+  for (std::size_t i = 1; i < hours_.size(); ++i)
+    if (u < fraction_[i])
+      return hours_[i - 1] + (hours_[i] - hours_[i - 1]) * (u - fraction_[i - 1]) / (fraction_[i] - fraction_[i - 1]);
+  return -1;
+}
+
+double sampled_lifetime_seconds(const RevocationModel& model, std::uint64_t seed, int rank, double time_scale) {
+  Rng rng(seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(rank) + 0x5245564Bull);  // "REVK"
+  const double h = model.lifetime_hours(rng.uniform());
+  return h < 0 ? -1 : h * 3600.0 / time_scale;
+}
+
+void install_notice_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_notice;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (const int s : {SIGTERM, SIGUSR1})
+    MT_CHECK_POSIX(sigaction(s, &sa, nullptr) == 0);
+}
+
+int notice_signal() { return g_notice; }
+
+}  // namespace mt

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A worker SIGKILLs itself at a chosen global step (--revoke): the parameter server detects the
+# loss within --failure-timeout, drops it, rescales the learning rate and finishes; mpirun
+# --enable-recovery ends with rc 0; the summary counts the revocation.
+# Usage: test_fault_worker_kill.sh MPIEXEC MPI_TRAINER NP S
+set -euo pipefail
+source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
+np=$3 shards=$4 steps=160 victim=$(($3 - 1))
+train "$np" --num-ps "$shards" --train-steps $steps --failure-timeout 1 --revoke "rank=$victim@step=40" ||
+  { echo "mpirun failed"; cat "$dir/out.txt"; exit 1; }
+cat "$dir/out.txt"
+grep -q "rank $victim: revoked" "$dir/out.txt"
+/usr/bin/python3 - "$dir/m.jsonl" "$np" "$shards" "$steps" "$victim" <<'PY'
+import json, sys
+path, np_, shards, steps, victim = sys.argv[1], *map(int, sys.argv[2:])
+events = [json.loads(l) for l in open(path)]
+s = events[-1]
+workers = np_ - shards
+assert s["event"] == "summary", s
+assert s["global_step"] == steps and s["exit_code"] == 0, s
+assert s["revocations"] == 1 and s["lost_workers"] == 1 and s["left_workers"] == 0, s
+assert s["workers_start"] == workers and s["workers_end"] == workers - 1, s
+assert s["test_accuracy"] > 0.3, f"accuracy {s['test_accuracy']} not above chance"
+rev = [e for e in events if e["event"] == "revocation"]
+assert len(rev) == 1, rev
+r = rev[0]
+assert r["rank"] == victim and r["cause"] == "lost" and r["instance_type"] == "k80", r
+assert 1.0 <= r["silent_seconds"] < 2.0, r          # --failure-timeout 1
+assert r["active_workers"] == workers - 1 and r["lr_divisor"] == workers - 1, r
+assert r["work_lost_steps"] == 1, r
+w = [e for e in events if e["event"] == "workers"][-1]["workers"]
+dead = [x for x in w if x["rank"] == victim][0]
+assert dead["active_seconds"] > 0, dead
+print(f"ok: np={np_} S={shards}: rank {victim} lost at step {r['global_step']}, detected after "
+      f"{r['silent_seconds']:.2f} s silence, accuracy {s['test_accuracy']:.3f}")
+PY
+status=$(cat "$dir/ck/run-status.json")
+[[ $status == *'"state":"done"'* ]] || { echo "status file: $status"; exit 1; }
