@@ -1,6 +1,8 @@
 // App-level pieces without a process boundary: the price table, where workers' data cursors
-// start after a resume, and snapshots that reuse the checkpoint writer's memory.
+// start after a resume, snapshots that reuse the checkpoint writer's memory, and the fault
+// injection's parsers (--revoke, revocation models).
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -8,6 +10,7 @@
 #include "app/cost.hpp"
 #include "ckpt/async_writer.hpp"
 #include "core/error.hpp"
+#include "dist/faults.hpp"
 #include "test_util.hpp"
 
 using namespace mt;
@@ -118,4 +121,71 @@ TEST_CASE("snapshots reuse the writer's spare checkpoints in place", "[unit][ckp
     REQUIRE(b);
     CHECK(b->data == a.data);
   }
+}
+
+TEST_CASE("--revoke entries: times, steps, checkpoint writes, signals; bad ones named", "[unit][fault]") {
+  const auto e = parse_revoke("rank=2@30s, rank=3@step=400,rank=1@1.5m:TERM,rank=4@2h:USR1,rank=0@ckpt=2");
+  REQUIRE(e.size() == 5);
+  CHECK(e[0].rank == 2);
+  CHECK(e[0].seconds == Approx(30));
+  CHECK(e[0].signal == SIGKILL);
+  CHECK(e[1].rank == 3);
+  CHECK(e[1].step == 400);
+  CHECK(e[1].seconds < 0);
+  CHECK(e[2].seconds == Approx(90));
+  CHECK(e[2].signal == SIGTERM);
+  CHECK(e[3].seconds == Approx(7200));
+  CHECK(e[3].signal == SIGUSR1);
+  CHECK(e[4].ckpt_write == 2);
+  CHECK(parse_revoke("").empty());
+  for (const char* bad : {"2@30s", "rank=2", "rank=x@30s", "rank=2@30", "rank=2@step=0", "rank=2@step=-3",
+                          "rank=2@30s:HUP", "rank=1@ckpt=1", "rank=2@abc s"})
+    CHECK_THROWS_AS(parse_revoke(bad), UsageError);
+  try {
+    parse_revoke("rank=2@30s:HUP");
+  } catch (const UsageError& err) {
+    CHECK_THAT(err.what(), Catch::Contains("rank=2@30s:HUP") && Catch::Contains("unknown signal"));
+  }
+}
+
+TEST_CASE("the GCE revocation model: 20% within 2 h, everyone by 24 h; lifetimes invert it", "[unit][fault]") {
+  const auto m = RevocationModel::load("gce");
+  CHECK(m.fraction_by(0) == 0);
+  CHECK(m.fraction_by(2) == Approx(0.20));
+  CHECK(m.fraction_by(24) == Approx(1.0));
+  CHECK(m.fraction_by(100) == Approx(1.0));
+  CHECK(m.fraction_by(1.5) == Approx(0.155));
+  for (const double u : {0.0, 0.05, 0.2, 0.5, 0.9, 0.999}) {
+    const double h = m.lifetime_hours(u);
+    REQUIRE(h >= 0);
+    CHECK(h <= 24);
+    CHECK(m.fraction_by(h) == Approx(u).margin(1e-9));
+  }
+  // Sampled lifetimes follow the table: about 20% of draws end within 2 model hours.
+  int early = 0;
+  const int n = 4000;
+  for (int r = 0; r < n; ++r) {
+    const double s = sampled_lifetime_seconds(m, 7, r, 3600.0);  // one model hour per second
+    REQUIRE(s >= 0);
+    REQUIRE(s <= 24.0);
+    early += s <= 2.0;
+  }
+  CHECK(double(early) / n == Approx(0.20).margin(0.03));
+  CHECK(sampled_lifetime_seconds(m, 7, 3, 1.0) == sampled_lifetime_seconds(m, 7, 3, 1.0));
+  CHECK(sampled_lifetime_seconds(m, 7, 3, 1.0) != sampled_lifetime_seconds(m, 8, 3, 1.0));
+}
+
+TEST_CASE("revocation model files: a fraction below 1 leaves survivors; bad tables named", "[unit][fault]") {
+  const auto m = RevocationModel::parse("# comment\n0,0\n10,0.5\n", "t.csv");
+  CHECK(m.lifetime_hours(0.25) == Approx(5));
+  CHECK(m.lifetime_hours(0.7) < 0);  // never revoked
+  for (const char* bad : {"0,0\n", "1,0\n2,0.5\n", "0,0\n2,0.5\n1,0.6\n", "0,0\n1,0.5\n2,0.4\n", "0,0\n1,1.5\n",
+                          "0,0\nabc\n"})
+    CHECK_THROWS_AS(RevocationModel::parse(bad, "t.csv"), DataError);
+  try {
+    RevocationModel::parse("0,0\nabc\n", "t.csv");
+  } catch (const DataError& err) {
+    CHECK_THAT(err.what(), Catch::Contains("t.csv:2"));
+  }
+  CHECK_THROWS_AS(RevocationModel::load("/nonexistent/model.csv"), DataError);
 }

@@ -37,6 +37,7 @@
 #include "dist/mpi_env.hpp"
 #include "dist/partition.hpp"
 #include "dist/protocol.hpp"
+#include "dist/ulfm.hpp"
 #include "nn/resnet.hpp"
 
 namespace mt {
@@ -478,6 +479,9 @@ bool Shard::apply_push(WorkerState& s, const MsgHeader& h) {
     s.cursor = LoaderCursor{h.cursor_epoch, h.cursor_position};
   }
   ++step_;
+  if (lead() && step_ == prev_.global_step + 1)  // bench/fault_bench.sh: restart to first step
+    metrics_.write(nlohmann::ordered_json{{"event", "first_step"}, {"global_step", step_}, {"unix_time", unix_now()},
+                                          {"seconds_since_start", since(t0_)}});
   ++s.pushes;
   s.staleness_sum += staleness;
   ++s.window_pushes;
@@ -927,7 +931,20 @@ TrainResult Shard::run() {
     }
     if (!lead()) rreqs.back() = control_req_;
     int n = 0;
-    MT_MPI(MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), MPI_STATUSES_IGNORE));
+    if (const int rc = MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), MPI_STATUSES_IGNORE);
+        rc != MPI_SUCCESS) {
+      // With an ULFM MPI (cmake/ULFMProbe.cmake) a dead peer's request fails: the failed workers
+      // are dropped at once instead of after --failure-timeout. Any other error is an error.
+      bool handled = false;
+      for (const int r : ulfm_failed_ranks(MPI_COMM_WORLD))
+        for (auto& w : ws_)
+          if (w.rank == r && !w.done) {
+            drop(w, Departure::kLost, "the MPI library (ULFM) reported the process failed");
+            handled = true;
+          }
+      if (!handled) MT_MPI(rc);
+      n = 0;
+    }
     for (std::size_t i = 0; i < nw; ++i) {
       ws_[i].rreq = rreqs[i];
       ws_[i].hbreq = rreqs[nw + i];

@@ -1,0 +1,100 @@
+#include "dist/ulfm.hpp"
+
+#include <algorithm>
+
+#include "dist/mpi_env.hpp"
+
+// Set by mpi_trainer/CMakeLists.txt from the probe; 0 when built some other way.
+#ifndef MT_HAVE_ULFM
+#define MT_HAVE_ULFM 0
+#endif
+
+#if MT_HAVE_ULFM && __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI declares the MPIX_ functions and error classes there
+#endif
+
+namespace mt {
+
+bool ulfm_available() { return MT_HAVE_ULFM != 0; }
+
+#if MT_HAVE_ULFM
+namespace {
+
+// Frees a group on every path: checked (MT_MPI) by free(), best effort when unwinding.
+struct GroupGuard {
+  MPI_Group group = MPI_GROUP_NULL;
+  GroupGuard() = default;
+  GroupGuard(const GroupGuard&) = delete;
+  GroupGuard& operator=(const GroupGuard&) = delete;
+  bool owns() const { return group != MPI_GROUP_NULL && group != MPI_GROUP_EMPTY; }
+  void free() {
+    if (owns()) MT_MPI(MPI_Group_free(&group));
+    group = MPI_GROUP_NULL;
+  }
+  ~GroupGuard() {
+    if (owns()) MPI_Group_free(&group);
+  }
+};
+
+}  // namespace
+#endif
+
+std::vector<int> ulfm_failed_ranks(MPI_Comm comm) {
+#if MT_HAVE_ULFM
+  GroupGuard failed;
+#if defined(MT_ULFM_GET_FAILED) && MT_ULFM_GET_FAILED
+  // Acknowledge exactly the failures returned, so none is acknowledged unseen.
+  MT_MPI(MPIX_Comm_get_failed(comm, &failed.group));
+  int n = 0;
+  MT_MPI(MPI_Group_size(failed.group, &n));
+  int acked = 0;
+  MT_MPI(MPIX_Comm_ack_failed(comm, n, &acked));
+#else
+  MT_MPI(MPIX_Comm_failure_ack(comm));
+  MT_MPI(MPIX_Comm_failure_get_acked(comm, &failed.group));
+  int n = 0;
+  MT_MPI(MPI_Group_size(failed.group, &n));
+#endif
+  std::vector<int> ranks;
+  if (n > 0) {
+    GroupGuard all;
+    MT_MPI(MPI_Comm_group(comm, &all.group));
+    std::vector<int> in(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) in[static_cast<std::size_t>(i)] = i;
+    std::vector<int> out(in.size(), MPI_UNDEFINED);
+    MT_MPI(MPI_Group_translate_ranks(failed.group, n, in.data(), all.group, out.data()));
+    all.free();
+    for (int r : out)
+      if (r != MPI_UNDEFINED) ranks.push_back(r);
+    std::sort(ranks.begin(), ranks.end());
+  }
+  failed.free();
+  return ranks;
+#else
+  (void)comm;
+  return {};
+#endif
+}
+
+bool ulfm_is_proc_failed(int mpi_error_code) {
+#if MT_HAVE_ULFM
+  if (mpi_error_code == MPI_SUCCESS) return false;
+  // Before MPI_Init (or after MPI_Finalize) compare the code itself: predefined classes are codes.
+  int initialized = 0;
+  int finalized = 0;
+  MT_MPI(MPI_Initialized(&initialized));
+  MT_MPI(MPI_Finalized(&finalized));
+  int error_class = mpi_error_code;
+  if (initialized && !finalized) MT_MPI(MPI_Error_class(mpi_error_code, &error_class));
+  if (error_class == MPIX_ERR_PROC_FAILED) return true;
+#ifdef MPIX_ERR_REVOKED
+  if (error_class == MPIX_ERR_REVOKED) return true;
+#endif
+  return false;
+#else
+  (void)mpi_error_code;
+  return false;
+#endif
+}
+
+}  // namespace mt

@@ -1,0 +1,25 @@
+// ULFM (User-Level Failure Mitigation) when the MPI library has it, found at configure time by
+// cmake/ULFMProbe.cmake (MT_HAVE_ULFM). Without it every function here is a no-op answer and the
+// trainer detects failures by its heartbeats only (docs/fault-model.md).
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+namespace mt {
+
+// Whether this build uses ULFM (the configure-time probe passed and MT_ULFM was not OFF).
+bool ulfm_available();
+
+// With ULFM: acknowledges the failures known locally on `comm` and returns the ranks in `comm` of
+// the failed processes, ascending (world ranks when comm is MPI_COMM_WORLD). A local operation:
+// another rank may know of more or fewer failures. Needs MPI initialised; throws LibraryError
+// (MT_MPI) when a call fails. Without ULFM: an empty vector, no MPI call.
+std::vector<int> ulfm_failed_ranks(MPI_Comm comm);
+
+// Whether an MPI return code means a process failure: its error class is MPIX_ERR_PROC_FAILED or
+// MPIX_ERR_REVOKED. Always false without ULFM, and for MPI_SUCCESS.
+bool ulfm_is_proc_failed(int mpi_error_code);
+
+}  // namespace mt
