@@ -123,7 +123,7 @@ TEST_CASE("snapshots reuse the writer's spare checkpoints in place", "[unit][ckp
   }
 }
 
-TEST_CASE("--revoke entries: times, steps, checkpoint writes, signals; bad ones named", "[unit][fault]") {
+TEST_CASE("revocation entries of --revoke: times, steps, checkpoint writes, signals, bad ones named", "[unit][fault]") {
   const auto e = parse_revoke("rank=2@30s, rank=3@step=400,rank=1@1.5m:TERM,rank=4@2h:USR1,rank=0@ckpt=2");
   REQUIRE(e.size() == 5);
   CHECK(e[0].rank == 2);
@@ -148,7 +148,7 @@ TEST_CASE("--revoke entries: times, steps, checkpoint writes, signals; bad ones 
   }
 }
 
-TEST_CASE("the GCE revocation model: 20% within 2 h, everyone by 24 h; lifetimes invert it", "[unit][fault]") {
+TEST_CASE("the GCE revocation model: 20% within 2 h, everyone by 24 h, lifetimes invert it", "[unit][fault]") {
   const auto m = RevocationModel::load("gce");
   CHECK(m.fraction_by(0) == 0);
   CHECK(m.fraction_by(2) == Approx(0.20));
@@ -175,7 +175,7 @@ TEST_CASE("the GCE revocation model: 20% within 2 h, everyone by 24 h; lifetimes
   CHECK(sampled_lifetime_seconds(m, 7, 3, 1.0) != sampled_lifetime_seconds(m, 8, 3, 1.0));
 }
 
-TEST_CASE("revocation model files: a fraction below 1 leaves survivors; bad tables named", "[unit][fault]") {
+TEST_CASE("revocation model files: a fraction below 1 leaves survivors, bad tables named", "[unit][fault]") {
   const auto m = RevocationModel::parse("# comment\n0,0\n10,0.5\n", "t.csv");
   CHECK(m.lifetime_hours(0.25) == Approx(5));
   CHECK(m.lifetime_hours(0.7) < 0);  // never revoked

@@ -54,6 +54,9 @@ TEST_CASE("bad flags exit 2 with a helpful message", "[unit][cli]") {
                         Case{"train --model vgg16", "unknown model 'vgg16'"},
                         Case{"train --lr-schedule linear", "unknown schedule"},
                         Case{"model-info --model resnet33", "6n+2"},
+                        Case{"train --failure-timeout 0", "--failure-timeout"},
+                        Case{"train --time-scale 0", "--time-scale"},
+                        Case{"train --revoke rank=1@step=5", "need the parameter server"},
                         Case{"frobnicate", "subcommand"}}) {
     const auto r = run(c.args);
     INFO("args: " << c.args << "\noutput: " << r.output);
