@@ -129,8 +129,8 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->check(CLI::PositiveNumber),
       "MT_LOG_EVERY_STEPS");
   env(cmd.add_option("--instance-type", c.instance_type,
-                     "Instance type billed for each worker (or the single process): a type of the "
-                     "price table (Table II: k80, p100, v100, ps)")
+                     "Instance type billed for each worker (or the single process, or a worker that "
+                     "joins with `join`): a type of the price table (Table II: k80, p100, v100, ps)")
           ->capture_default_str(),
       "MT_INSTANCE_TYPE");
   env(cmd.add_option("--worker-types", c.worker_types,
@@ -206,6 +206,17 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::Range(1e-6, 1e9)),
       "MT_TIME_SCALE");
+  env(cmd.add_option("--max-workers", c.max_workers,
+                     "Elastic joins (the paper's sparse mapping): worker slots; workers started later "
+                     "with `mpi_trainer join` take free ones (0: only the launched workers; needs "
+                     "--num-ps 1 and mpirun --ompi-server, docs/fault-model.md)")
+          ->capture_default_str()
+          ->check(CLI::Range(0, 100000)),
+      "MT_MAX_WORKERS");
+  env(cmd.add_option("--port-file", c.port_file,
+                     "Elastic joins: where shard 0 writes its MPI port and `join` reads it (default "
+                     "<ckpt-dir>/ps-port)"),
+      "MT_PORT_FILE");
   env(cmd.add_flag("--quiet", c.quiet, "No progress lines (metrics and errors only)"), "MT_QUIET");
   // Benchmark mode for bench/ps_throughput.sh: workers push a fixed gradient without computing.
   cmd.add_flag("--synthetic-gradients", c.synthetic_gradients)->group("");
@@ -259,6 +270,13 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
                "parameter-server shards and workers");
   add_train_options(*train_cmd, cfg);
 
+  TrainConfig join_cfg;
+  auto* join_cmd = app.add_subcommand(
+      "join", "Join a running parameter-server job (started with --max-workers) as one more worker: run it "
+              "as its own MPI job sharing the training job's ompi-server, with the job's model and data "
+              "flags and its --ckpt-dir or --port-file");
+  add_train_options(*join_cmd, join_cfg);
+
   std::string info_model = "resnet32";
   auto* info_cmd = app.add_subcommand("model-info", "Print a model's layers and parameter count");
   info_cmd->add_option("--model", info_model, "Model: " + model_choices())->capture_default_str();
@@ -301,7 +319,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   try {
     if (*train_cmd) {
       if (launcher_world_size() > 1) {
-        MpiSession mpi(&argc, &argv);
+        // Elastic joins accept on a thread while the loop serves workers: MPI_THREAD_MULTIPLE.
+        MpiSession mpi(&argc, &argv, cfg.max_workers > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
         try {
           const int code = train_distributed(cfg, mpi, out).exit_code;
           return mpi.finalize(code, 10.0);
@@ -316,6 +335,16 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
           throw UsageError("--revoke and --revocation-model need the parameter server (several MPI processes)");
         train(cfg, out);
       }
+    } else if (*join_cmd) {
+      MpiSession mpi(&argc, &argv, MPI_THREAD_SERIALIZED);
+      int code = kExitOk;
+      try {
+        code = join_running_job(join_cfg, out);
+      } catch (const Error& e) {
+        err << "mpi_trainer join: error: " << e.what() << '\n' << std::flush;
+        code = e.exit_code();
+      }
+      return mpi.finalize(code, 10.0);
     } else if (*info_cmd) {
       const Model model(parse_model(info_model));
       out << "model: " << model.spec().name << '\n';

@@ -47,6 +47,8 @@ struct TrainConfig {
   std::string revoke;                 // "rank=2@30s,rank=3@step=400": real kills
   std::string revocation_model;       // empty: none; gce or a table file: sampled lifetimes
   double time_scale = 1;              // model hours per real hour (3600: an hour per second)
+  int max_workers = 0;                // elastic joins: worker slots (0: the launched workers only)
+  std::string port_file;              // elastic joins: shard 0's port; empty: <ckpt-dir>/ps-port
   bool synthetic_gradients = false;   // benchmark: workers push a fixed gradient, no compute
 };
 

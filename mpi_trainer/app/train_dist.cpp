@@ -1,5 +1,7 @@
 #include "app/train_dist.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
@@ -130,6 +132,13 @@ void write_status(const std::string& path, const nlohmann::ordered_json& j) {
     throw Error(kExitCheckpoint, "rename " + tmp + " -> " + path + ": " + std::strerror(errno));
 }
 
+// Where shard 0 writes its port for `mpi_trainer join` (--max-workers) and joiners read it.
+std::string join_port_file(const TrainConfig& cfg) {
+  if (!cfg.port_file.empty()) return cfg.port_file;
+  if (!cfg.ckpt_dir.empty()) return (std::filesystem::path(cfg.ckpt_dir) / "ps-port").string();
+  throw UsageError("elastic joins need --port-file or --ckpt-dir (the port file is <ckpt-dir>/ps-port)");
+}
+
 // What --revoke and --revocation-model ask of this rank.
 struct FaultPlan {
   std::vector<RevokeEntry> entries;  // this rank's, each fired once
@@ -210,13 +219,43 @@ struct Buffer {
 };
 
 // Sends `buf` (header + `payload` floats) without blocking.
-void isend(Buffer& buf, std::int64_t payload, int dest, int tag, MPI_Request* req) {
-  MT_MPI(MPI_Isend(buf.data.data(), static_cast<int>(kHeaderFloats + payload), MPI_FLOAT, dest, tag,
-                   MPI_COMM_WORLD, req));
+void isend(Buffer& buf, std::int64_t payload, int dest, int tag, MPI_Request* req, MPI_Comm comm = MPI_COMM_WORLD) {
+  MT_MPI(MPI_Isend(buf.data.data(), static_cast<int>(kHeaderFloats + payload), MPI_FLOAT, dest, tag, comm, req));
 }
 
-void irecv(Buffer& buf, int source, int tag, MPI_Request* req) {
-  MT_MPI(MPI_Irecv(buf.data.data(), buf.count(), MPI_FLOAT, source, tag, MPI_COMM_WORLD, req));
+void irecv(Buffer& buf, int source, int tag, MPI_Request* req, MPI_Comm comm = MPI_COMM_WORLD) {
+  MT_MPI(MPI_Irecv(buf.data.data(), buf.count(), MPI_FLOAT, source, tag, comm, req));
+}
+
+// Elastic joins (--max-workers): shard 0 accepts connections from `mpi_trainer join` processes
+// on a thread (MPI_Comm_accept blocks; MPI_THREAD_MULTIPLE) and hands each new communicator to
+// the training loop. The thread is never joined: it stays blocked in MPI_Comm_accept until the
+// process ends (MPI_Finalize returns with it blocked, measured with Open MPI 4.1; connecting to
+// one's own port to wake it hangs), so what it uses is shared and outlives the shard.
+struct JoinQueue {
+  std::mutex mutex;
+  std::vector<MPI_Comm> comms;
+  std::atomic<int> pending{0};
+  std::string port;
+  std::string error;
+};
+
+void accept_joins(std::shared_ptr<JoinQueue> q) {
+  for (;;) {
+    MPI_Comm inter = MPI_COMM_NULL;
+    std::vector<char> port(q->port.begin(), q->port.end());
+    port.push_back('\0');
+    const int rc = MPI_Comm_accept(port.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    std::lock_guard<std::mutex> lock(q->mutex);
+    if (rc != MPI_SUCCESS) {
+      q->error = "MPI_Comm_accept failed (error " + std::to_string(rc) + "): no more joins";
+      q->pending += 1;
+      return;
+    }
+    MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
+    q->comms.push_back(inter);
+    q->pending += 1;
+  }
 }
 
 // "k80,k80,p100" -> one type per worker; a single type applies to every worker.
@@ -234,6 +273,7 @@ std::vector<std::string> worker_types(const TrainConfig& cfg, const PriceTable& 
   }
   for (const auto& t : types) prices.at(t);
   prices.at(cfg.ps_type);
+  if (cfg.max_workers > 0) prices.at(cfg.instance_type);  // joined workers are billed at it
   return types;
 }
 
@@ -242,7 +282,11 @@ std::vector<std::string> worker_types(const TrainConfig& cfg, const PriceTable& 
 enum Purpose : unsigned { kForCheckpoint = 1, kForEval = 2 };
 
 struct WorkerState {
-  int rank = 0;
+  int rank = 0;                       // world rank; joined workers: numbered after the world's ranks
+  MPI_Comm comm = MPI_COMM_WORLD;     // joined workers: the intercommunicator of their connection
+  int peer = 0;                       // its rank in `comm`
+  int slot = 0;                       // data shard (0..slots-1)
+  bool elastic = false;               // joined with `mpi_trainer join`
   std::string type;
   Buffer recv, send, hb{0};
   MPI_Request rreq = MPI_REQUEST_NULL, sreq = MPI_REQUEST_NULL, hbreq = MPI_REQUEST_NULL;
@@ -266,7 +310,7 @@ class Shard {
  public:
   Shard(const TrainConfig& cfg, const RunSetup& setup, MpiSession& mpi, FaultPlan plan, std::ostream& log)
       : plan_(std::move(plan)), cfg_(cfg), setup_(setup), log_(log), shards_(cfg.num_ps), shard_(mpi.rank()),
-        workers_(mpi.size() - cfg.num_ps), model_(setup.spec), part_(model_.params(), shards_),
+        workers_(mpi.size() - cfg.num_ps), slots_(std::max(workers_, cfg.max_workers)), model_(setup.spec), part_(model_.params(), shards_),
         mine_(part_.floats(shard_)), stats_floats_(shard_ == 0 ? model_.stats().total() : 0),
         metrics_(shard_ == 0 ? cfg.metrics : std::string()),
         backend_(make_backend(setup.device, 1)),  // the optimizer update: one thread is plenty
@@ -302,6 +346,8 @@ class Shard {
   void check_notice();
   void begin_stop(const std::string& why);
   void write_run_status(const std::string& state, int exit_code);
+  void open_for_joins();
+  void take_joins();
   double lr_divisor() const { return cfg_.lr_scaling == "active-workers" ? std::max(1, active_) : 1; }
   double startup_grace() const { return std::max(60.0, 10 * cfg_.failure_timeout); }
   void after_step(double lr);
@@ -325,6 +371,7 @@ class Shard {
   const RunSetup& setup_;
   std::ostream& log_;
   const int shards_, shard_, workers_;
+  const int slots_;  // data shards: the launched workers, or --max-workers
   const Model model_;
   const Partition part_;
   const std::int64_t mine_, stats_floats_;
@@ -346,7 +393,9 @@ class Shard {
   // Fault tolerance: buffers handed to lost workers (MPI may still write or read them: kept
   // alive, never reused), the stop on a notice.
   std::vector<Buffer> abandoned_;
-  int lost_ = 0, left_ = 0;
+  int lost_ = 0, left_ = 0, joined_ = 0;
+  std::shared_ptr<JoinQueue> joins_;  // shard 0 with --max-workers
+  std::vector<LoaderCursor> slot_cursors_;  // each data shard's cursor after its last applied push
   bool stopping_ = false;          // a notice or no worker left: apply no more pushes
   int notice_ = 0;                 // the notice signal
   std::string stop_reason_;
@@ -399,7 +448,7 @@ void Shard::start_state() {
                                             {"global_step", prev_.global_step}, {"attempt", prev_.attempts},
                                             {"saved_workers", prev_.worker_cursors.size()}});
     }
-    start_cursors_ = start_cursors(prev_, workers_);
+    start_cursors_ = start_cursors(prev_, slots_);
     for (int k = 1; k < shards_; ++k) {
       Buffer b(2 * part_.floats(k));
       b.header() = MsgHeader{};
@@ -444,11 +493,13 @@ bool Shard::reply(WorkerState& s, MsgKind kind) {
   h.payload = kind == MsgKind::kParams ? mine_ : 0;
   if (kind == MsgKind::kParams && current_ != s.send.payload())
     std::copy_n(current_, mine_, s.send.payload());  // a join or a dropped push; updates write in place
-  if (lead() && !s.joined) {
+  if (!s.joined) {  // the reply to a join: where its data starts, its data shard of how many
     h.cursor_epoch = s.cursor.epoch;
     h.cursor_position = s.cursor.position;
+    h.correct = s.slot;
+    h.batch = slots_;
   }
-  isend(s.send, h.payload, s.rank, kTagToWorker, &s.sreq);
+  isend(s.send, h.payload, s.peer, kTagToWorker, &s.sreq, s.comm);
   s.last_reply = Clock::now();
   return true;
 }
@@ -477,6 +528,7 @@ bool Shard::apply_push(WorkerState& s, const MsgHeader& h) {
     std::copy(g + mine_, g + mine_ + stats_floats_, batch_stats_.flat().data());
     model_.update_running_stats(stats_, batch_stats_, counts_);
     s.cursor = LoaderCursor{h.cursor_epoch, h.cursor_position};
+    slot_cursors_[static_cast<std::size_t>(s.slot)] = s.cursor;
   }
   ++step_;
   if (lead() && step_ == prev_.global_step + 1)  // bench/fault_bench.sh: restart to first step
@@ -507,6 +559,17 @@ void Shard::handle_worker(WorkerState& s) {
   s.heard = true;
   switch (h.kind) {
     case MsgKind::kJoin:
+      if (h.model_version != model_.param_count() || h.batch != cfg_.batch_size) {
+        // A worker started with another model or batch size (a `join` with other flags).
+        if (lead())
+          log_ << "mpi_trainer: worker rank " << s.rank << " refused: it trains a model of " << h.model_version
+               << " parameters with batch " << h.batch << ", this job " << model_.param_count() << " with batch "
+               << cfg_.batch_size << " (give it the job's --model and --batch-size)\n" << std::flush;
+        if (!reply(s, MsgKind::kStop)) return;
+        s.done = true;
+        --active_;
+        return;
+      }
       if (!reply(s, MsgKind::kParams)) return;
       s.joined = true;
       s.joined_at = Clock::now();
@@ -542,7 +605,7 @@ void Shard::handle_worker(WorkerState& s) {
     default:
       throw Error(kExitInternal, "parameter server: unexpected message kind from rank " + std::to_string(s.rank));
   }
-  irecv(s.recv, s.rank, kTagToPs, &s.rreq);
+  irecv(s.recv, s.peer, kTagToPs, &s.rreq, s.comm);
 }
 
 // A worker is gone: lost (silent past --failure-timeout: revoked, killed, or cut off) or left on a
@@ -653,6 +716,79 @@ void Shard::write_run_status(const std::string& state, int exit_code) {
                                  {"unix_time", unix_now()}});
 }
 
+// --max-workers: a port for `mpi_trainer join`, written to the port file, and the accept thread.
+void Shard::open_for_joins() {
+  char port[MPI_MAX_PORT_NAME] = {};
+  MT_MPI(MPI_Open_port(MPI_INFO_NULL, port));
+  joins_ = std::make_shared<JoinQueue>();
+  joins_->port = port;
+  const std::string file = join_port_file(cfg_);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(file).parent_path(), ec);
+  write_status(file, nlohmann::ordered_json{{"port", joins_->port}, {"pid", static_cast<long>(getpid())},
+                                            {"model", setup_.spec.name}, {"batch_size", cfg_.batch_size},
+                                            {"max_workers", cfg_.max_workers}});
+  std::thread(accept_joins, joins_).detach();
+  if (!cfg_.quiet)
+    log_ << "mpi_trainer: accepting up to " << cfg_.max_workers << " workers: `mpi_trainer join --port-file " << file
+         << "` (under mpirun --ompi-server, docs/fault-model.md)\n" << std::flush;
+}
+
+void Shard::take_joins() {
+  std::vector<MPI_Comm> comms;
+  std::string error;
+  {
+    std::lock_guard<std::mutex> lock(joins_->mutex);
+    comms.swap(joins_->comms);
+    error.swap(joins_->error);
+    joins_->pending = 0;
+  }
+  if (!error.empty()) log_ << "mpi_trainer: warning: " << error << '\n' << std::flush;
+  for (const MPI_Comm comm : comms) {
+    std::vector<bool> used(static_cast<std::size_t>(slots_), false);
+    for (const auto& w : ws_)
+      if (!w.done) used[static_cast<std::size_t>(w.slot)] = true;
+    const auto free_slot = std::find(used.begin(), used.end(), false);
+    if (stopping_ || active_ >= cfg_.max_workers || free_slot == used.end()) {
+      // Full (or stopping): the joiner's join is answered with stop.
+      abandoned_.emplace_back(0);
+      Buffer& b = abandoned_.back();
+      b.header() = MsgHeader{};
+      b.header().kind = MsgKind::kStop;
+      MPI_Request req = MPI_REQUEST_NULL;
+      isend(b, 0, 0, kTagToWorker, &req, comm);
+      MT_MPI(MPI_Request_free(&req));
+      log_ << "mpi_trainer: a worker asked to join, but " << (stopping_ ? "the job is stopping" : "every slot is taken")
+           << " (--max-workers " << cfg_.max_workers << ")\n" << std::flush;
+      continue;
+    }
+    WorkerState& s = ws_.emplace_back();
+    s.comm = comm;
+    s.peer = 0;
+    s.rank = shards_ + workers_ + joined_;
+    s.slot = static_cast<int>(free_slot - used.begin());
+    s.elastic = true;
+    s.type = cfg_.instance_type;
+    s.recv = Buffer(mine_ + stats_floats_);
+    s.send = Buffer(mine_);
+    s.cursor = slot_cursors_[static_cast<std::size_t>(s.slot)];
+    s.last_heard = Clock::now();
+    irecv(s.recv, s.peer, kTagToPs, &s.rreq, s.comm);
+    irecv(s.hb, s.peer, kTagHeartbeat, &s.hbreq, s.comm);
+    ++active_;
+    ++joined_;
+    metrics_.write(nlohmann::ordered_json{{"event", "join"}, {"global_step", step_}, {"rank", s.rank},
+                                          {"slot", s.slot}, {"instance_type", s.type}, {"active_workers", active_},
+                                          {"lr_divisor", lr_divisor()}, {"momentum", momentum_now()},
+                                          {"unix_time", unix_now()}});
+    if (!cfg_.quiet)
+      log_ << "join: worker rank " << s.rank << " (" << s.type << ") joined at global step " << step_ << " in data slot "
+           << s.slot << "; " << active_ << " worker(s)"
+           << (cfg_.lr_scaling == "active-workers" ? ", learning rate / " + std::to_string(active_) : std::string())
+           << '\n' << std::flush;
+  }
+}
+
 void Shard::after_step(double lr) {
   const auto log_every = std::max<std::int64_t>(1, cfg_.log_every_steps);
   if (step_ % log_every == 0 || step_ == cfg_.train_steps) log_progress(lr);
@@ -723,7 +859,7 @@ TrainProgress Shard::progress_now() const {
   TrainProgress p = prev_;
   p.global_step = step_;
   p.worker_cursors.clear();
-  for (const auto& w : ws_) p.worker_cursors.push_back({w.cursor.epoch, w.cursor.position});
+  for (const auto& c : slot_cursors_) p.worker_cursors.push_back({c.epoch, c.position});
   p.epoch = ws_.front().cursor.epoch;
   p.position = ws_.front().cursor.position;
   const double run_seconds = since(t0_);
@@ -896,19 +1032,22 @@ TrainResult Shard::run() {
     irecv(control_, 0, kTagControl, &control_req_);
   }
 
+  if (lead()) slot_cursors_ = start_cursors_;
   ws_.resize(static_cast<std::size_t>(workers_));
   for (int w = 0; w < workers_; ++w) {
     auto& s = ws_[static_cast<std::size_t>(w)];
-    s.rank = shards_ + w;
+    s.rank = s.peer = shards_ + w;
+    s.slot = w;
     s.type = types_[static_cast<std::size_t>(w)];
     s.recv = Buffer(mine_ + stats_floats_);
     s.send = Buffer(mine_);
     if (lead()) s.cursor = start_cursors_[static_cast<std::size_t>(w)];
-    irecv(s.recv, s.rank, kTagToPs, &s.rreq);
-    irecv(s.hb, s.rank, kTagHeartbeat, &s.hbreq);
+    irecv(s.recv, s.peer, kTagToPs, &s.rreq, s.comm);
+    irecv(s.hb, s.peer, kTagHeartbeat, &s.hbreq, s.comm);
   }
   active_ = workers_;
   t0_ = window_start_ = last_ckpt_ = Clock::now();
+  if (lead() && cfg_.max_workers > 0) open_for_joins();
   write_run_status("running", 0);
   if (lead())
     for (const auto& e : plan_.entries)
@@ -920,11 +1059,14 @@ TrainResult Shard::run() {
   // Workers' messages, their heartbeats, then (shards > 0) the control channel from shard 0.
   // One receive per worker (never MPI_ANY_SOURCE: a worker killed in the middle of a message
   // can leave an any-source receive hung, DESIGN.md section 7).
-  const std::size_t nw = ws_.size();
-  std::vector<MPI_Request> rreqs(2 * nw + (lead() ? 0 : 1));
-  std::vector<int> ready(rreqs.size());
+  std::vector<MPI_Request> rreqs;
+  std::vector<int> ready;
   Backoff backoff(10, 1000);  // the time between messages from any worker
   while (active_ > 0) {
+    if (joins_ && joins_->pending.load() > 0) take_joins();
+    const std::size_t nw = ws_.size();  // grows when workers join
+    rreqs.resize(2 * nw + (lead() ? 0 : 1));
+    ready.resize(rreqs.size());
     for (std::size_t i = 0; i < nw; ++i) {
       rreqs[i] = ws_[i].rreq;
       rreqs[nw + i] = ws_[i].hbreq;
@@ -961,7 +1103,7 @@ TrainResult Shard::run() {
         auto& w = ws_[i - nw];
         w.last_heard = Clock::now();
         w.heard = true;
-        if (!w.done) irecv(w.hb, w.rank, kTagHeartbeat, &w.hbreq);
+        if (!w.done) irecv(w.hb, w.peer, kTagHeartbeat, &w.hbreq, w.comm);
       } else {
         if (control_.header().kind == MsgKind::kDrain) {
           if (!stopping_) begin_stop("shard 0 stops on a notice");
@@ -1087,13 +1229,13 @@ TrainResult Shard::finish() {
       {"event", "summary"}, {"global_step", step_}, {"train_seconds", res.train_seconds},
       {"test_accuracy", ev ? nlohmann::ordered_json(ev->accuracy) : nlohmann::ordered_json()},
       {"cost_usd", res.cost_usd}, {"revocations", lost_ + left_}, {"workers_start", workers_},
-      {"workers_end", workers_ - lost_ - left_},
+      {"workers_end", workers_ + joined_ - lost_ - left_},
       {"images_per_second", res.images_per_second},
       {"test_loss", ev ? nlohmann::ordered_json(ev->loss) : nlohmann::ordered_json()},
       {"max_staleness", max_staleness_}, {"dropped_stale_pushes", dropped_}, {"num_ps", shards_},
       {"model", setup_.spec.name}, {"worker_types", types_}, {"ps_type", cfg_.ps_type}, {"pricing", cfg_.pricing},
       {"attempts", prev_.attempts}, {"resumed_from_step", prev_.global_step}, {"lost_workers", lost_},
-      {"left_workers", left_}, {"stopped_by", stop_reason_.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(stop_reason_)},
+      {"left_workers", left_}, {"joined_workers", joined_}, {"stopped_by", stop_reason_.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(stop_reason_)},
       {"exit_code", exit_code_}};
   if (cfg_.synthetic_gradients) summary["synthetic_gradients"] = true;
   metrics_.write(summary);
@@ -1123,8 +1265,8 @@ TrainResult Shard::finish() {
 // `mpi` held, as the main thread does (MPI_THREAD_SERIALIZED).
 class WorkerAgent {
  public:
-  WorkerAgent(std::mutex& mpi, const TrainConfig& cfg, int rank, FaultPlan& plan)
-      : mpi_(mpi), cfg_(cfg), rank_(rank), plan_(plan),
+  WorkerAgent(std::mutex& mpi, MPI_Comm ps, const TrainConfig& cfg, int rank, FaultPlan& plan)
+      : mpi_(mpi), ps_(ps), cfg_(cfg), rank_(rank), plan_(plan),
         hb_(static_cast<std::size_t>(cfg.num_ps), Buffer(0)),
         hbreq_(static_cast<std::size_t>(cfg.num_ps), MPI_REQUEST_NULL) {
     for (auto& b : hb_) {
@@ -1154,7 +1296,7 @@ class WorkerAgent {
 
   // LEAVE to every shard (with `mpi` held), each send waited for briefly: a shard that does not
   // take it will notice the silence instead.
-  static void send_leave(int shards, int signo, double timeout) {
+  static void send_leave(MPI_Comm ps, int shards, int signo, double timeout) {
     for (int s = 0; s < shards; ++s) {
       auto& keep = abandoned();  // a send that does not complete keeps its buffer
       keep.emplace_back(0);
@@ -1163,7 +1305,7 @@ class WorkerAgent {
       b.header().kind = MsgKind::kLeave;
       b.header().reserved = signo;
       MPI_Request req = MPI_REQUEST_NULL;
-      isend(b, 0, s, kTagToPs, &req);
+      isend(b, 0, s, kTagToPs, &req, ps);
       if (wait_for(&req, timeout)) keep.pop_back();
     }
   }
@@ -1190,7 +1332,7 @@ class WorkerAgent {
         if (notice_at_ == Clock::time_point{}) notice_at_ = Clock::now();
         if (since(notice_at_) >= cfg_.drain_deadline && claim_leave()) {
           std::lock_guard<std::mutex> lock(mpi_);
-          send_leave(cfg_.num_ps, sig, 1.0);
+          send_leave(ps_, cfg_.num_ps, sig, 1.0);
           std::cout << std::flush;
           std::cerr << "mpi_trainer: worker rank " << rank_ << ": " << signal_name(sig)
                     << ": the step did not finish within --drain-deadline " << cfg_.drain_deadline
@@ -1208,11 +1350,12 @@ class WorkerAgent {
       int done = 1;
       if (hbreq_[s] != MPI_REQUEST_NULL) MT_MPI(MPI_Test(&hbreq_[s], &done, MPI_STATUS_IGNORE));
       if (!done) continue;  // the shard has not taken the last one: do not reuse its buffer
-      isend(hb_[s], 0, static_cast<int>(s), kTagHeartbeat, &hbreq_[s]);
+      isend(hb_[s], 0, static_cast<int>(s), kTagHeartbeat, &hbreq_[s], ps_);
     }
   }
 
   std::mutex& mpi_;
+  const MPI_Comm ps_;
   const TrainConfig& cfg_;
   const int rank_;
   FaultPlan& plan_;
@@ -1238,11 +1381,13 @@ class WorkerAgent {
   std::_Exit(kExitPsLost);
 }
 
-TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession& mpi, FaultPlan plan) {
-  const int shards = cfg.num_ps, workers = mpi.size() - shards, index = mpi.rank() - shards;
+// A worker: `ps` holds the shards at ranks 0..S-1 (MPI_COMM_WORLD, or the intercommunicator of a
+// worker that joined with `mpi_trainer join`); `rank` names it in messages (-1: a joiner).
+TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm ps, int rank, FaultPlan plan) {
+  const int shards = cfg.num_ps;
   std::mutex mpi_lock;
   // First: heartbeats must flow before anything slow happens here.
-  WorkerAgent agent(mpi_lock, cfg, mpi.rank(), plan);
+  WorkerAgent agent(mpi_lock, ps, cfg, rank, plan);
   const Model model(setup.spec);
   const Partition part(model.params(), shards);
   auto backend = make_backend(setup.device, setup.threads);
@@ -1270,10 +1415,10 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
       std::lock_guard<std::mutex> lock(mpi_lock);
       for (int s = 0; s < shards; ++s) {
         auto& r = recv[static_cast<std::size_t>(s)];
-        irecv(r, s, kTagToWorker, &reqs[static_cast<std::size_t>(2 * s)]);
+        irecv(r, s, kTagToWorker, &reqs[static_cast<std::size_t>(2 * s)], ps);
         auto& b = send[static_cast<std::size_t>(s)];
         const std::int64_t payload = kind == MsgKind::kPush ? b.header().payload : 0;
-        isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)]);
+        isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)], ps);
       }
     }
     // Poll with naps instead of MPI_Waitall's busy wait: on a shared node the spin would take
@@ -1291,7 +1436,7 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
         int silent = 0;
         for (int s = 0; s < shards; ++s)
           if (reqs[static_cast<std::size_t>(2 * s)] != MPI_REQUEST_NULL) silent = s;
-        parameter_server_lost(mpi.rank(), silent, since(t0));
+        parameter_server_lost(rank, silent, since(t0));
       }
       backoff.idle();
     }
@@ -1313,8 +1458,8 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
         b.header() = MsgHeader{};
         b.header().kind = MsgKind::kStop;
         MPI_Request req = MPI_REQUEST_NULL;
-        isend(b, 0, s, kTagToPs, &req);
-        if (!wait_for(&req, cfg.failure_timeout)) parameter_server_lost(mpi.rank(), s, cfg.failure_timeout);
+        isend(b, 0, s, kTagToPs, &req, ps);
+        if (!wait_for(&req, cfg.failure_timeout)) parameter_server_lost(rank, s, cfg.failure_timeout);
       }
       return false;
     }
@@ -1331,23 +1476,32 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
   // After a reply: a notice ends this worker here (its last step is pushed), and --revoke
   // entries for this global step fire.
   auto leave_if_noticed = [&] {
-    plan.at_step(mpi.rank(), global_step);
+    plan.at_step(rank, global_step);
     const int sig = notice_signal();
     if (!sig) return false;
     if (agent.claim_leave()) {
       std::lock_guard<std::mutex> lock(mpi_lock);
-      WorkerAgent::send_leave(shards, sig, cfg.failure_timeout);
+      WorkerAgent::send_leave(ps, shards, sig, cfg.failure_timeout);
     }
     if (!cfg.quiet)
-      std::cerr << "mpi_trainer: worker rank " << mpi.rank() << ": " << signal_name(sig)
+      std::cerr << "mpi_trainer: worker rank " << rank << ": " << signal_name(sig)
                 << ": pushed its last step and left at global step " << global_step << '\n'
                 << std::flush;
     return true;
   };
 
-  for (auto& b : send) b.header() = MsgHeader{};
+  for (auto& b : send) {
+    b.header() = MsgHeader{};
+    b.header().model_version = model.param_count();  // the shards check that this worker fits
+    b.header().batch = cfg.batch_size;
+  }
   TrainResult res;
-  if (!round_trip(MsgKind::kJoin)) return res;
+  if (!round_trip(MsgKind::kJoin)) {
+    if (!cfg.quiet && global_step == 0 && recv[0].header().payload == 0)
+      std::cerr << "mpi_trainer: worker rank " << rank << ": the parameter server did not take this worker "
+                << "(training over, no free slot, or another model or batch size)\n" << std::flush;
+    return res;
+  }
   plan.started_at(global_step);
   if (leave_if_noticed()) return res;
   // Shard 0 says where this worker's data shard continues (a resume) or starts.
@@ -1358,9 +1512,11 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MpiSession
     model.init_params(grads, batch_stats, cfg.seed);
     for (std::int64_t i = 0; i < grads.flat().numel(); ++i) grads.flat().data()[i] *= 1e-6f;
   } else {
+    // Each worker sees its own part of every epoch, in its own order: shard 0 says which part of
+    // how many (the launched workers, or the --max-workers slots).
     LoaderOptions lo = setup.loader;
-    lo.shard = index;
-    lo.num_shards = workers;  // each worker sees its own part of every epoch, in its own order
+    lo.shard = recv[0].header().correct;
+    lo.num_shards = std::max(1, recv[0].header().batch);
     loader.emplace(setup.data.train, lo, start);
   }
   for (;;) {
@@ -1420,6 +1576,13 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   if (cfg.num_ps < 1 || cfg.num_ps >= mpi.size())
     throw UsageError("--num-ps " + std::to_string(cfg.num_ps) + " leaves no worker among " +
                      std::to_string(mpi.size()) + " processes; use 1.." + std::to_string(mpi.size() - 1));
+  if (cfg.max_workers > 0) {
+    if (cfg.num_ps != 1) throw UsageError("--max-workers (elastic joins) needs --num-ps 1");
+    if (cfg.max_workers < mpi.size() - cfg.num_ps)
+      throw UsageError("--max-workers " + std::to_string(cfg.max_workers) + " is less than the " +
+                       std::to_string(mpi.size() - cfg.num_ps) + " workers launched");
+    join_port_file(cfg);
+  }
   TrainConfig c = cfg;
   const NodeRoles here = node_roles(c.num_ps, mpi);
   if (c.threads == 0) {
@@ -1437,7 +1600,62 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   worker_types(c, setup.prices, mpi.size() - c.num_ps);
   precise_naps(log);
   if (mpi.rank() < c.num_ps) return Shard(c, setup, mpi, std::move(plan), log).run();
-  return run_worker(c, setup, mpi, std::move(plan));
+  return run_worker(c, setup, MPI_COMM_WORLD, mpi.rank(), std::move(plan));
+}
+
+int join_running_job(const TrainConfig& cfg, std::ostream& log) {
+  if (cfg.num_ps != 1) throw UsageError("mpi_trainer join: the job must have --num-ps 1");
+  if (!cfg.revoke.empty()) throw UsageError("mpi_trainer join: --revoke names ranks of the training job; use --revocation-model");
+  const std::string file = join_port_file(cfg);
+  TrainConfig c = cfg;
+  if (c.threads == 0) c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // A lifetime of its own, if a model is given (drawn with its pid: joiners differ).
+  const int self = c.num_ps + static_cast<int>(getpid() % 1000000);
+  FaultPlan plan = fault_plan(c, self, self + 1);
+  install_notice_handlers();
+  const RunSetup setup = prepare_run(c);
+  precise_naps(log);
+  // The port, once the parameter server has written it.
+  std::string port;
+  for (const auto t0 = Clock::now();; nap_microseconds(100000)) {
+    std::ifstream in(file);
+    nlohmann::json j;
+    if (in && (in >> j) && j.contains("port")) {
+      port = j["port"].get<std::string>();
+      break;
+    }
+    if (since(t0) > 60)
+      throw Error(kExitPsLost, file + ": no port file from a parameter server within 60 s (is the job running with "
+                                       "--max-workers and this --ckpt-dir / --port-file?)");
+  }
+  // One connection at a time: joins through ompi-server at the same moment hung 4 of 5 times
+  // (DESIGN.md section 7). A connection that does not complete means no parameter server.
+  const std::string lock_path = file + ".lock";
+  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
+  MT_CHECK_POSIX(lock >= 0);
+  MT_CHECK_POSIX(::flock(lock, LOCK_EX) == 0);
+  std::atomic<bool> connected{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !connected; ++i) nap_microseconds(100000);
+    if (connected) return;
+    std::cerr << "mpi_trainer join: no parameter server answered at the port in " << file << " within 60 s; exit "
+              << kExitPsLost << '\n' << std::flush;
+    std::_Exit(kExitPsLost);
+  });
+  MPI_Comm ps = MPI_COMM_NULL;
+  std::vector<char> p(port.begin(), port.end());
+  p.push_back('\0');
+  const int rc = MPI_Comm_connect(p.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &ps);
+  connected = true;
+  watchdog.join();
+  ::flock(lock, LOCK_UN);
+  ::close(lock);
+  MT_MPI(rc);
+  MT_MPI(MPI_Comm_set_errhandler(ps, MPI_ERRORS_RETURN));
+  if (!c.quiet) log << "mpi_trainer join: connected to the parameter server (" << file << ")\n" << std::flush;
+  const TrainResult r = run_worker(c, setup, ps, -1, std::move(plan));
+  if (!c.quiet) log << "mpi_trainer join: done after " << r.global_step << " pushes\n" << std::flush;
+  return r.exit_code;
 }
 
 }  // namespace mt

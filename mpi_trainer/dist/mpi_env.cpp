@@ -30,14 +30,14 @@ int launcher_world_size() {
   return 1;
 }
 
-MpiSession::MpiSession(int* argc, char*** argv) {
+MpiSession::MpiSession(int* argc, char*** argv, int thread_level) {
   int provided = 0;
-  MT_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
-  if (provided < MPI_THREAD_SERIALIZED) {
+  MT_MPI(MPI_Init_thread(argc, argv, thread_level, &provided));
+  if (provided < thread_level) {
     MPI_Finalize();
-    throw Error(kExitInternal, "the MPI library gives thread level " + std::to_string(provided) +
-                                   ", the trainer needs MPI_THREAD_SERIALIZED (" +
-                                   std::to_string(MPI_THREAD_SERIALIZED) + ") for the workers' heartbeats");
+    throw Error(kExitInternal, "the MPI library gives thread level " + std::to_string(provided) + ", the trainer needs " +
+                                   std::to_string(thread_level) + " (MPI_THREAD_SERIALIZED for the workers' heartbeats, "
+                                   "MPI_THREAD_MULTIPLE for --max-workers)");
   }
   // Errors come back as return codes, checked by MT_MPI, instead of aborting the job.
   MT_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));

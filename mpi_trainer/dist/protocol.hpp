@@ -2,8 +2,10 @@
 // fixed header followed by float32 payload in one contiguous buffer, so each exchange is a
 // single MPI message.
 //
-//   worker -> shard  kJoin   (no payload)                      "send me the model"
-//   shard -> worker  kParams (the shard's parameters)          reply to kJoin and kPush
+//   worker -> shard  kJoin   (no payload; model_version = its   "send me the model"
+//                            parameter count, batch = its batch size: checked by the shard)
+//   shard -> worker  kParams (the shard's parameters)          reply to kJoin and kPush; to a
+//                            kJoin also its data cursor, correct = its data slot, batch = slots
 //   worker -> shard  kPush   (gradients [+ BN batch stats])    one global step
 //   shard -> worker  kStop   (no payload)                      training is over
 //   worker -> shard  kStop   (no payload)                      leaving: another shard said stop
