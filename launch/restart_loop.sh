@@ -18,14 +18,16 @@
 #   exit 2, 3 or 4 from COMMAND with no status (usage, config, checkpoint error) -> no rerun
 # Each attempt gets MT_RESTART_ATTEMPT=1,2,... in its environment. Once the status is final and
 # COMMAND still runs after --grace seconds (mpirun can hang when a node's daemon died), COMMAND
-# is ended. SIGTERM/SIGUSR1/SIGINT to this script are passed to COMMAND and end the loop with
-# COMMAND's status (75 after a checkpoint: Slurm --requeue then resubmits).
+# is ended. SIGTERM or SIGUSR1 to this script reaches COMMAND as SIGUSR1 (Open MPI's mpirun
+# forwards USR1 to every rank, while it SIGKILLs the ranks 1 s after forwarding a TERM; the
+# trainer treats both as a notice), SIGINT as SIGINT; the loop then ends with 75 (Slurm
+# --requeue resubmits).
 # Exit: 0 done; 75 attempts used up after a requeue/loss (rerun later to continue); else the
 # failing attempt's code.
 set -uo pipefail
 
 attempts=3 status="" delay=1 grace=30
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --attempts) attempts="${2:?}"; shift 2 ;;
@@ -73,7 +75,7 @@ EOF
 
 child=0 stop_signal=""
 forward() { stop_signal="$1"; [[ $child -gt 0 ]] && kill "-$1" "$child" 2>/dev/null; }
-trap 'forward TERM' TERM
+trap 'forward USR1' TERM
 trap 'forward USR1' USR1
 trap 'forward INT' INT
 
@@ -115,7 +117,7 @@ for ((attempt = 1; attempt <= attempts; attempt++)); do
       why="the parameter server was lost (command exit $rc, status '${state:-missing}')" ;;
   esac
   if [[ -n "$stop_signal" ]]; then
-    log "stopping on SIG$stop_signal after attempt $attempt: $why"
+    log "stopping on a notice (forwarded as SIG$stop_signal) after attempt $attempt: $why"
     exit 75
   fi
   log "attempt $attempt ended: $why"

@@ -65,3 +65,18 @@ for d in durable:
 print("ok: stops at", [s["global_step"] for s in summaries[:2]], "checkpoint durable after",
       [round(d["seconds_after_stop"], 3) for d in durable], "s; finished at", steps)
 PY
+
+# SIGTERM to the loop itself (Slurm's batch-step notice): it reaches mpirun as SIGUSR1, the PS
+# checkpoints and exits 75, and the loop stops with 75 instead of rerunning (Slurm requeues).
+rm -rf "$dir/ck" "$dir/m.jsonl"
+"$restart_loop" --attempts 4 --delay 0 -- $cmd > "$dir/loop.txt" 2>&1 &
+loop=$!
+wait_for_step 40
+kill -TERM $loop
+rc=0
+wait $loop || rc=$?
+cat "$dir/loop.txt"
+[[ $rc -eq 75 ]] || { echo "loop exit $rc, expected 75"; exit 1; }
+grep -q "stopping on a notice (forwarded as SIGUSR1) after attempt 1" "$dir/loop.txt"
+grep -q '"state":"requeue"' "$dir/ck/run-status.json"
+echo "ok: SIGTERM to the loop: checkpoint, exit 75, no rerun"

@@ -350,6 +350,15 @@ class Shard {
   void take_joins();
   double lr_divisor() const { return cfg_.lr_scaling == "active-workers" ? std::max(1, active_) : 1; }
   double startup_grace() const { return std::max(60.0, 10 * cfg_.failure_timeout); }
+  // Shards wait for each other with this deadline: a lost shard is a lost parameter server.
+  double shard_deadline() const { return std::max(60.0, cfg_.drain_deadline + 10 * cfg_.failure_timeout); }
+  Error shard_lost(int k) const {
+    return Error(kExitPsLost, "parameter-server shard " + std::to_string(k) + " did not answer within " +
+                                  std::to_string(static_cast<int>(shard_deadline())) + " s: the parameter server is lost");
+  }
+  void wait_shard(MPI_Request* req, int k) const {
+    if (!wait_for(req, shard_deadline())) throw shard_lost(k);
+  }
   void after_step(double lr);
   void log_progress(double lr);
   // Shard 0: checkpoints, evaluation.
@@ -695,7 +704,7 @@ void Shard::begin_stop(const std::string& why) {
   if (writer_) request_snapshot(kForCheckpoint);
   for (int k = 1; k < shards_; ++k) {
     const auto i = static_cast<std::size_t>(k - 1);
-    MT_MPI(MPI_Wait(&request_sreqs_[i], MPI_STATUS_IGNORE));  // a 64-byte message sent long ago
+    wait_shard(&request_sreqs_[i], k);  // a 64-byte message sent long ago
     request_bufs_[i].header() = MsgHeader{};
     request_bufs_[i].header().kind = MsgKind::kDrain;
     isend(request_bufs_[i], 0, k, kTagControl, &request_sreqs_[i]);
@@ -887,7 +896,7 @@ void Shard::request_snapshot(unsigned purposes) {
   snap_progress_ = progress_now();
   for (int k = 1; k < shards_; ++k) {
     const auto i = static_cast<std::size_t>(k - 1);
-    MT_MPI(MPI_Wait(&request_sreqs_[i], MPI_STATUS_IGNORE));  // a 64-byte message sent long ago
+    wait_shard(&request_sreqs_[i], k);  // a 64-byte message sent long ago
     request_bufs_[i].header() = MsgHeader{};
     request_bufs_[i].header().kind = MsgKind::kSnapshotRequest;
     request_bufs_[i].header().model_version = gather_id_;
@@ -985,7 +994,7 @@ void Shard::send_state(Buffer& buf, int tag, MsgKind kind, std::int64_t id, MPI_
 
 // Shards > 0: shard 0 asked for this shard's part (it took the previous answer before asking).
 void Shard::answer_request(const MsgHeader& request) {
-  MT_MPI(MPI_Wait(&snapshot_req_, MPI_STATUS_IGNORE));
+  wait_shard(&snapshot_req_, 0);
   send_state(snapshot_, kTagSnapshot, MsgKind::kSnapshot, request.model_version, &snapshot_req_);
 }
 
@@ -1140,25 +1149,19 @@ TrainResult Shard::finish() {
   res.train_seconds = prev_.train_seconds + run_seconds;
   res.images_per_second = double(total_images_) / std::max(run_seconds, 1e-9);
   res.exit_code = exit_code_;
-  // Shards wait for each other here, with a deadline: a lost shard is a lost parameter server.
-  const double shard_deadline = std::max(60.0, cfg_.drain_deadline + 10 * cfg_.failure_timeout);
-  const auto shard_lost = [&](int k) {
-    return Error(kExitPsLost, "parameter-server shard " + std::to_string(k) + " did not answer within " +
-                                  std::to_string(static_cast<int>(shard_deadline)) + " s: the parameter server is lost");
-  };
   if (!lead()) {
     // Final state to shard 0, then answer its requests until it says stop.
     Buffer final_state(2 * mine_);
     MPI_Request final_req = MPI_REQUEST_NULL;
     send_state(final_state, kTagFinal, MsgKind::kSnapshot, 0, &final_req);
-    if (!wait_for(&final_req, shard_deadline)) throw shard_lost(0);
+    wait_shard(&final_req, 0);
     for (;;) {
-      if (!wait_for(&control_req_, shard_deadline)) throw shard_lost(0);
+      wait_shard(&control_req_, 0);
       if (control_.header().kind == MsgKind::kStop) break;
       if (control_.header().kind != MsgKind::kDrain) answer_request(control_.header());
       irecv(control_, 0, kTagControl, &control_req_);
     }
-    if (!wait_for(&snapshot_req_, shard_deadline)) throw shard_lost(0);
+    wait_shard(&snapshot_req_, 0);
     return res;
   }
 
@@ -1169,20 +1172,20 @@ TrainResult Shard::finish() {
     Buffer b(2 * part_.floats(k));
     MPI_Request req = MPI_REQUEST_NULL;
     irecv(b, k, kTagFinal, &req);
-    if (!wait_for(&req, shard_deadline)) throw shard_lost(k);
+    wait_shard(&req, k);
     const auto n = static_cast<std::size_t>(part_.floats(k));
     part_.unpack(k, std::span<const float>(b.payload(), n), full_);
     part_.unpack(k, std::span<const float>(b.payload() + n, n), velocity_full_);
   }
   for (int k = 1; k < shards_; ++k) {
     const auto i = static_cast<std::size_t>(k - 1);
-    MT_MPI(MPI_Wait(&request_sreqs_[i], MPI_STATUS_IGNORE));
+    wait_shard(&request_sreqs_[i], k);
     request_bufs_[i].header() = MsgHeader{};
     request_bufs_[i].header().kind = MsgKind::kStop;
     MT_MPI(MPI_Send(request_bufs_[i].data.data(), request_bufs_[i].count(), MPI_FLOAT, k, kTagControl, MPI_COMM_WORLD));
   }
   if (gathering_) {  // superseded by the final state
-    MT_MPI(MPI_Waitall(static_cast<int>(gather_reqs_.size()), gather_reqs_.data(), MPI_STATUSES_IGNORE));
+    for (std::size_t i = 0; i < gather_reqs_.size(); ++i) wait_shard(&gather_reqs_[i], static_cast<int>(i) + 1);
     gathering_ = false;
   }
   res.cost_usd = cost_so_far(run_seconds);
