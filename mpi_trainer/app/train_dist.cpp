@@ -139,6 +139,13 @@ std::string join_port_file(const TrainConfig& cfg) {
   throw UsageError("elastic joins need --port-file or --ckpt-dir (the port file is <ckpt-dir>/ps-port)");
 }
 
+// How messages name a worker: its world rank, or (rank -1) a worker that joined with
+// `mpi_trainer join`, which has no rank in the training job.
+std::string worker_label(int rank) {
+  return rank >= 0 ? "worker rank " + std::to_string(rank)
+                   : "joined worker (pid " + std::to_string(static_cast<long>(getpid())) + ")";
+}
+
 // What --revoke and --revocation-model ask of this rank.
 struct FaultPlan {
   std::vector<RevokeEntry> entries;  // this rank's, each fired once
@@ -148,7 +155,8 @@ struct FaultPlan {
   // The process signals itself: SIGKILL ends it here, a notice sets the notice flag.
   static void fire(int rank, int signo, const std::string& why) {
     std::cout << std::flush;
-    std::cerr << "mpi_trainer: rank " << rank << ": revoked (" << why << "): " << signal_name(signo)
+    std::cerr << "mpi_trainer: " << (rank >= 0 ? "rank " + std::to_string(rank) : worker_label(rank)) << ": revoked ("
+              << why << "): " << signal_name(signo)
               << " to itself at unix " << std::fixed << std::setprecision(3) << unix_now() << '\n'
               << std::flush;
     if (std::raise(signo) != 0) std::_Exit(kExitInternal);
@@ -241,10 +249,10 @@ struct JoinQueue {
 };
 
 void accept_joins(std::shared_ptr<JoinQueue> q) {
+  std::vector<char> port(q->port.begin(), q->port.end());
+  port.push_back('\0');
   for (;;) {
     MPI_Comm inter = MPI_COMM_NULL;
-    std::vector<char> port(q->port.begin(), q->port.end());
-    port.push_back('\0');
     const int rc = MPI_Comm_accept(port.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
     std::lock_guard<std::mutex> lock(q->mutex);
     if (rc != MPI_SUCCESS) {
@@ -286,7 +294,6 @@ struct WorkerState {
   MPI_Comm comm = MPI_COMM_WORLD;     // joined workers: the intercommunicator of their connection
   int peer = 0;                       // its rank in `comm`
   int slot = 0;                       // data shard (0..slots-1)
-  bool elastic = false;               // joined with `mpi_trainer join`
   std::string type;
   Buffer recv, send, hb{0};
   MPI_Request rreq = MPI_REQUEST_NULL, sreq = MPI_REQUEST_NULL, hbreq = MPI_REQUEST_NULL;
@@ -776,7 +783,6 @@ void Shard::take_joins() {
     s.peer = 0;
     s.rank = shards_ + workers_ + joined_;
     s.slot = static_cast<int>(free_slot - used.begin());
-    s.elastic = true;
     s.type = cfg_.instance_type;
     s.recv = Buffer(mine_ + stats_floats_);
     s.send = Buffer(mine_);
@@ -1344,7 +1350,7 @@ class WorkerAgent {
           std::lock_guard<std::mutex> lock(mpi_);
           send_leave(ps_, cfg_.num_ps, sig, 1.0);
           std::cout << std::flush;
-          std::cerr << "mpi_trainer: worker rank " << rank_ << ": " << signal_name(sig)
+          std::cerr << "mpi_trainer: " << worker_label(rank_) << ": " << signal_name(sig)
                     << ": the step did not finish within --drain-deadline " << cfg_.drain_deadline
                     << " s: abandoned it and left\n"
                     << std::flush;
@@ -1384,7 +1390,7 @@ class WorkerAgent {
 // live shard may still serve others).
 [[noreturn]] void parameter_server_lost(int rank, int shard, double waited) {
   std::cout << std::flush;
-  std::cerr << "mpi_trainer: worker rank " << rank << ": parameter-server shard " << shard << " did not answer within "
+  std::cerr << "mpi_trainer: " << worker_label(rank) << ": parameter-server shard " << shard << " did not answer within "
             << std::setprecision(3) << waited << " s (--failure-timeout): the parameter server is lost; exit "
             << kExitPsLost << '\n'
             << std::flush;
@@ -1494,7 +1500,7 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm p
       WorkerAgent::send_leave(ps, shards, sig, cfg.failure_timeout);
     }
     if (!cfg.quiet)
-      std::cerr << "mpi_trainer: worker rank " << rank << ": " << signal_name(sig)
+      std::cerr << "mpi_trainer: " << worker_label(rank) << ": " << signal_name(sig)
                 << ": pushed its last step and left at global step " << global_step << '\n'
                 << std::flush;
     return true;
@@ -1507,8 +1513,8 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm p
   }
   TrainResult res;
   if (!round_trip(MsgKind::kJoin)) {
-    if (!cfg.quiet && global_step == 0 && recv[0].header().payload == 0)
-      std::cerr << "mpi_trainer: worker rank " << rank << ": the parameter server did not take this worker "
+    if (!cfg.quiet)
+      std::cerr << "mpi_trainer: " << worker_label(rank) << ": the parameter server did not take this worker "
                 << "(training over, no free slot, or another model or batch size)\n" << std::flush;
     return res;
   }
