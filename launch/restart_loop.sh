@@ -16,7 +16,8 @@
 #   state requeue (75)    -> rerun (a notice, or every worker revoked)
 #   state running/missing -> the parameter server was lost (killed): rerun
 #   exit 2, 3 or 4 from COMMAND with no status (usage, config, checkpoint error) -> no rerun
-# Each attempt gets MT_RESTART_ATTEMPT=1,2,... in its environment. Once the status is final and
+# Each attempt gets MT_RESTART_ATTEMPT=1,2,... in its environment (counting on across Slurm
+# requeues: SLURM_RESTART_COUNT * N + attempt). Once the status is final and
 # COMMAND still runs after --grace seconds (mpirun can hang when a node's daemon died), COMMAND
 # is ended. SIGTERM or SIGUSR1 to this script reaches COMMAND as SIGUSR1 (Open MPI's mpirun
 # forwards USR1 to every rank, while it SIGKILLs the ranks 1 s after forwarding a TERM; the
@@ -27,7 +28,7 @@
 set -uo pipefail
 
 attempts=3 status="" delay=1 grace=30
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --attempts) attempts="${2:?}"; shift 2 ;;
@@ -83,7 +84,7 @@ last_step=""
 for ((attempt = 1; attempt <= attempts; attempt++)); do
   [[ -f "$status" ]] && mv -f "$status" "$status.prev"
   log "attempt $attempt/$attempts: $*"
-  MT_RESTART_ATTEMPT=$attempt "$@" &
+  MT_RESTART_ATTEMPT=$((${SLURM_RESTART_COUNT:-0} * attempts + attempt)) "$@" &
   child=$!
   final_since=""
   while kill -0 "$child" 2>/dev/null; do

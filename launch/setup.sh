@@ -14,6 +14,8 @@ PACKAGES=(
   catch2                           # tests (v2)
   dataset-fashion-mnist            # default real data
   python3-h5py python3-numpy       # checkpoint tests and tools
+  slurm-wlm munge                  # the local Slurm cluster of the slurm tests (slurm/local-cluster)
+  python3-yaml                     # the cloud-hpc config tests
 )
 # The PyTorch side-by-side benchmark needs python3-torch; ask for it with --with-bench.
 if [[ "${1:-}" == "--with-bench" ]]; then PACKAGES+=(python3-torch); fi

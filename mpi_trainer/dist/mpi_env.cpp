@@ -1,5 +1,6 @@
 #include "dist/mpi_env.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -21,11 +22,18 @@ void check_mpi(int rc, const char* call, const char* file, int line) {
 }
 
 int launcher_world_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
-    if (const char* v = std::getenv(var); v && *v) {
-      const int n = std::atoi(v);
-      if (n > 0) return n;
-    }
+  const auto positive = [](const char* var) {
+    const char* v = std::getenv(var);
+    return v && *v ? std::max(0, std::atoi(v)) : 0;
+  };
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const int n = positive(var); n > 0) return n;
+  // srun --mpi=pmix announces the step's size only in Slurm's own variables.
+  if (const int n = positive("SLURM_STEP_NUM_TASKS"); n > 1) {
+    if (std::getenv("PMIX_RANK") || std::getenv("PMI_RANK")) return n;
+    throw UsageError("started by srun as one of " + std::to_string(n) +
+                     " tasks without an MPI plugin: the tasks would train alone, side by side; launch with "
+                     "`srun --mpi=pmix` (Open MPI) or `--mpi=pmi2` (MPICH)");
   }
   return 1;
 }

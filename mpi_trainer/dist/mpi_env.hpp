@@ -12,7 +12,8 @@ namespace mt {
 void check_mpi(int rc, const char* call, const char* file, int line);
 #define MT_MPI(call) ::mt::check_mpi((call), #call, __FILE__, __LINE__)
 
-// Size of the job as the launcher announced it in the environment (1 when not launched by one).
+// Size of the job as the launcher announced it in the environment (1 when not launched by one):
+// mpirun, PMI/PMIx launchers, or srun --mpi=pmix|pmi2 (UsageError for srun tasks with no MPI plugin).
 int launcher_world_size();
 
 class MpiSession {

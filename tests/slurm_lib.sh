@@ -1,0 +1,64 @@
+# Shared set-up of the Slurm tests (sourced): a real local Slurm cluster (slurm/local-cluster) in a
+# temporary directory, generated data, and helpers to submit and watch jobs.
+# Usage from a test: source slurm_lib.sh TRAINER
+trainer=$1
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+for b in slurmctld slurmd munged sbatch; do
+  command -v "$b" >/dev/null || { echo "FAIL: $b not installed (launch/setup.sh installs Slurm)"; exit 1; }
+done
+dir=$(mktemp -d)
+cluster="$dir/cluster"
+cleanup() {
+  "$repo/slurm/local-cluster/stop.sh" --dir "$cluster" >/dev/null 2>&1
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+# A port range of its own, so a cluster someone runs by hand on the default ports is left alone.
+MT_SLURM_PORT_BASE=${MT_SLURM_PORT_BASE:-$((20000 + RANDOM % 20000))} \
+  "$repo/slurm/local-cluster/start.sh" --dir "$cluster" --nodes 4 --grace 20
+export SLURM_CONF="$cluster/slurm.conf"
+# Jobs inherit this environment (sbatch --export=ALL): loopback only, root allowed for mpirun.
+export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
+if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+"$trainer" gen-data "$dir/data" --train 2048 --test 512 --seed 3 >/dev/null
+# train.sbatch settings for a small, fast run on the generated data.
+export MT_TRAINER="$trainer" MT_DATA="$dir/data" MT_MODEL=resnet8 MT_BATCH_SIZE=32 \
+  MT_TRAIN_ARGS="--lr-schedule constant --lr 0.05 --augment off --threads 1 --log-every-steps 50"
+
+fail() { echo "FAIL: $*"; for f in "$dir"/*.out; do [[ -f $f ]] && { echo "== $f"; cat "$f"; }; done; exit 1; }
+
+# job_field JOB NAME: one field of `scontrol show job` (JobState, Restarts, NodeList, ExitCode...).
+job_field() { scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
+
+# wait_job JOB STATE TIMEOUT: until the job is in STATE (COMPLETED, RUNNING, ...); fails on a
+# final state that is not STATE.
+wait_job() {
+  local job=$1 want=$2 t=$3 i s
+  for ((i = 0; i < t * 5; i++)); do
+    s=$(job_field "$job" JobState)
+    [[ $s == "$want" ]] && return 0
+    case $s in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) fail "job $job is $s, expected $want" ;; esac
+    sleep 0.2
+  done
+  fail "job $job still ${s:-unknown} after $t s, expected $want"
+}
+
+# metrics_max_step FILE: the highest global step in the progress events so far (0 if none).
+metrics_max_step() {
+  /usr/bin/python3 - "$1" <<'PY' 2>/dev/null || echo 0
+import json, sys
+steps = [json.loads(l).get("global_step", 0) for l in open(sys.argv[1]) if '"progress"' in l]
+print(max(steps, default=0))
+PY
+}
+
+# wait_step FILE N TIMEOUT: until the metrics in FILE show global step >= N.
+wait_step() {
+  local i
+  for ((i = 0; i < $3 * 5; i++)); do
+    [[ -f $1 ]] && (($(metrics_max_step "$1") >= $2)) && return 0
+    sleep 0.2
+  done
+  fail "no global step $2 in $1 after $3 s"
+}
