@@ -3,33 +3,58 @@
 # reclaimed by a job in the hidden high-priority partition (a provider revoking a spot VM). The
 # job must get SIGUSR1, checkpoint, be requeued, resume at the global step it stopped at, and
 # finish. Prints the figures: preemption signal -> training again, steps lost.
-# Usage: test_slurm_preempt.sh TRAINER
+# With HOW=down the node is set DOWN instead (a VM revoked with no notice): for
+# hetjob.sbatch, whose heterogeneous job Slurm ends as a whole on a node failure even with
+# --no-kill, the job must be requeued and resume from its newest periodic checkpoint, losing at
+# most one checkpoint interval of steps.
+# Usage: test_slurm_preempt.sh TRAINER [SBATCH (default train.sbatch)] [HOW: reclaim|down]
 set -uo pipefail
 source "$(dirname "$0")/slurm_lib.sh" "$1"
+template=${2:-train.sbatch} how=${3:-reclaim}
 steps=1200 every=100
 job=$(MT_TRAIN_STEPS=$steps MT_CKPT_EVERY_STEPS=$every MT_CKPT_DIR="$dir/ck" \
-      sbatch --parsable --chdir "$dir" --output "$dir/job.out" "$repo/slurm/train.sbatch") || fail "sbatch"
+      sbatch --parsable --chdir "$dir" --output "$dir/job.out" "$repo/slurm/$template") || fail "sbatch"
 wait_job "$job" RUNNING 30
 wait_step "$dir/ck/metrics.jsonl" 150 120
-nodes=$(scontrol show hostnames "$(job_field "$job" NodeList)")
+# Every component's nodes; the last one is a spot (worker) node in both templates.
+nodes=$(scontrol show job "$job" | tr ' ' '\n' | sed -n 's/^NodeList=//p' | xargs -n 1 scontrol show hostnames)
 victim=$(tail -n 1 <<<"$nodes")
-echo "job $job on $(echo $nodes), reclaiming $victim"
-reclaim=$(sbatch --parsable -p reclaim -w "$victim" --exclusive --output "$dir/reclaim.out" --wrap "sleep 5") || fail "sbatch reclaim"
+if [[ $how == reclaim ]]; then
+  echo "job $job on $(echo $nodes), reclaiming $victim"
+  reclaim=$(sbatch --parsable -p reclaim -w "$victim" --exclusive --output "$dir/reclaim.out" --wrap "sleep 5") || fail "sbatch reclaim"
+else
+  echo "job $job on $(echo $nodes), setting $victim DOWN at $(date -u +%FT%T.%NZ)"
+  date -u +%s.%N > "$dir/down-at"
+  scontrol update NodeName="$victim" State=DOWN Reason=spot-revoked || fail "scontrol update"
+fi
 wait_job "$job" COMPLETED 240
+[[ $how == down ]] && scontrol update NodeName="$victim" State=RESUME 2>/dev/null
 [[ $(job_field "$job" Restarts) == 1 ]] || fail "job $job restarted $(job_field "$job" Restarts) times, expected 1"
-grep -q "train.sbatch: SIGUSR1 at" "$dir/job.out" || fail "the batch script never got SIGUSR1"
+[[ $how == down ]] || grep -q "sbatch: SIGUSR1 at" "$dir/job.out" || fail "the batch script never got SIGUSR1"
 grep -q "start 2 on" "$dir/job.out" || fail "the job did not start a second time"
-[[ $(job_field "$reclaim" JobState) == COMPLETED ]] || wait_job "$reclaim" COMPLETED 60
-/usr/bin/python3 - "$dir" "$steps" "$every" <<'PY' || fail "checks of the metrics"
+[[ $how == down ]] || [[ $(job_field "$reclaim" JobState) == COMPLETED ]] || wait_job "$reclaim" COMPLETED 60
+/usr/bin/python3 - "$dir" "$steps" "$every" "$how" <<'PY' || fail "checks of the metrics"
 import datetime, json, re, sys
-d, steps, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d, steps, every, how = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 ev = [json.loads(l) for l in open(f"{d}/ck/metrics.jsonl")]
 kinds = [e["event"] for e in ev]
+resume = next(e for e in ev if e["event"] == "resume")
+before = [e["global_step"] for e in ev[:kinds.index("resume")] if "global_step" in e]
+if how == "down":
+    # No notice: the newest periodic checkpoint is what survives.
+    lost = max(before) - resume["global_step"]
+    assert 0 <= lost <= every, f"lost {lost} steps (checkpoint interval {every})"
+    first = next(e for e in ev[kinds.index("resume"):] if e["event"] == "first_step")
+    t_down = float(open(f"{d}/down-at").read())
+    print(f"figure: node DOWN -> training again {first['unix_time'] - t_down:.1f} s, steps lost {lost} "
+          f"(newest step seen {max(before)}, resumed at {resume['global_step']})")
+    summary = [e for e in ev if e["event"] == "summary"][-1]
+    assert summary["global_step"] == steps and summary["exit_code"] == 0, summary
+    sys.exit(0)
 stop = next(e for e in ev if e["event"] == "stop")
 assert stop["reason"] == "SIGUSR1", stop
 durable = next(e for e in ev if e["event"] == "stop_checkpoint_durable")
 assert durable["global_step"] == stop["global_step"], (durable, stop)
-resume = next(e for e in ev if e["event"] == "resume")
 lost = stop["global_step"] - resume["global_step"]
 assert 0 <= lost <= every, f"lost {lost} steps (checkpoint interval {every})"
 after = ev[kinds.index("resume"):]
@@ -41,10 +66,10 @@ assert summary["test_accuracy"] > 0.5, summary
 status = json.load(open(f"{d}/ck/run-status.json"))
 assert status["state"] == "done" and status["global_step"] == steps, status
 first = next(e for e in after if e["event"] == "first_step")
-m = re.search(r"train.sbatch: SIGUSR1 at (\S+)", open(f"{d}/job.out").read())
+m = re.search(r"\S+\.sbatch: SIGUSR1 at (\S+)", open(f"{d}/job.out").read())
 t_sig = datetime.datetime.strptime(m.group(1)[:26], "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc).timestamp()
 print(f"figure: preemption signal -> training again {first['unix_time'] - t_sig:.1f} s "
       f"(checkpoint durable {durable['seconds_after_stop']:.3f} s after the notice), steps lost {lost}, "
       f"stopped at {stop['global_step']}, finished {steps}")
 PY
-echo "PASS: preempted at a reclaim of $victim, requeued, resumed and finished"
+echo "PASS: $template: $how of $victim, requeued, resumed and finished"

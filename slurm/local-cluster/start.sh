@@ -93,7 +93,8 @@ MpiDefault=none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_interval=2
+# Heterogeneous jobs are started by the backfill scheduler only: run it every second.
+SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=1
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 ReturnToService=2
