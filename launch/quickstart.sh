@@ -6,8 +6,9 @@
 # each time), billing the workers as transient K80s. Worker rank 3 is revoked at global step 120
 # (it SIGKILLs itself, as a preempted server dies): the parameter server notices within
 # --failure-timeout, drops it, rescales the learning rate and finishes with the two others; the
-# summary counts the revocation. The job runs under launch/restart_loop.sh, as production jobs
-# do, so a lost parameter server would be restarted from the newest checkpoint.
+# summary counts the revocation. The job runs through launch/mpirun.sh (the ad-hoc cluster
+# launcher: mpirun --enable-recovery under launch/restart_loop.sh), as production jobs do, so a
+# lost parameter server would be restarted from the newest checkpoint.
 # Extra arguments go to `mpi_trainer train`; MT_TRAIN_STEPS and MT_QUICKSTART_NP resize it,
 # MT_QUICKSTART_REVOKE replaces the revocation (empty: none).
 set -euo pipefail
@@ -16,15 +17,12 @@ launch/setup.sh
 launch/build.sh release
 mkdir -p runs
 rm -rf runs/quickstart-ck runs/quickstart.jsonl
-if [[ $(id -u) -eq 0 ]]; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
-export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
+root=()
+[[ $(id -u) -eq 0 ]] && root=(--allow-root)
 np=${MT_QUICKSTART_NP:-4}
 revoke=${MT_QUICKSTART_REVOKE-rank=$((np - 1))@step=120}
-launch/restart_loop.sh --attempts 3 -- \
-  mpirun --enable-recovery -np "$np" --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT \
-  build/release/mpi_trainer train --train-steps "${MT_TRAIN_STEPS:-200}" --log-every-steps 25 \
+launch/mpirun.sh --np "$np" --loopback --oversubscribe "${root[@]}" -- \
+  --train-steps "${MT_TRAIN_STEPS:-200}" --log-every-steps 25 \
   --ckpt-dir runs/quickstart-ck --ckpt-every-steps 100 --instance-type k80 --pricing transient \
   --metrics runs/quickstart.jsonl ${revoke:+--revoke "$revoke"} "$@"
 echo "checkpoints:"

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs mpi_trainer with Open MPI's mpirun on an ad-hoc cluster (machines you can ssh into, no
+# scheduler): rank 0 is the parameter server, the other ranks are workers, under
+# launch/restart_loop.sh so that a lost parameter server is restarted from the newest checkpoint.
+#
+#   launch/mpirun.sh [options] -- TRAIN_FLAGS...
+#
+#   --hostfile FILE   Open MPI hostfile ("node1 slots=1", "gpu1 slots=4", ...); the first
+#                     host gets rank 0, the parameter server. Default: this machine only.
+#   --np N            processes (1 PS + N-1 workers with --num-ps 1). Default: the hostfile's
+#                     slots, or 4 without a hostfile.
+#   --attempts N      restarts from the newest checkpoint before giving up (default 3)
+#   --iface IF        the network interface MPI uses (e.g. eth0, ib0); --loopback is lo only
+#   --oversubscribe   allow more processes than cores (off unless asked)
+#   --allow-root      let mpirun run as root (off unless asked; containers often need it)
+#   --trainer PATH    the mpi_trainer binary, the same path on every host
+#                     (default: build/release/mpi_trainer of this checkout)
+#   --dry-run         print the command and exit
+#   TRAIN_FLAGS       `mpi_trainer train` flags; --ckpt-dir is required (shared storage on a
+#                     cluster: a restarted parameter server may land on another host)
+#
+# mpirun runs with --enable-recovery (a dead worker does not end the job) and
+# odls_base_sigkill_timeout 30 (a SIGTERM reaches the ranks 30 s before SIGKILL). SIGTERM or
+# SIGUSR1 to this script checkpoints and stops with exit 75; rerun the same command to resume.
+# Exit: 0 done, 75 stopped (resume by rerunning), 2 usage, else the trainer's code.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+hostfile="" np="" attempts=3 iface="" oversub=0 root=0 dry=0 trainer="$here/../build/release/mpi_trainer"
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "mpirun.sh: $*" >&2; exit 2; }
+while (($#)); do
+  case $1 in
+    --hostfile) hostfile=${2:?}; shift 2 ;;
+    --np) np=${2:?}; shift 2 ;;
+    --attempts) attempts=${2:?}; shift 2 ;;
+    --iface) iface=${2:?}; shift 2 ;;
+    --loopback) iface=lo; shift ;;
+    --oversubscribe) oversub=1; shift ;;
+    --allow-root) root=1; shift ;;
+    --trainer) trainer=${2:?}; shift 2 ;;
+    --dry-run) dry=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    *) die "unknown option '$1' (training flags go after --; see --help)" ;;
+  esac
+done
+(($#)) || die "no training flags after -- (at least --ckpt-dir DIR; see --help)"
+[[ " $* " == *" --ckpt-dir "* || " $* " == *" --ckpt-dir="* ]] || die "the training flags need --ckpt-dir: there is nothing to restart from without it"
+if [[ -n $hostfile ]]; then
+  [[ -r $hostfile ]] || die "cannot read the hostfile '$hostfile'"
+  slots=$(awk '!/^[[:space:]]*(#|$)/ { n = 1; for (i = 2; i <= NF; i++) if ($i ~ /^slots=/) n = substr($i, 7); s += n } END { print s + 0 }' "$hostfile")
+  ((slots > 0)) || die "no hosts in '$hostfile'"
+  np=${np:-$slots}
+fi
+np=${np:-4}
+[[ $np =~ ^[0-9]+$ ]] && ((np >= 2)) || die "--np must be at least 2 (a parameter server and a worker)"
+[[ -x $trainer ]] || die "no mpi_trainer at '$trainer' (build it: launch/build.sh release, or pass --trainer)"
+if ((root == 0 && dry == 0)) && [[ $(id -u) -eq 0 && -z ${OMPI_ALLOW_RUN_AS_ROOT:-} ]]; then
+  die "running as root: Open MPI refuses that unless asked; pass --allow-root"
+fi
+
+cmd=(mpirun --enable-recovery --mca odls_base_sigkill_timeout 30 -np "$np")
+[[ -n $hostfile ]] && cmd+=(--hostfile "$hostfile")
+[[ -n $iface ]] && cmd+=(--mca oob_tcp_if_include "$iface" --mca btl_tcp_if_include "$iface")
+((oversub)) && cmd+=(--oversubscribe)
+((root)) && cmd+=(--allow-run-as-root)
+cmd+=(-x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "$trainer" train "$@")
+if ((dry)); then printf '%q ' "$here/restart_loop.sh" --attempts "$attempts" -- "${cmd[@]}"; echo; exit 0; fi
+# exec: a signal to this script reaches the restart loop itself.
+exec "$here/restart_loop.sh" --attempts "$attempts" -- "${cmd[@]}"
