@@ -1,67 +1,125 @@
 #!/bin/bash
-# The body of the sbatch templates (train.sbatch, hetjob.sbatch), which `exec` it so that Slurm's
-# signal to the batch shell (--signal=B:USR1@...) reaches this script. Runs the training under
-# launch/restart_loop.sh, passes the signal on as SIGUSR1, and requeues the job when the
-# parameter server stopped with a durable checkpoint (exit 75) or was lost. The MT_* variables
-# are described in train.sbatch.
+# The body of the sbatch templates (train.sbatch, hetjob.sbatch, ps.sbatch, worker.sbatch), which
+# `exec` it so that Slurm's signal to the batch shell (--signal=B:USR1@...) reaches this script.
+# MT_ROLE says what the job runs:
+#   all     the parameter server and the workers in one MPI job (train.sbatch, hetjob.sbatch)
+#   ps      the parameter server alone, with --max-workers slots, and an ompi-server for joins
+#   worker  one worker that joins a running parameter server (`mpi_trainer join`)
+# The training runs in the background; a signal is passed on as SIGUSR1; afterwards the job
+# requeues itself unless training is done. The MT_* variables are described in train.sbatch.
 set -uo pipefail
 me=${MT_JOB_NAME:-job.sh}
-
+role=${MT_ROLE:-all}
 here=$(cd "$(dirname "$0")" && pwd)
 loop=${MT_RESTART_LOOP:-$here/../launch/restart_loop.sh}
-[[ -x $loop ]] || { echo "$me: $loop not found: set MT_RESTART_LOOP to launch/restart_loop.sh" >&2; exit 2; }
 trainer=${MT_TRAINER:-mpi_trainer}
-ckpt=${MT_CKPT_DIR:-$SLURM_SUBMIT_DIR/runs/$SLURM_JOB_ID}
 launcher=${MT_LAUNCHER:-srun}
+say() { echo "$me: $*"; }
+die() { echo "$me: $*" >&2; exit 2; }
+[[ -x $loop ]] || die "$loop not found: set MT_RESTART_LOOP to launch/restart_loop.sh"
+case $role in
+  all|ps) ckpt=${MT_CKPT_DIR:-$SLURM_SUBMIT_DIR/runs/$SLURM_JOB_ID} ;;
+  # Workers use the parameter server's directory: its port file and status live there.
+  worker) ckpt=${MT_CKPT_DIR:-${MT_PS_JOB:+$SLURM_SUBMIT_DIR/runs/$MT_PS_JOB}}
+          [[ -n $ckpt ]] || die "a worker job needs MT_CKPT_DIR (the parameter server's) or MT_PS_JOB (its job id)" ;;
+  *) die "MT_ROLE must be all, ps or worker, not '$role'" ;;
+esac
 mkdir -p "$ckpt"
+status=$ckpt/run-status.json
+# This job for scontrol: an array task by its own name (the array's id would requeue every task).
+self=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-}}
+self=${self:-$SLURM_JOB_ID}
 nodes=$SLURM_JOB_NODELIST
 for ((g = 1; g < ${SLURM_HET_SIZE:-0}; g++)); do v=SLURM_JOB_NODELIST_HET_GROUP_$g; nodes+=" + ${!v}"; done
-echo "$me: job $SLURM_JOB_ID start $((${SLURM_RESTART_COUNT:-0} + 1)) on $nodes" \
+say "job $self ($role) start $((${SLURM_RESTART_COUNT:-0} + 1)) on $nodes" \
   "($SLURM_NTASKS tasks) at $(date -u +%FT%T.%NZ), checkpoints in $ckpt"
-
-# A heterogeneous job (slurm/hetjob.sbatch) is one MPI job over all its components.
-het=()
-if [[ -n ${SLURM_HET_SIZE:-} ]]; then
-  het=(--het-group="0-$((SLURM_HET_SIZE - 1))")
-  [[ $launcher == srun ]] || { echo "$me: a heterogeneous job needs MT_LAUNCHER=srun" >&2; exit 2; }
-fi
-case $launcher in
-  srun) launch=(srun "${het[@]}" --mpi=pmix --no-kill --kill-on-bad-exit=0 --export=ALL) ;;
-  # Open MPI's mpirun reads the allocation itself; TERM reaches the ranks 30 s before SIGKILL.
-  mpirun) launch=(mpirun --enable-recovery --mca odls_base_sigkill_timeout 30 -x MT_RESTART_ATTEMPT -x OMP_WAIT_POLICY) ;;
-  *) echo "$me: MT_LAUNCHER must be srun or mpirun, not '$launcher'" >&2; exit 2 ;;
-esac
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
-# The batch shell gets Slurm's signal (--signal=B:...): pass it on to the restart loop, which
-# forwards it to the launcher as SIGUSR1. The loop runs in the background so the trap runs at once.
-child=0
-notice() { echo "$me: SIG$1 at $(date -u +%FT%T.%NZ): checkpoint and requeue"; ((child)) && kill -USR1 "$child" 2>/dev/null; }
+# The model, data and batch flags every role shares (a joining worker must match the PS's).
+# shellcheck disable=SC2206  # MT_TRAIN_ARGS is a list of flags
+common=(--model "${MT_MODEL:-resnet32}" --train-steps "${MT_TRAIN_STEPS:-64000}" --batch-size "${MT_BATCH_SIZE:-128}"
+        ${MT_DATA:+--data "$MT_DATA"} --ckpt-dir "$ckpt" ${MT_TRAIN_ARGS:-})
+ps_flags=(--resume auto --ckpt-every-steps "${MT_CKPT_EVERY_STEPS:-500}"
+          --ckpt-every-seconds "${MT_CKPT_EVERY_SECONDS:-300}" --metrics "$ckpt/metrics.jsonl")
+mpirun=(mpirun --enable-recovery --mca odls_base_sigkill_timeout 30 -x OMP_WAIT_POLICY)
+# ps and worker run one process on this node: Open MPI's Slurm support is turned off, so no
+# daemon is started through srun (on the one-host test cluster, whose node names are not host
+# names, it would try to reach this node as a remote one and fail).
+alone=(--mca ras ^slurm --mca plm ^slurm -np 1)
+
+# The parameter server's state in its status file: running, done, requeue ("" when none yet).
+ps_state() { grep -o '"state": *"[a-z]*"' "$status" 2>/dev/null | grep -o '[a-z]*"$' | tr -d '"'; }
+server=0
+uri=$ckpt/ompi-server.uri
+case $role in
+  all)
+    # A heterogeneous job (slurm/hetjob.sbatch) is one MPI job over all its components.
+    het=()
+    if [[ -n ${SLURM_HET_SIZE:-} ]]; then
+      het=(--het-group="0-$((SLURM_HET_SIZE - 1))")
+      [[ $launcher == srun ]] || die "a heterogeneous job needs MT_LAUNCHER=srun"
+    fi
+    case $launcher in
+      srun) launch=(srun "${het[@]}" --mpi=pmix --no-kill --kill-on-bad-exit=0 --export=ALL) ;;
+      # Open MPI's mpirun reads the allocation itself; TERM reaches the ranks 30 s before SIGKILL.
+      mpirun) launch=("${mpirun[@]}" -x MT_RESTART_ATTEMPT) ;;
+      *) die "MT_LAUNCHER must be srun or mpirun, not '$launcher'" ;;
+    esac
+    cmd=("$loop" --attempts "${MT_ATTEMPTS:-2}" --status "$status" -- "${launch[@]}" "$trainer" train "${common[@]}" "${ps_flags[@]}") ;;
+  ps)
+    # Joins go through an ompi-server that every worker job reaches (its URI on shared storage).
+    rm -f "$uri" "$ckpt/ps-port"
+    ompi-server --no-daemonize -r "$uri" &
+    server=$!
+    for ((i = 0; i < 100; i++)); do [[ -s $uri ]] && break; sleep 0.1; done
+    [[ -s $uri ]] || die "ompi-server wrote no URI to $uri"
+    cmd=("$loop" --attempts "${MT_ATTEMPTS:-2}" --status "$status" -- "${mpirun[@]}" -x MT_RESTART_ATTEMPT "${alone[@]}"
+         --ompi-server "file:$uri" "$trainer" train "${common[@]}" "${ps_flags[@]}" --max-workers "${MT_MAX_WORKERS:-4}") ;;
+  worker)
+    [[ $(ps_state) == done ]] && { say "the parameter server's training is done: nothing to join"; exit 0; }
+    for ((i = 0; i < ${MT_JOIN_WAIT:-600}; i++)); do [[ -s $uri ]] && break; sleep 1; done
+    [[ -s $uri ]] || { say "no parameter server's ompi-server URI in $uri: requeueing"; scontrol requeue "$self"; exit 75; }
+    cmd=("${mpirun[@]}" "${alone[@]}" --ompi-server "file:$uri" "$trainer" join "${common[@]}") ;;
+esac
+
+child=0 noticed=0
+notice() {
+  noticed=1
+  say "SIG$1 at $(date -u +%FT%T.%NZ): checkpoint/leave and requeue"
+  ((child)) && kill -USR1 "$child" 2>/dev/null
+}
 trap 'notice USR1' USR1
 trap 'notice TERM' TERM
-# shellcheck disable=SC2086  # MT_TRAIN_ARGS is a list of flags
-"$loop" --attempts "${MT_ATTEMPTS:-2}" --status "$ckpt/run-status.json" -- \
-  "${launch[@]}" "$trainer" train \
-  --model "${MT_MODEL:-resnet32}" --train-steps "${MT_TRAIN_STEPS:-64000}" --batch-size "${MT_BATCH_SIZE:-128}" \
-  ${MT_DATA:+--data "$MT_DATA"} --ckpt-dir "$ckpt" --resume auto \
-  --ckpt-every-steps "${MT_CKPT_EVERY_STEPS:-500}" --ckpt-every-seconds "${MT_CKPT_EVERY_SECONDS:-300}" \
-  --metrics "$ckpt/metrics.jsonl" ${MT_TRAIN_ARGS:-} &
+"${cmd[@]}" &
 child=$!
 wait "$child"; rc=$?
 while ((rc > 128)) && kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done  # a trap interrupted wait
-echo "$me: job $SLURM_JOB_ID training ended with $rc at $(date -u +%FT%T.%NZ)"
-state=$(grep -o '"state": *"[a-z]*"' "$ckpt/run-status.json" 2>/dev/null | grep -o '[a-z]*"$' | tr -d '"')
-if ((rc == 75)) && [[ $state == requeue || $state == running ]]; then
-  # Stopped on a notice with a durable checkpoint (requeue), or the parameter server was lost
-  # after it started (running): run again later from the newest checkpoint. Under a preemption
-  # Slurm requeues the job itself and refuses this request, which is fine.
+if ((server)); then
+  rm -f "$uri"  # no late worker connects to a server that is gone
+  kill "$server" 2>/dev/null
+fi
+say "job $self training ended with $rc at $(date -u +%FT%T.%NZ)"
+
+# The parameter server's state decides: done, or run again later (requeue). A worker that was
+# told to stop without a notice of its own waits for the parameter server's final state.
+state=$(ps_state)
+if [[ $role == worker ]] && ((rc == 0 && ! noticed)); then
+  for ((i = 0; i < 120; i++)); do [[ $state == running ]] || break; sleep 0.5; state=$(ps_state); done
+fi
+if [[ $state == done ]]; then
+  exit 0
+elif [[ $role == worker || ($rc == 75 && ($state == requeue || $state == running)) ]]; then
+  # A notice with a durable checkpoint (requeue), a parameter server lost after it started
+  # (running), or a worker that left or lost its parameter server while training goes on.
+  # Under a preemption Slurm requeues the job itself and refuses this request, which is fine.
   if ((${SLURM_RESTART_COUNT:-0} >= ${MT_MAX_REQUEUES:-20})); then
-    echo "$me: not requeueing: already restarted ${SLURM_RESTART_COUNT} times (MT_MAX_REQUEUES)"
+    say "not requeueing: already restarted ${SLURM_RESTART_COUNT:-0} times (MT_MAX_REQUEUES)"
   else
-    scontrol requeue "$SLURM_JOB_ID" 2>&1 | sed "s/^/$me: scontrol requeue: /"
+    scontrol requeue "$self" 2>&1 | sed "s/^/$me: scontrol requeue: /"
   fi
+  exit 75
 elif ((rc == 75)); then
-  echo "$me: the training never started (no status in $ckpt): not requeueing; see the errors above"
-  rc=1
+  say "the training never started (no status in $ckpt): not requeueing; see the errors above"
+  exit 1
 fi
 exit "$rc"

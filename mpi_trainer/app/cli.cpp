@@ -208,7 +208,8 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
       "MT_TIME_SCALE");
   env(cmd.add_option("--max-workers", c.max_workers,
                      "Elastic joins (the paper's sparse mapping): worker slots; workers started later "
-                     "with `mpi_trainer join` take free ones (0: only the launched workers; needs "
+                     "with `mpi_trainer join` take free ones (0: only the launched workers; with slots the "
+                     "parameter server may also start alone, mpirun -np 1, and wait for joins; needs "
                      "--num-ps 1 and mpirun --ompi-server, docs/fault-model.md)")
           ->capture_default_str()
           ->check(CLI::Range(0, 100000)),
@@ -318,7 +319,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
 
   try {
     if (*train_cmd) {
-      if (launcher_world_size() > 1) {
+      if (launcher_world_size() > 1 || cfg.max_workers > 0) {  // --max-workers: a PS may start alone
         // Elastic joins accept on a thread while the loop serves workers: MPI_THREAD_MULTIPLE.
         MpiSession mpi(&argc, &argv, cfg.max_workers > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
         try {

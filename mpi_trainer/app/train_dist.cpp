@@ -668,8 +668,12 @@ void Shard::drop(WorkerState& s, Departure how, const std::string& detail, int s
          << "; " << active_ << " worker(s) remain"
          << (cfg_.lr_scaling == "active-workers" && active_ > 0 ? ", learning rate / " + std::to_string(active_) : std::string())
          << '\n' << std::flush;
-  if (active_ == 0 && step_ < cfg_.train_steps && !stopping_)
-    begin_stop("every worker was revoked");
+  if (active_ == 0 && step_ < cfg_.train_steps && !stopping_) {
+    if (cfg_.max_workers > 0)
+      log_ << "mpi_trainer: no worker left at global step " << step_ << ": waiting for workers to join\n" << std::flush;
+    else
+      begin_stop("every worker was revoked");
+  }
 }
 
 void Shard::detect_failures() {
@@ -1082,7 +1086,8 @@ TrainResult Shard::run() {
   // 8 workers (bench/ps_throughput.sh), and detection works at a scale of seconds.
   constexpr auto kSlowPoll = std::chrono::milliseconds(10);
   auto next_slow_poll = Clock::now();
-  while (active_ > 0) {
+  // With --max-workers the parameter server also waits, with no worker at all, for joins.
+  while (active_ > 0 || (cfg_.max_workers > 0 && !stopping_ && step_ < cfg_.train_steps)) {
     if (joins_ && joins_->pending.load() > 0) take_joins();
     const std::size_t nw = ws_.size();  // grows when workers join
     const bool slow_poll = Clock::now() >= next_slow_poll;
@@ -1257,7 +1262,7 @@ TrainResult Shard::finish() {
   metrics_.write(summary);
   if (!cfg_.quiet) {
     log_ << "done: " << step_ << " global steps in " << std::fixed << std::setprecision(1) << res.train_seconds
-         << " s by " << workers_ << " worker(s) and " << shards_ << " PS shard(s), " << res.images_per_second
+         << " s by " << workers_ + joined_ << " worker(s) and " << shards_ << " PS shard(s), " << res.images_per_second
          << " img/s";
     if (ev) log_ << ", test accuracy " << std::setprecision(2) << 100.0 * ev->accuracy << "%";
     log_ << ", cost $" << std::setprecision(4) << res.cost_usd << " (" << cfg_.pricing << ")";
@@ -1589,9 +1594,11 @@ NodeRoles node_roles(int num_ps, MpiSession& mpi) {
 }  // namespace
 
 TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostream& log) {
-  if (cfg.num_ps < 1 || cfg.num_ps >= mpi.size())
+  // With --max-workers the parameter server may start alone: every worker joins.
+  if (cfg.num_ps < 1 || cfg.num_ps > mpi.size() || (cfg.num_ps == mpi.size() && cfg.max_workers == 0))
     throw UsageError("--num-ps " + std::to_string(cfg.num_ps) + " leaves no worker among " +
-                     std::to_string(mpi.size()) + " processes; use 1.." + std::to_string(mpi.size() - 1));
+                     std::to_string(mpi.size()) + " processes; use 1.." + std::to_string(std::max(1, mpi.size() - 1)) +
+                     (mpi.size() == 1 ? " with --max-workers (workers join with `mpi_trainer join`)" : ""));
   if (cfg.max_workers > 0) {
     if (cfg.num_ps != 1) throw UsageError("--max-workers (elastic joins) needs --num-ps 1");
     if (cfg.max_workers < mpi.size() - cfg.num_ps)
