@@ -17,8 +17,16 @@ PACKAGES=(
   slurm-wlm munge                  # the local Slurm cluster of the slurm tests (slurm/local-cluster)
   python3-yaml                     # the cloud-hpc config tests
 )
-# The PyTorch side-by-side benchmark needs python3-torch; ask for it with --with-bench.
-if [[ "${1:-}" == "--with-bench" ]]; then PACKAGES+=(python3-torch); fi
+# --with-bench: python3-torch for the PyTorch side-by-side benchmark. --no-slurm: leave out
+# slurm-wlm and munge, e.g. on a cloud cluster's nodes, which run a Slurm of their own.
+for arg in "$@"; do
+  case $arg in
+    --with-bench) PACKAGES+=(python3-torch) ;;
+    --no-slurm) kept=(); for p in "${PACKAGES[@]}"; do [[ $p == slurm-wlm || $p == munge ]] || kept+=("$p"); done
+                PACKAGES=("${kept[@]}") ;;
+    *) echo "setup: unknown option '$arg' (--with-bench, --no-slurm)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${PACKAGES[@]}"; do
