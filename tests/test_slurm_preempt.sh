@@ -7,7 +7,9 @@
 # hetjob.sbatch, whose heterogeneous job Slurm ends as a whole on a node failure even with
 # --no-kill, the job must be requeued and resume from its newest periodic checkpoint, losing at
 # most one checkpoint interval of steps.
-# Usage: test_slurm_preempt.sh TRAINER [SBATCH (default train.sbatch)] [HOW: reclaim|down]
+# With HOW=kill-ps the parameter server process is SIGKILLed (no notice, no checkpoint): the
+# restart loop starts it again inside the same allocation, from the newest periodic checkpoint.
+# Usage: test_slurm_preempt.sh TRAINER [SBATCH (default train.sbatch)] [HOW: reclaim|down|kill-ps]
 set -uo pipefail
 source "$(dirname "$0")/slurm_lib.sh" "$1"
 template=${2:-train.sbatch} how=${3:-reclaim}
@@ -22,6 +24,11 @@ victim=$(tail -n 1 <<<"$nodes")
 if [[ $how == reclaim ]]; then
   echo "job $job on $(echo $nodes), reclaiming $victim"
   reclaim=$(sbatch --parsable -p reclaim -w "$victim" --exclusive --output "$dir/reclaim.out" --wrap "sleep 5") || fail "sbatch reclaim"
+elif [[ $how == kill-ps ]]; then
+  pid=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$dir/ck/run-status.json")
+  echo "job $job on $(echo $nodes), SIGKILL to the parameter server (pid $pid)"
+  date -u +%s.%N > "$dir/down-at"
+  kill -KILL "$pid" || fail "kill the parameter server"
 else
   echo "job $job on $(echo $nodes), setting $victim DOWN at $(date -u +%FT%T.%NZ)"
   date -u +%s.%N > "$dir/down-at"
@@ -29,10 +36,17 @@ else
 fi
 wait_job "$job" COMPLETED 240
 [[ $how == down ]] && scontrol update NodeName="$victim" State=RESUME 2>/dev/null
-[[ $(job_field "$job" Restarts) == 1 ]] || fail "job $job restarted $(job_field "$job" Restarts) times, expected 1"
-[[ $how == down ]] || grep -q "sbatch: SIGUSR1 at" "$dir/job.out" || fail "the batch script never got SIGUSR1"
-grep -q "start 2 on" "$dir/job.out" || fail "the job did not start a second time"
-[[ $how == down ]] || [[ $(job_field "$reclaim" JobState) == COMPLETED ]] || wait_job "$reclaim" COMPLETED 60
+requeues=1; [[ $how == kill-ps ]] && requeues=0
+[[ $(job_field "$job" Restarts) == "$requeues" ]] || fail "job $job restarted $(job_field "$job" Restarts) times, expected $requeues"
+if [[ $how == reclaim ]]; then
+  grep -q "sbatch: SIGUSR1 at" "$dir/job.out" || fail "the batch script never got SIGUSR1"
+  [[ $(job_field "$reclaim" JobState) == COMPLETED ]] || wait_job "$reclaim" COMPLETED 60
+fi
+if [[ $how == kill-ps ]]; then
+  grep -q "attempt 2/" "$dir/job.out" || fail "the restart loop did not start the training again"
+else
+  grep -q "start 2 on" "$dir/job.out" || fail "the job did not start a second time"
+fi
 /usr/bin/python3 - "$dir" "$steps" "$every" "$how" <<'PY' || fail "checks of the metrics"
 import datetime, json, re, sys
 d, steps, every, how = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -40,13 +54,14 @@ ev = [json.loads(l) for l in open(f"{d}/ck/metrics.jsonl")]
 kinds = [e["event"] for e in ev]
 resume = next(e for e in ev if e["event"] == "resume")
 before = [e["global_step"] for e in ev[:kinds.index("resume")] if "global_step" in e]
-if how == "down":
-    # No notice: the newest periodic checkpoint is what survives.
+if how in ("down", "kill-ps"):
+    # No notice to the killed process: the newest periodic checkpoint is what survives.
     lost = max(before) - resume["global_step"]
     assert 0 <= lost <= every, f"lost {lost} steps (checkpoint interval {every})"
     first = next(e for e in ev[kinds.index("resume"):] if e["event"] == "first_step")
     t_down = float(open(f"{d}/down-at").read())
-    print(f"figure: node DOWN -> training again {first['unix_time'] - t_down:.1f} s, steps lost {lost} "
+    what = "node DOWN" if how == "down" else "parameter server SIGKILLed"
+    print(f"figure: {what} -> training again {first['unix_time'] - t_down:.1f} s, steps lost {lost} "
           f"(newest step seen {max(before)}, resumed at {resume['global_step']})")
     summary = [e for e in ev if e["event"] == "summary"][-1]
     assert summary["global_step"] == steps and summary["exit_code"] == 0, summary
