@@ -65,7 +65,7 @@ case $role in
       mpirun) launch=("${mpirun[@]}" -x MT_RESTART_ATTEMPT) ;;
       *) die "MT_LAUNCHER must be srun or mpirun, not '$launcher'" ;;
     esac
-    cmd=("$loop" --attempts "${MT_ATTEMPTS:-2}" --status "$status" -- "${launch[@]}" "$trainer" train "${common[@]}" "${ps_flags[@]}") ;;
+    cmd=("$loop" --attempts "${MT_ATTEMPTS:-3}" --status "$status" -- "${launch[@]}" "$trainer" train "${common[@]}" "${ps_flags[@]}") ;;
   ps)
     # Joins go through an ompi-server that every worker job reaches (its URI on shared storage).
     rm -f "$uri" "$ckpt/ps-port"
@@ -73,7 +73,7 @@ case $role in
     server=$!
     for ((i = 0; i < 100; i++)); do [[ -s $uri ]] && break; sleep 0.1; done
     [[ -s $uri ]] || die "ompi-server wrote no URI to $uri"
-    cmd=("$loop" --attempts "${MT_ATTEMPTS:-2}" --status "$status" -- "${mpirun[@]}" -x MT_RESTART_ATTEMPT "${alone[@]}"
+    cmd=("$loop" --attempts "${MT_ATTEMPTS:-3}" --status "$status" -- "${mpirun[@]}" -x MT_RESTART_ATTEMPT "${alone[@]}"
          --ompi-server "file:$uri" "$trainer" train "${common[@]}" "${ps_flags[@]}" --max-workers "${MT_MAX_WORKERS:-4}") ;;
   worker)
     [[ $(ps_state) == done ]] && { say "the parameter server's training is done: nothing to join"; exit 0; }
@@ -103,6 +103,9 @@ say "job $self training ended with $rc at $(date -u +%FT%T.%NZ)"
 # The parameter server's state decides: done, or run again later (requeue). A worker that was
 # told to stop without a notice of its own waits for the parameter server's final state.
 state=$(ps_state)
+# An attempt that failed before its parameter server wrote a status leaves the previous
+# attempt's status in .prev (launch/restart_loop.sh): the training did start.
+[[ -z $state && -f $status.prev ]] && state=$(status=$status.prev; ps_state)
 if [[ $role == worker ]] && ((rc == 0 && ! noticed)); then
   for ((i = 0; i < 120; i++)); do [[ $state == running ]] || break; sleep 0.5; state=$(ps_state); done
 fi
@@ -119,7 +122,7 @@ elif [[ $role == worker || ($rc == 75 && ($state == requeue || $state == running
   fi
   exit 75
 elif ((rc == 75)); then
-  say "the training never started (no status in $ckpt): not requeueing; see the errors above"
+  say "the training never started (no status in $ckpt from any attempt): not requeueing; see the errors above"
   exit 1
 fi
 exit "$rc"
