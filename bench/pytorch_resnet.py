@@ -145,11 +145,17 @@ def emit(obj, stream=sys.stdout):
 
 def speed(args):
     model, nparams = build_model(args.model)
+    dev = torch.device(args.device)
+    model.to(dev)
     model.train()
     opt = make_optimizer(model, args)
     gen = torch.Generator().manual_seed(args.seed)
-    x = torch.randn(args.batch_size, 3, 32, 32, generator=gen)
-    y = torch.randint(0, 10, (args.batch_size,), generator=gen)
+    x = torch.randn(args.batch_size, 3, 32, 32, generator=gen).to(dev)
+    y = torch.randint(0, 10, (args.batch_size,), generator=gen).to(dev)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
 
     def step():
         t0 = time.perf_counter()
@@ -157,6 +163,7 @@ def speed(args):
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
+        sync()
         return time.perf_counter() - t0
 
     for _ in range(args.warmup):
@@ -273,6 +280,8 @@ def main():
     ap.add_argument("--serve", action="store_true",
                     help="speed mode: read 'STEP k' / 'QUIT' from stdin (warm-up once at start)")
     ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: cuDNN autotuning on; TF32 only when MT_CUDA_TF32=1, as for mpi_trainer")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None,
                     help="speed: measured steps (default 20); fmnist: default one epoch (468)")
@@ -286,6 +295,11 @@ def main():
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
+    if args.device == "cuda":
+        tf32 = os.environ.get("MT_CUDA_TF32", "0") not in ("", "0")
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.manual_seed(args.seed)
     if args.mode == "speed":
         if args.steps is None:

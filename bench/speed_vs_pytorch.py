@@ -6,7 +6,10 @@ this driver alternates rounds, asking each in turn (order flipped every round) f
 timed training steps of the same model and batch size. It prints every step's images/s, the
 medians and their ratio.
 
-  /usr/bin/python3 bench/speed_vs_pytorch.py [--model resnet32] [--threads 2] [--rounds 6]
+  /usr/bin/python3 bench/speed_vs_pytorch.py [--model resnet32] [--threads 2] [--rounds 6] [--device cuda]
+
+On a GPU both sides keep everything on the device and time each step to the end of its GPU work;
+TF32 is off on both unless MT_CUDA_TF32=1.
 """
 
 import argparse
@@ -38,6 +41,8 @@ def main():
     ap.add_argument("--model", default="resnet32")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--python", default="/usr/bin/python3", help="the interpreter that has PyTorch")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--per-round", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=3)
@@ -47,9 +52,9 @@ def main():
     # The two never compute at the same time, so OpenMP's default spin-then-sleep policy is fair.
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     common = ["--model", a.model, "--batch-size", str(a.batch_size), "--threads", str(a.threads),
-              "--warmup", str(a.warmup), "--serve"]
+              "--warmup", str(a.warmup), "--serve", "--device", a.device]
     ours = start([a.step_bench] + common, env)
-    torch = start(["/usr/bin/python3", os.path.join(HERE, "pytorch_resnet.py"), "--mode", "speed"] + common, env)
+    torch = start([a.python, os.path.join(HERE, "pytorch_resnet.py"), "--mode", "speed"] + common, env)
     results = {"mpi_trainer": [], "pytorch": []}
     procs = {"mpi_trainer": ours, "pytorch": torch}
     # Both warm up concurrently at start; an empty request returns only once each is done.
@@ -67,6 +72,7 @@ def main():
         p.wait(timeout=60)
     med = {k: statistics.median(v) for k, v in results.items()}
     print(json.dumps({"event": "summary", "model": a.model, "batch_size": a.batch_size, "threads": a.threads,
+                      "device": a.device,
                       "steps_each": len(results["pytorch"]),
                       "mpi_trainer_median_images_per_second": round(med["mpi_trainer"], 1),
                       "pytorch_median_images_per_second": round(med["pytorch"], 1),

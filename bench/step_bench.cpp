@@ -1,7 +1,10 @@
 // Times full training steps (forward, loss, backward, SGD) of a model on random data.
 //
-//   step_bench --model resnet32 --batch-size 128 --threads 2 --steps 20 --warmup 3
-//       one JSON line per step, then a summary line with the median
+//   step_bench --model resnet32 --batch-size 128 --threads 2 --steps 20 --warmup 3 [--device cuda]
+//       one JSON line per step, then a summary line with the median. On CUDA the step is the
+//       single-process trainer's: parameters, gradients and momentum stay on the GPU, the images
+//       are uploaded and the batch statistics downloaded every step, and the step is timed to
+//       the end of its GPU work.
 //   step_bench ... --serve
 //       side-by-side mode for bench/speed_vs_pytorch.py: after the warm-up, reads lines
 //       "STEP k" from stdin, runs k timed steps, answers {"images_per_second_each": [...]};
@@ -28,7 +31,9 @@ int main(int argc, char** argv) {
   std::string model_name = "resnet32";
   int batch = 128, threads = 2, steps = 20, warmup = 3;
   bool serve = false;
+  std::string device = "cpu";
   app.add_option("--model", model_name);
+  app.add_option("--device", device)->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--batch-size", batch);
   app.add_option("--threads", threads);
   app.add_option("--steps", steps);
@@ -36,13 +41,23 @@ int main(int argc, char** argv) {
   app.add_flag("--serve", serve);
   CLI11_PARSE(app, argc, argv);
 
-  auto backend = make_cpu_backend(threads);
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = device == "cuda" ? make_cuda_backend(0) : make_cpu_backend(threads);
+  } catch (const std::exception& e) {
+    std::cerr << "step_bench: " << e.what() << '\n';
+    return 3;
+  }
   Model model(parse_model(model_name));
-  FlatTensors params(model.params()), stats(model.stats()), grads(model.params()),
-      batch_stats(model.stats());
-  model.init_params(params, stats, 1);
+  FlatTensors host_params(model.params()), stats(model.stats()), batch_stats(model.stats());
+  model.init_params(host_params, stats, 1);
+  const auto flat = [&](const ParamLayout& l) {
+    return FlatTensors(l, backend->make_tensor(Dims{l.total()}, Layout::kPlain));
+  };
+  FlatTensors params = flat(model.params()), grads = flat(model.params());
+  backend->upload(host_params.span(), params.flat());
   const bool t2t = model.spec().kind == BlockKind::kPreActivation;
-  Sgd sgd(model.params(), SgdConfig{0.9f, 1e-4f, t2t});
+  Sgd sgd(model.params(), SgdConfig{0.9f, 1e-4f, t2t}, *backend);
   Network net(model, *backend, batch);
   Rng rng(2);
   Tensor images(Dims{batch, 3, 32, 32});
@@ -55,6 +70,7 @@ int main(int argc, char** argv) {
     net.train_step(images, labels, params, grads, batch_stats);
     model.update_running_stats(stats, batch_stats, net.bn_counts());
     sgd.step(*backend, params, grads, 0.1f);
+    backend->synchronize();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   for (int i = 0; i < warmup; ++i) step();
@@ -82,6 +98,7 @@ int main(int argc, char** argv) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   std::cout << nlohmann::json{{"event", "summary"}, {"model", model_name}, {"batch", batch},
+                              {"backend", backend->name()},
                               {"threads", threads}, {"median_images_per_second", ips[ips.size() / 2]},
                               {"peak_rss_mib", double(ru.ru_maxrss) / 1024.0}}
                    .dump()

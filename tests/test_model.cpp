@@ -13,9 +13,11 @@
 #include "nn/resnet.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
+#include "test_trajectory.hpp"
 #include "test_util.hpp"
 
 using namespace mt;
+using mt::test::trajectory;
 
 TEST_CASE("parameter counts are exact", "[unit][model]") {
   CHECK(Model(parse_model("resnet32")).param_count() == 464154);
@@ -81,28 +83,6 @@ TEST_CASE("learning-rate schedules follow the recipes", "[unit][model]") {
 }
 
 namespace {
-
-// Runs `steps` SGD steps of `name` on fixed random data; returns the loss of each step.
-std::vector<double> trajectory(Backend& be, const std::string& name, int batch, int steps,
-                               std::uint64_t seed) {
-  Model model(parse_model(name));
-  FlatTensors params(model.params()), stats(model.stats()), grads(model.params()),
-      batch_stats(model.stats());
-  model.init_params(params, stats, seed);
-  Sgd sgd(model.params(), SgdConfig{0.9f, 1e-4f, false});
-  Network net(model, be, batch);
-  Rng rng(seed + 1);
-  Tensor images = test::random_tensor({batch, 3, 32, 32}, rng);
-  std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
-  for (auto& l : labels) l = static_cast<std::int32_t>(rng.below(10));
-  std::vector<double> losses;
-  for (int s = 0; s < steps; ++s) {
-    losses.push_back(net.train_step(images, labels, params, grads, batch_stats).loss);
-    model.update_running_stats(stats, batch_stats, net.bn_counts());
-    sgd.step(be, params, grads, 0.05f);
-  }
-  return losses;
-}
 
 std::vector<double> read_golden(const std::string& file) {
   std::ifstream in(std::string(MT_SOURCE_DIR) + "/tests/golden/" + file);

@@ -65,7 +65,9 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40)),
       "MT_MAX_STALENESS");
   env(cmd.add_option("--device", c.device,
-                     "cpu, cuda or auto (auto: a GPU when a CUDA backend and GPU are present)")
+                     "cpu, cuda or auto (auto: a GPU when this build has the CUDA backend and the "
+                     "runtime sees one). Each process takes GPU <node-local rank> mod <GPUs visible>, "
+                     "so several workers may share one; cuda without a usable GPU exits 3")
           ->capture_default_str()
           ->check(CLI::IsMember({"cpu", "cuda", "auto"})),
       "MT_DEVICE");

@@ -1,5 +1,7 @@
 #include "app/device.hpp"
 
+#include <cstdlib>
+
 #include "backend/cuda/cuda_device.hpp"
 #include "core/error.hpp"
 
@@ -7,24 +9,42 @@ namespace mt {
 
 ResolvedDevice resolve_device(const std::string& requested) {
   if (requested == "cpu") return {"cpu", "requested"};
+  if (requested != "cuda" && requested != "auto")
+    throw UsageError("--device must be cpu, cuda or auto, not '" + requested + "'");
   std::string why;
   const int gpus = cuda_device_count(&why);
   if (requested == "cuda") {
     if (gpus == 0) throw DataError("--device cuda: no usable GPU: " + why);
-    throw DataError("--device cuda: " + std::to_string(gpus) +
-                    " GPU(s) present, but this build's CUDA training backend is not available "
-                    "yet; use --device cpu");
+    return {"cuda", "requested; " + std::to_string(gpus) + " GPU(s) visible"};
   }
-  if (requested == "auto") {
-    if (gpus > 0) return {"cpu", "GPU present but no CUDA training backend in this build: using the CPU"};
-    return {"cpu", "no GPU (" + why + ")"};
-  }
-  throw UsageError("--device must be cpu, cuda or auto, not '" + requested + "'");
+  if (gpus > 0) return {"cuda", std::to_string(gpus) + " GPU(s) visible"};
+  return {"cpu", "no GPU (" + why + ")"};
+}
+
+int local_rank() {
+  // Open MPI's mpirun and direct launch, MPICH/Intel MPI, Slurm's srun, in that order.
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var); v && *v) {
+      char* end = nullptr;
+      const long r = std::strtol(v, &end, 10);
+      if (end && *end == '\0' && r >= 0) return static_cast<int>(r);
+    }
+  return 0;
+}
+
+int gpu_for_local_rank() {
+  const int gpus = cuda_device_count();
+  return gpus > 0 ? local_rank() % gpus : 0;
 }
 
 std::unique_ptr<Backend> make_backend(const ResolvedDevice& device, int threads) {
-  MT_ASSERT(device.name == "cpu", "only the CPU backend is built");
+  if (device.name == "cuda") return make_cuda_backend(gpu_for_local_rank());
+  MT_ASSERT(device.name == "cpu", "unknown device " + device.name);
   return make_cpu_backend(threads);
+}
+
+std::unique_ptr<Backend> make_host_backend(const ResolvedDevice& device, int threads) {
+  return make_cpu_backend(device.name == "cpu" ? threads : 1);
 }
 
 }  // namespace mt

@@ -137,6 +137,28 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   Sgd sgd(model.params(), SgdConfig{static_cast<float>(cfg.momentum),
                                     static_cast<float>(cfg.weight_decay), nesterov});
   Network net(model, *backend, cfg.batch_size);
+  // A device backend keeps parameters, gradients and momentum in its memory for the whole run
+  // and updates them there; the host copies (checkpoints, evaluation) are refreshed by to_host().
+  const bool on_device = backend->device_resident();
+  FlatTensors dparams, dgrads;
+  std::optional<Sgd> dsgd;
+  if (on_device) {
+    dparams = FlatTensors(model.params(), backend->make_tensor(Dims{model.params().total()}, Layout::kPlain));
+    dgrads = FlatTensors(model.params(), backend->make_tensor(Dims{model.params().total()}, Layout::kPlain));
+    dsgd.emplace(model.params(), sgd.config(), *backend);
+  }
+  auto to_device = [&] {
+    if (!on_device) return;
+    backend->upload(params.span(), dparams.flat());
+    backend->upload(sgd.velocity().span(), dsgd->velocity().flat());
+    backend->synchronize();
+  };
+  auto to_host = [&] {
+    if (!on_device) return;
+    backend->download(dparams.flat(), params.span());
+    backend->download(dsgd->velocity().flat(), sgd.velocity().span());
+    backend->synchronize();
+  };
 
   const nlohmann::ordered_json config_event{
       {"event", "config"},        {"model", spec.name},
@@ -144,7 +166,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       {"data", data_dir},         {"data_format", data.format},
       {"train_images", data.train.count}, {"test_images", data.test.count},
       {"train_steps", cfg.train_steps},   {"batch_size", cfg.batch_size},
-      {"device", device.name},    {"threads", threads},
+      {"device", device.name},    {"backend", backend->name()}, {"threads", threads},
       {"backend_layout", layout_name(backend->activation_layout())},
       {"lr_schedule", schedule.describe()}, {"momentum", cfg.momentum},
       {"nesterov", nesterov},     {"weight_decay", cfg.weight_decay},
@@ -158,7 +180,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     log << "mpi_trainer: " << spec.name << " (" << model.param_count() << " parameters) on "
         << data.format << " " << data_dir << " (" << data.train.count << " train / "
         << data.test.count << " test)\n"
-        << "mpi_trainer: device " << device.name << " (" << device.note << "), " << threads
+        << "mpi_trainer: device " << device.name << " (" << device.note << "), "
+        << (backend->device_resident() ? backend->name() + ", " : std::string()) << threads
         << " threads, batch " << cfg.batch_size << ", " << cfg.train_steps << " steps, lr "
         << schedule.describe() << (nesterov ? ", Nesterov" : "") << ", setup "
         << std::fixed << std::setprecision(2) << seconds_since(t_setup) << " s\n";
@@ -178,6 +201,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     metrics.write(nlohmann::ordered_json{{"event", "resume"}, {"file", resumed_from},
                                          {"global_step", prev.global_step}, {"attempt", prev.attempts}});
   }
+  to_device();
   const LoaderCursor start = start_cursors(prev, 1)[0];
   prev.worker_cursors.clear();  // this run has one data shard: its cursor is epoch/position
   BatchLoader loader(data.train, lo, start);
@@ -192,6 +216,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   // Snapshot in memory (the only stall), written on the writer's thread.
   auto checkpoint = [&](std::int64_t step, double lr, double run_seconds) {
     const auto t0 = Clock::now();
+    to_host();
     TrainProgress p = prev;
     p.global_step = step;
     const LoaderCursor cur = loader.cursor();
@@ -224,13 +249,17 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     const auto t0 = Clock::now();
     const Batch& batch = loader.next();
     const float lr = static_cast<float>(schedule.lr_at(step));
-    const StepStats st = net.train_step(batch.images, batch.labels, params, grads, batch_stats);
+    const StepStats st = net.train_step(batch.images, batch.labels, on_device ? dparams : params,
+                                        on_device ? dgrads : grads, batch_stats);
     if (!std::isfinite(st.loss))
       throw Error(kExitInternal, "training diverged: loss " + std::to_string(st.loss) +
                                      " at step " + std::to_string(step + 1) +
                                      " (lower --lr or check the data)");
     model.update_running_stats(stats, batch_stats, net.bn_counts());
-    sgd.step(*backend, params, grads, lr);
+    if (on_device)
+      dsgd->step(*backend, dparams, dgrads, lr);
+    else
+      sgd.step(*backend, params, grads, lr);
     const double dt = seconds_since(t0);
     train_seconds += dt;
     window_seconds += dt;
@@ -266,7 +295,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       report_written();
     }
     if (cfg.eval_every_steps > 0 && (step + 1) % cfg.eval_every_steps == 0 && !last) {
-      const auto ev = evaluate_test_set(net, data.test, lo, params, stats);
+      const auto ev = evaluate_test_set(net, data.test, lo, on_device ? dparams : params, stats);
       if (!cfg.quiet)
         log << "eval step " << step + 1 << "  test_acc " << std::setprecision(4) << ev.accuracy
             << "  test_loss " << ev.loss << '\n';
@@ -281,6 +310,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     writer->flush();
     report_written();
   }
+  to_host();
   const auto t_eval = Clock::now();
   const auto ev = evaluate_test_set(net, data.test, lo, params, stats);
   const double eval_seconds = seconds_since(t_eval);

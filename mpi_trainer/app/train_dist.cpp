@@ -320,7 +320,7 @@ class Shard {
         workers_(mpi.size() - cfg.num_ps), slots_(std::max(workers_, cfg.max_workers)), model_(setup.spec), part_(model_.params(), shards_),
         mine_(part_.floats(shard_)), stats_floats_(shard_ == 0 ? model_.stats().total() : 0),
         metrics_(shard_ == 0 ? cfg.metrics : std::string()),
-        backend_(make_backend(setup.device, 1)),  // the optimizer update: one thread is plenty
+        backend_(make_host_backend(setup.device, 1)),  // the optimizer update on host buffers: one thread is plenty
         full_(model_.params()), velocity_full_(model_.params()), stats_(model_.stats()),
         batch_stats_(model_.stats()), params_(static_cast<std::size_t>(mine_)),
         velocity_(params_.size(), 0.f), runs_(part_.runs(shard_)), counts_(model_.bn_counts(cfg.batch_size)),

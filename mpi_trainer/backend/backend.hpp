@@ -119,13 +119,40 @@ class Backend {
     sgd_update(out, grad, velocity, spec);
   }
 
-  // Waits for queued work (no-op on the CPU).
+  // Waits for queued work (no-op on the CPU); results of the deferred calls below are in place
+  // when it returns.
   virtual void synchronize() {}
+
+  // ---- Memory. Host backends (CPU, reference) compute on host tensors and need none of this.
+  // A device backend (CUDA) computes on tensors in its own memory: Network then allocates
+  // activations with make_tensor and stages parameters, images and results through upload and
+  // download. Ops of a device backend take device tensors, and sgd_update device spans.
+  virtual bool device_resident() const { return false; }
+  // A zeroed tensor in this backend's memory.
+  virtual Tensor make_tensor(Dims dims, Layout layout) { return Tensor(std::move(dims), layout); }
+  // Queues host -> backend memory; `host` may be reused as soon as the call returns.
+  virtual void upload(std::span<const float> host, Tensor& dst) {
+    std::copy(host.begin(), host.end(), dst.data());
+  }
+  // Queues backend memory -> host; `host` holds the values once synchronize() returns.
+  virtual void download(const Tensor& src, std::span<float> host) {
+    std::copy_n(src.data(), host.size(), host.begin());
+  }
+  // softmax_cross_entropy without waiting: `loss` and `correct` (host memory) are written by
+  // synchronize() at the latest. Labels are host memory and may be reused when this returns.
+  virtual void softmax_cross_entropy_deferred(const Tensor& logits,
+                                              std::span<const std::int32_t> labels,
+                                              Tensor& dlogits, float* loss, int* correct) {
+    *loss = softmax_cross_entropy(logits, labels, dlogits, *correct);
+  }
 };
 
 enum class DeviceKind { kCpu, kCuda, kAuto };
 
 // threads <= 0: leave the runtime default.
 std::unique_ptr<Backend> make_cpu_backend(int threads);
+// The CUDA backend on GPU `device` (an ordinal the CUDA runtime sees). Throws DataError when
+// this build has no CUDA backend or the GPU cannot be used (backend/cuda).
+std::unique_ptr<Backend> make_cuda_backend(int device);
 
 }  // namespace mt

@@ -70,6 +70,16 @@ Tensor::Tensor(Dims dims, Layout layout) : dims_(std::move(dims)), layout_(layou
   data_ = allocate(storage_size());
 }
 
+Tensor Tensor::adopt(Dims dims, Layout layout, std::shared_ptr<float> storage, bool on_device) {
+  MT_ASSERT(storage != nullptr, "adopt: no storage");
+  Tensor t;
+  t.dims_ = std::move(dims);
+  t.layout_ = layout;
+  t.data_ = std::move(storage);
+  t.on_device_ = on_device;
+  return t;
+}
+
 Tensor Tensor::view(std::int64_t offset, Dims dims, Layout layout) const {
   MT_ASSERT(offset >= 0 && offset + storage_size(dims, layout) <= storage_size(),
             "view out of range");
@@ -77,20 +87,24 @@ Tensor Tensor::view(std::int64_t offset, Dims dims, Layout layout) const {
   t.dims_ = std::move(dims);
   t.layout_ = layout;
   t.data_ = std::shared_ptr<float>(data_, data_.get() + offset);
+  t.on_device_ = on_device_;
   return t;
 }
 
 Tensor Tensor::clone() const {
+  MT_ASSERT(!on_device_, "clone of a device tensor");
   Tensor t(dims_, layout_);
   std::memcpy(t.data(), data(), static_cast<std::size_t>(storage_size()) * sizeof(float));
   return t;
 }
 
 void Tensor::zero() {
+  MT_ASSERT(!on_device_, "zero() of a device tensor: use the backend");
   std::memset(data(), 0, static_cast<std::size_t>(storage_size()) * sizeof(float));
 }
 
 void Tensor::fill(float value) {
+  MT_ASSERT(!on_device_, "fill() of a device tensor: use the backend");
   if (layout_ == Layout::kPlain) {
     std::fill_n(data(), numel(), value);
     return;
@@ -111,6 +125,7 @@ std::int64_t Tensor::offset(std::int64_t n, std::int64_t c, std::int64_t h, std:
 
 void convert_layout(const Tensor& src, Tensor& dst) {
   MT_ASSERT(src.dims() == dst.dims() && src.rank() == 4, "convert_layout needs equal 4-D shapes");
+  MT_ASSERT(!src.on_device() && !dst.on_device(), "convert_layout of a device tensor");
   if (src.layout() == dst.layout()) {
     std::memcpy(dst.data(), src.data(), static_cast<std::size_t>(src.storage_size()) * 4);
     return;

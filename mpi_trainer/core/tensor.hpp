@@ -1,6 +1,8 @@
-// A float32 host tensor. Activations are 4-D (N, C, H, W); the memory order is given by
+// A float32 tensor. Activations are 4-D (N, C, H, W); the memory order is given by
 // Layout: plain row-major NCHW, or oneDNN's channel-blocked nChw8c / nChw16c, whose channel
 // count is padded up to a multiple of the block with zeros. Parameters are always plain.
+// Storage is host memory, or device memory adopted from a device backend (on_device()): such a
+// tensor's data() is a device pointer that only that backend's ops and copies may touch.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,10 @@ class Tensor {
   // Allocates zeroed, 64-byte aligned storage.
   explicit Tensor(Dims dims, Layout layout = Layout::kPlain);
 
+  // Wraps storage owned elsewhere (a device backend's allocation, freed by `storage`'s deleter).
+  // `storage` must hold at least storage_size(dims, layout) floats.
+  static Tensor adopt(Dims dims, Layout layout, std::shared_ptr<float> storage, bool on_device);
+
   Tensor(Tensor&&) noexcept = default;
   Tensor& operator=(Tensor&&) noexcept = default;
   Tensor(const Tensor&) = delete;
@@ -45,6 +51,7 @@ class Tensor {
   static std::int64_t storage_size(const Dims& dims, Layout layout);
   Layout layout() const { return layout_; }
   bool empty() const { return data_ == nullptr; }
+  bool on_device() const { return on_device_; }
 
   float* data() { return data_.get(); }
   const float* data() const { return data_.get(); }
@@ -53,6 +60,7 @@ class Tensor {
     return {data(), static_cast<std::size_t>(storage_size())};
   }
 
+  // Host tensors only (as are clone, at and the layout conversions below).
   void zero();
   void fill(float value);  // logical elements only; padding stays zero
 
@@ -69,6 +77,7 @@ class Tensor {
   Dims dims_;
   Layout layout_ = Layout::kPlain;
   std::shared_ptr<float> data_;
+  bool on_device_ = false;
 };
 
 // Copies between layouts of the same logical 4-D shape (used at the model's edges and by tests).

@@ -25,3 +25,13 @@ int ParamLayout::find(const std::string& name) const {
 }
 
 }  // namespace mt
+
+namespace mt {
+
+FlatTensors::FlatTensors(const ParamLayout& layout, Tensor flat) : layout_(&layout), flat_(std::move(flat)) {
+  MT_ASSERT(flat_.rank() == 1 && flat_.numel() == layout.total(),
+            "flat storage of " + dims_to_string(flat_.dims()) + " for a layout of " +
+                std::to_string(layout.total()) + " floats");
+}
+
+}  // namespace mt

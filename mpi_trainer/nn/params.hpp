@@ -42,6 +42,8 @@ class FlatTensors {
  public:
   FlatTensors() = default;
   explicit FlatTensors(const ParamLayout& layout) : layout_(&layout), flat_(Dims{layout.total()}) {}
+  // Over given storage (for example a device backend's tensor of layout.total() floats).
+  FlatTensors(const ParamLayout& layout, Tensor flat);
 
   const ParamLayout& layout() const { return *layout_; }
   Tensor& flat() { return flat_; }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "core/error.hpp"
 
@@ -187,6 +188,13 @@ struct Network::Impl {
   int batch;
   Layout act;
   bool pre;
+  // A device backend: activations live in its memory, and parameters, images and results are
+  // staged through these mirrors (unless the caller passes device tensors already).
+  bool dev;
+  std::optional<FlatTensors> dparams, dgrads, dstats;
+  Tensor dimages, logits_host;
+
+  Tensor mk(const Dims& d, Layout l) { return be.make_tensor(d, l); }
 
   // Forward buffers, kept for the backward pass.
   struct BlockRun {
@@ -213,13 +221,21 @@ struct Network::Impl {
   std::map<std::pair<Dims, int>, Tensor> temps;
   Tensor& temp(const Dims& d, int slot) {
     auto it = temps.find({d, slot});
-    if (it == temps.end()) it = temps.emplace(std::make_pair(d, slot), Tensor(d, act)).first;
+    if (it == temps.end()) it = temps.emplace(std::make_pair(d, slot), mk(d, act)).first;
     return it->second;
   }
 
   // Views of parameter tensors are made once per call: cheap (a shared_ptr copy).
-  Impl(const Model& m, Backend& b, int n) : model(m), be(b), batch(n), act(b.activation_layout()) {
+  Impl(const Model& m, Backend& b, int n)
+      : model(m), be(b), batch(n), act(b.activation_layout()), dev(b.device_resident()) {
     pre = m.spec().kind == BlockKind::kPreActivation;
+    if (dev) {
+      dparams.emplace(m.params(), mk(Dims{m.params().total()}, Layout::kPlain));
+      dgrads.emplace(m.params(), mk(Dims{m.params().total()}, Layout::kPlain));
+      dstats.emplace(m.stats(), mk(Dims{m.stats().total()}, Layout::kPlain));
+      dimages = mk(Dims{n, 3, 32, 32}, Layout::kPlain);
+      logits_host = Tensor(Dims{n, m.spec().classes});
+    }
     counts = m.bn_counts(n);
     const auto bn_of = [&](const BnDef& d, const Dims& dims) {
       return BnRun{&d, be.make_batchnorm(dims, act, m.spec().bn_eps, d.relu)};
@@ -228,8 +244,8 @@ struct Network::Impl {
     stem_conv = {&m.stem_conv(), be.make_conv(m.stem_conv().spec, dims, Layout::kPlain, act)};
     dims = {n, m.spec().stem_width, 32, 32};
     stem_bn = bn_of(m.stem_bn(), dims);
-    stem_c = Tensor(dims, act);
-    stem_out = Tensor(dims, act);
+    stem_c = mk(dims, act);
+    stem_out = mk(dims, act);
     blocks.reserve(m.blocks().size());
     for (const auto& d : m.blocks()) {
       BlockRun r{};
@@ -239,7 +255,7 @@ struct Network::Impl {
       r.out_dims = {n, d.out_channels, hw, hw};
       if (pre) {
         r.bn_in = bn_of(d.bn_in, r.in_dims);
-        r.p = Tensor(r.in_dims, act);
+        r.p = mk(r.in_dims, act);
       }
       r.conv1 = {&d.conv1, be.make_conv(d.conv1.spec, r.in_dims, act, act)};
       r.bn1 = bn_of(d.bn1, r.out_dims);
@@ -248,22 +264,22 @@ struct Network::Impl {
       if (d.has_projection) {
         r.proj = {&d.proj, be.make_conv(d.proj.spec, r.in_dims, act, act)};
         r.proj_bn = bn_of(d.proj_bn, r.out_dims);
-        r.s = Tensor(r.out_dims, act);
-        r.sbn = Tensor(r.out_dims, act);
+        r.s = mk(r.out_dims, act);
+        r.sbn = mk(r.out_dims, act);
       }
-      r.c1 = Tensor(r.out_dims, act);
-      r.a1 = Tensor(r.out_dims, act);
-      r.c2 = Tensor(r.out_dims, act);
-      r.out = Tensor(r.out_dims, act);
-      if (!pre && r.in_dims != r.out_dims) r.sc = Tensor(r.out_dims, act);
+      r.c1 = mk(r.out_dims, act);
+      r.a1 = mk(r.out_dims, act);
+      r.c2 = mk(r.out_dims, act);
+      r.out = mk(r.out_dims, act);
+      if (!pre && r.in_dims != r.out_dims) r.sc = mk(r.out_dims, act);
       blocks.push_back(std::move(r));
       dims = blocks.back().out_dims;
     }
     const int classes = m.spec().classes;
-    pooled = Tensor(Dims{n, dims[1]});
-    dpooled = Tensor(Dims{n, dims[1]});
-    logits = Tensor(Dims{n, classes});
-    dlogits = Tensor(Dims{n, classes});
+    pooled = mk(Dims{n, dims[1]}, Layout::kPlain);
+    dpooled = mk(Dims{n, dims[1]}, Layout::kPlain);
+    logits = mk(Dims{n, classes}, Layout::kPlain);
+    dlogits = mk(Dims{n, classes}, Layout::kPlain);
   }
 
   // BN in training or inference mode. `stats` holds batch statistics (training, written) or
@@ -379,6 +395,26 @@ struct Network::Impl {
   }
 
   const Tensor* last_images_ = nullptr;
+
+  // The tensor the ops read: `host` itself, or (device backend, host tensor) its mirror with
+  // the values uploaded.
+  const FlatTensors& staged(const FlatTensors& host, std::optional<FlatTensors>& mirror) {
+    if (!dev || host.flat().on_device()) return host;
+    be.upload(host.span(), mirror->flat());
+    return *mirror;
+  }
+  const Tensor& staged_images(const Tensor& images) {
+    if (!dev || images.on_device()) return images;
+    be.upload(images.span(), dimages);
+    return dimages;
+  }
+  // The tensor the ops write: `host` itself, or its mirror (downloaded by fetch()).
+  FlatTensors& target(FlatTensors& host, std::optional<FlatTensors>& mirror) {
+    return !dev || host.flat().on_device() ? host : *mirror;
+  }
+  void fetch(const FlatTensors& written, FlatTensors& host) {
+    if (&written != &host) be.download(written.flat(), host.span());
+  }
 };
 
 Network::Network(const Model& model, Backend& backend, int batch)
@@ -392,12 +428,19 @@ StepStats Network::train_step(const Tensor& images, std::span<const std::int32_t
                               FlatTensors& batch_stats) {
   MT_ASSERT(images.dims() == (Dims{batch_, 3, 32, 32}), "train_step: images must be (B, 3, 32, 32)");
   MT_ASSERT(static_cast<int>(labels.size()) == batch_, "train_step: one label per image");
-  impl_->last_images_ = &images;
-  impl_->forward(images, params, batch_stats, /*training=*/true);
+  Impl& m = *impl_;
+  const Tensor& x = m.staged_images(images);
+  const FlatTensors& p = m.staged(params, m.dparams);
+  FlatTensors& bs = m.target(batch_stats, m.dstats);
+  FlatTensors& g = m.target(grads, m.dgrads);
+  m.last_images_ = &x;
+  m.forward(x, p, bs, /*training=*/true);
   StepStats st;
-  st.loss = impl_->be.softmax_cross_entropy(impl_->logits, labels, impl_->dlogits, st.correct);
-  impl_->backward(params, batch_stats, grads);
-  impl_->be.synchronize();
+  m.be.softmax_cross_entropy_deferred(m.logits, labels, m.dlogits, &st.loss, &st.correct);
+  m.backward(p, bs, g);
+  m.fetch(g, grads);
+  m.fetch(bs, batch_stats);
+  m.be.synchronize();
   return st;
 }
 
@@ -405,14 +448,21 @@ StepStats Network::evaluate(const Tensor& images, std::span<const std::int32_t> 
                             const FlatTensors& params, const FlatTensors& running_stats) {
   MT_ASSERT(images.dims() == (Dims{batch_, 3, 32, 32}), "evaluate: images must be (B, 3, 32, 32)");
   MT_ASSERT(valid <= batch_ && static_cast<int>(labels.size()) >= valid, "evaluate: labels");
-  impl_->forward(images, params, running_stats, /*training=*/false);
-  impl_->be.synchronize();
+  Impl& m = *impl_;
+  m.forward(m.staged_images(images), m.staged(params, m.dparams), m.staged(running_stats, m.dstats),
+            /*training=*/false);
+  const Tensor* logits = &m.logits;
+  if (m.dev) {
+    m.be.download(m.logits, m.logits_host.span());
+    logits = &m.logits_host;
+  }
+  m.be.synchronize();
   // Loss and accuracy over the valid rows only.
-  const int classes = impl_->model.spec().classes;
+  const int classes = m.model.spec().classes;
   StepStats st;
   double loss = 0;
   for (int n = 0; n < valid; ++n) {
-    const float* z = impl_->logits.data() + static_cast<std::int64_t>(n) * classes;
+    const float* z = logits->data() + static_cast<std::int64_t>(n) * classes;
     int arg = 0;
     for (int m = 1; m < classes; ++m)
       if (z[m] > z[arg]) arg = m;

@@ -2,7 +2,13 @@
 
 namespace mt {
 
-Sgd::Sgd(const ParamLayout& layout, SgdConfig config) : config_(config), velocity_(layout) {
+Sgd::Sgd(const ParamLayout& layout, SgdConfig config, Backend& memory)
+    : Sgd(layout, config, FlatTensors(layout, memory.make_tensor(Dims{layout.total()}, Layout::kPlain))) {}
+
+Sgd::Sgd(const ParamLayout& layout, SgdConfig config) : Sgd(layout, config, FlatTensors(layout)) {}
+
+Sgd::Sgd(const ParamLayout& layout, SgdConfig config, FlatTensors velocity)
+    : config_(config), velocity_(std::move(velocity)) {
   // Alignment gaps hold zeros everywhere, so they may join either neighbouring run.
   for (const auto& e : layout.entries()) {
     if (!runs_.empty() && runs_.back().decay == e.decay) {

@@ -20,6 +20,8 @@ struct SgdConfig {
 class Sgd {
  public:
   Sgd(const ParamLayout& layout, SgdConfig config);
+  // Momentum in `memory`'s memory (a device backend's: then step() takes device buffers).
+  Sgd(const ParamLayout& layout, SgdConfig config, Backend& memory);
 
   // params -= update(grads) at learning rate `lr`.
   void step(Backend& backend, FlatTensors& params, const FlatTensors& grads, float lr);
@@ -29,6 +31,8 @@ class Sgd {
   const SgdConfig& config() const { return config_; }
 
  private:
+  Sgd(const ParamLayout& layout, SgdConfig config, FlatTensors velocity);
+
   struct Run {
     std::int64_t begin, end;
     bool decay;

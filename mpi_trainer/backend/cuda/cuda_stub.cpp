@@ -11,3 +11,15 @@ int cuda_device_count(std::string* why) {
 }
 
 }  // namespace mt
+
+#include "backend/backend.hpp"
+#include "core/error.hpp"
+
+namespace mt {
+
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  throw DataError("--device cuda: this build has no CUDA backend (configure with nvcc and cuDNN available, "
+                  "or the `cuda` preset)");
+}
+
+}  // namespace mt
