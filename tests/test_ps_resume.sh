@@ -2,22 +2,37 @@
 # Bit-exact resume through the parameter server with one worker: 20 global steps straight must
 # equal 10 steps, a checkpoint, a resumed run to 20 — every parameter, momentum and BN statistic
 # identical, and the data cursor and step continued. Checked on the final checkpoints with h5py.
-# Usage: test_ps_resume.sh MPIEXEC MPI_TRAINER NP S     (NP - S must be 1)
+# Mode `transport`: instead, 20 steps with pushes and replies in shared memory (the default on one
+# node) must equal 20 steps of plain MPI messages (MT_PS_SHM=0), bit for bit, the summaries must
+# say which transport ran, and no segment may be left in /dev/shm.
+# Usage: test_ps_resume.sh MPIEXEC MPI_TRAINER NP S [resume|transport]     (NP - S must be 1)
 set -euo pipefail
-mpiexec=$1 trainer=$2 np=$3 shards=$4
+mpiexec=$1 trainer=$2 np=$3 shards=$4 mode=${5:-resume}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$trainer" gen-data "$dir/data" --train 512 --test 128 --seed 5 >/dev/null
-run() {  # run CKPT_DIR STEPS
-  "$mpiexec" -np "$np" --oversubscribe -x OMP_WAIT_POLICY=passive "$trainer" train --model resnet8 \
+run() {  # run CKPT_DIR STEPS   (MT_PS_SHM from the environment)
+  "$mpiexec" -np "$np" --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_PS_SHM="${MT_PS_SHM:-1}" "$trainer" train --model resnet8 \
     --batch-size 16 --train-steps "$2" --num-ps "$shards" --data "$dir/data" --ckpt-dir "$1" \
     --resume auto --log-every-steps 5 --metrics "$1.jsonl" >"$1.out" 2>&1 || { echo "mpirun failed:"; cat "$1.out"; exit 1; }
 }
 run "$dir/straight" 20
-run "$dir/split" 10
-run "$dir/split" 20
-grep -q "resumed from .*ckpt-0000000010.h5 at global step 10" "$dir/split.out" || { cat "$dir/split.out"; exit 1; }
-/usr/bin/python3 - "$dir/straight/ckpt-0000000020.h5" "$dir/split/ckpt-0000000020.h5" <<'PY'
+if [[ $mode == transport ]]; then
+  MT_PS_SHM=0 run "$dir/split" 20  # the name keeps the comparison below
+  grep -q '"shared_memory_workers":1' "$dir/straight.jsonl" || { echo "shared memory was not used:"; cat "$dir/straight.out"; exit 1; }
+  grep -q '"shared_memory_workers":0' "$dir/split.jsonl" || { echo "MT_PS_SHM=0 still used shared memory"; exit 1; }
+  # Segment names end in -PID-N-RANDOM: one whose process is gone was left behind.
+  for f in /dev/shm/mt-ps-*; do
+    [[ -e $f ]] || continue
+    pid=$(basename "$f" | awk -F- '{print $(NF-2)}')
+    [[ -d /proc/$pid ]] || { echo "segment left in /dev/shm: $f"; exit 1; }
+  done
+else
+  run "$dir/split" 10
+  run "$dir/split" 20
+  grep -q "resumed from .*ckpt-0000000010.h5 at global step 10" "$dir/split.out" || { cat "$dir/split.out"; exit 1; }
+fi
+/usr/bin/python3 - "$dir/straight/ckpt-0000000020.h5" "$dir/split/ckpt-0000000020.h5" "$mode" <<'PY'
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
 names = []
@@ -29,6 +44,9 @@ for n in names:
     assert x.shape == y.shape and np.array_equal(x, y), f"{n} differs: max |diff| {np.abs(x - y).max()}"
 for k in ("global_step", "data_cursor_epoch", "data_cursor_position", "data_cursors"):
     assert a.attrs[k] == b.attrs[k], (k, a.attrs[k], b.attrs[k])
+if sys.argv[3] == "transport":
+    print(f"ok: {len(names)} arrays identical after 20 steps through shared memory vs MPI messages")
+    sys.exit(0)
 assert int(b.attrs["attempts"]) == 2, b.attrs["attempts"]
 print(f"ok: {len(names)} arrays identical after 20 straight vs 10 + resume + 10 steps")
 PY

@@ -39,6 +39,7 @@
 #include "dist/mpi_env.hpp"
 #include "dist/partition.hpp"
 #include "dist/protocol.hpp"
+#include "dist/shm.hpp"
 #include "dist/ulfm.hpp"
 #include "nn/resnet.hpp"
 
@@ -216,19 +217,38 @@ void kill_in_ckpt_write(std::int64_t global_step) {
                                     " (global step " + std::to_string(global_step) + ")");
 }
 
-// A message buffer of header + `payload` floats.
+// A message buffer of header + `payload` floats; or, once shared with a same-node peer
+// (dist/shm.hpp), the header alone here and the payload in the pair's segment.
 struct Buffer {
   std::vector<float> data;
+  std::shared_ptr<ShmSegment> segment;
+  float* shared = nullptr;
   explicit Buffer(std::int64_t payload = 0) : data(static_cast<std::size_t>(kHeaderFloats + payload)) {}
   MsgView view() { return MsgView{data.data()}; }
   MsgHeader& header() { return view().header(); }
-  float* payload() { return view().payload(); }
-  int count() const { return static_cast<int>(data.size()); }
+  float* payload() { return shared ? shared : view().payload(); }
+  // Floats an MPI message of this buffer carries at most.
+  int count() const { return shared ? static_cast<int>(kHeaderFloats) : static_cast<int>(data.size()); }
+  // The payload lives at `offset` floats into `seg` from now on (no receive may be pending).
+  void share(std::shared_ptr<ShmSegment> seg, std::size_t offset) {
+    shared = seg->floats() + offset;
+    segment = std::move(seg);
+    data.resize(static_cast<std::size_t>(kHeaderFloats));
+    data.shrink_to_fit();
+  }
 };
 
-// Sends `buf` (header + `payload` floats) without blocking.
+// Sends `buf` (header + `payload` floats; the header alone when the payload is shared) without
+// blocking.
 void isend(Buffer& buf, std::int64_t payload, int dest, int tag, MPI_Request* req, MPI_Comm comm = MPI_COMM_WORLD) {
-  MT_MPI(MPI_Isend(buf.data.data(), static_cast<int>(kHeaderFloats + payload), MPI_FLOAT, dest, tag, comm, req));
+  const std::int64_t count = buf.shared ? kHeaderFloats : kHeaderFloats + payload;
+  MT_MPI(MPI_Isend(buf.data.data(), static_cast<int>(count), MPI_FLOAT, dest, tag, comm, req));
+}
+
+// One (worker, shard) pair's segment: the push payload, then (64-byte aligned) the reply's.
+std::size_t shm_reply_offset(std::int64_t push_floats) { return static_cast<std::size_t>((push_floats + 15) / 16 * 16); }
+std::size_t shm_bytes(std::int64_t push_floats, std::int64_t reply_floats) {
+  return (shm_reply_offset(push_floats) + static_cast<std::size_t>(reply_floats)) * sizeof(float);
 }
 
 void irecv(Buffer& buf, int source, int tag, MPI_Request* req, MPI_Comm comm = MPI_COMM_WORLD) {
@@ -342,6 +362,7 @@ class Shard {
   void start_state();
   void handle_worker(WorkerState& s);
   bool apply_push(WorkerState& s, const MsgHeader& h);
+  void accept_segment(WorkerState& s, const MsgHeader& h);
   // The worker's previous reply is complete, within --failure-timeout; false: the worker is
   // dropped as lost (its buffers abandoned).
   bool settle_send(WorkerState& s);
@@ -410,6 +431,7 @@ class Shard {
   // alive, never reused), the stop on a notice.
   std::vector<Buffer> abandoned_;
   int lost_ = 0, left_ = 0, joined_ = 0;
+  int shm_workers_ = 0;  // workers whose pushes to this shard travel through shared memory
   std::shared_ptr<JoinQueue> joins_;  // shard 0 with --max-workers
   std::vector<LoaderCursor> slot_cursors_;  // each data shard's cursor after its last applied push
   bool stopping_ = false;          // a notice or no worker left: apply no more pushes
@@ -514,6 +536,7 @@ bool Shard::reply(WorkerState& s, MsgKind kind) {
     h.cursor_position = s.cursor.position;
     h.correct = s.slot;
     h.batch = slots_;
+    if (s.send.shared) h.reserved = kShmAccepted;
   }
   isend(s.send, h.payload, s.peer, kTagToWorker, &s.sreq, s.comm);
   s.last_reply = Clock::now();
@@ -567,6 +590,23 @@ bool Shard::apply_push(WorkerState& s, const MsgHeader& h) {
   return replied;
 }
 
+// A joining worker on this node offered a segment for this pair: map it and move both buffers'
+// payloads there. A worker on another node (no such segment here) keeps plain messages.
+void Shard::accept_segment(WorkerState& s, const MsgHeader& h) {
+  const auto* chars = reinterpret_cast<const char*>(s.recv.payload());
+  const std::string name(chars, strnlen(chars, static_cast<std::size_t>(h.payload) * sizeof(float)));
+  std::string why;
+  auto seg = ShmSegment::open(name, shm_bytes(mine_ + stats_floats_, mine_), &why);
+  if (!seg) {
+    if (std::getenv("MT_PS_SHM_DEBUG"))
+      log_ << "mpi_trainer: shard " << shard_ << ": worker rank " << s.rank << ": plain messages (" << why << ")\n";
+    return;
+  }
+  s.recv.share(seg, 0);
+  s.send.share(seg, shm_reply_offset(mine_ + stats_floats_));
+  ++shm_workers_;
+}
+
 void Shard::handle_worker(WorkerState& s) {
   const MsgHeader h = s.recv.header();
   if (const auto bad = check_header(h, mine_ + stats_floats_); !bad.empty())
@@ -586,6 +626,7 @@ void Shard::handle_worker(WorkerState& s) {
         --active_;
         return;
       }
+      if (h.reserved == kShmOffer && h.payload > 0) accept_segment(s, h);
       if (!reply(s, MsgKind::kParams)) return;
       s.joined = true;
       s.joined_at = Clock::now();
@@ -1256,7 +1297,8 @@ TrainResult Shard::finish() {
       {"max_staleness", max_staleness_}, {"dropped_stale_pushes", dropped_}, {"num_ps", shards_},
       {"model", setup_.spec.name}, {"worker_types", types_}, {"ps_type", cfg_.ps_type}, {"pricing", cfg_.pricing},
       {"attempts", prev_.attempts}, {"resumed_from_step", prev_.global_step}, {"lost_workers", lost_},
-      {"left_workers", left_}, {"joined_workers", joined_}, {"stopped_by", stop_reason_.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(stop_reason_)},
+      {"left_workers", left_}, {"joined_workers", joined_},
+      {"shared_memory_workers", shm_workers_}, {"stopped_by", stop_reason_.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(stop_reason_)},
       {"exit_code", exit_code_}};
   if (cfg_.synthetic_gradients) summary["synthetic_gradients"] = true;
   metrics_.write(summary);
@@ -1394,6 +1436,7 @@ class WorkerAgent {
 // (which could wait for the dead) and without MPI_Abort (which would end the whole job, and a
 // live shard may still serve others).
 [[noreturn]] void parameter_server_lost(int rank, int shard, double waited) {
+  unlink_pending_segments();
   std::cout << std::flush;
   std::cerr << "mpi_trainer: " << worker_label(rank) << ": parameter-server shard " << shard << " did not answer within "
             << std::setprecision(3) << waited << " s (--failure-timeout): the parameter server is lost; exit "
@@ -1421,6 +1464,7 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm p
     send.emplace_back(part.floats(s) + (s == 0 ? model.stats().total() : 0));
     recv.emplace_back(part.floats(s));
   }
+  std::vector<std::shared_ptr<ShmSegment>> offered(static_cast<std::size_t>(shards));  // until the join's reply
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(2 * shards), MPI_REQUEST_NULL);
   std::vector<std::int64_t> version(static_cast<std::size_t>(shards), 0);
   std::int64_t global_step = 0;
@@ -1438,7 +1482,7 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm p
         auto& r = recv[static_cast<std::size_t>(s)];
         irecv(r, s, kTagToWorker, &reqs[static_cast<std::size_t>(2 * s)], ps);
         auto& b = send[static_cast<std::size_t>(s)];
-        const std::int64_t payload = kind == MsgKind::kPush ? b.header().payload : 0;
+        const std::int64_t payload = kind == MsgKind::kPush || kind == MsgKind::kJoin ? b.header().payload : 0;
         isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)], ps);
       }
     }
@@ -1486,6 +1530,18 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm p
     }
     for (int s = 0; s < shards; ++s) {
       auto& r = recv[static_cast<std::size_t>(s)];
+      if (kind == MsgKind::kJoin) {
+        // The join's reply says whether the shard mapped our segment: payloads move there.
+        auto& seg = offered[static_cast<std::size_t>(s)];
+        if (seg && r.header().reserved == kShmAccepted) {
+          auto& b = send[static_cast<std::size_t>(s)];
+          const std::int64_t push_floats = b.count() - kHeaderFloats;
+          b.share(seg, 0);
+          r.share(seg, shm_reply_offset(push_floats));
+        }
+        if (seg) seg->unlink();
+        seg.reset();
+      }
       // A synthetic-gradient worker (benchmark) does not use the parameters.
       if (!cfg.synthetic_gradients)
         part.unpack(s, std::span<const float>(r.payload(), static_cast<std::size_t>(part.floats(s))), params);
@@ -1511,10 +1567,21 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm p
     return true;
   };
 
-  for (auto& b : send) {
+  // Same-node shards get a shared-memory segment per pair, offered in the join (dist/shm.hpp).
+  for (int s = 0; s < shards; ++s) {
+    Buffer& b = send[static_cast<std::size_t>(s)];
     b.header() = MsgHeader{};
     b.header().model_version = model.param_count();  // the shards check that this worker fits
     b.header().batch = cfg.batch_size;
+    if (!shm_transport_enabled()) continue;
+    auto seg = ShmSegment::create(shm_bytes(b.count() - kHeaderFloats, recv[static_cast<std::size_t>(s)].count() - kHeaderFloats));
+    const std::string& name = seg->name();
+    const auto floats = static_cast<std::int64_t>((name.size() + sizeof(float)) / sizeof(float));  // with the NUL
+    std::fill_n(b.payload(), floats, 0.f);
+    std::memcpy(b.payload(), name.data(), name.size());
+    b.header().reserved = kShmOffer;
+    b.header().payload = floats;
+    offered[static_cast<std::size_t>(s)] = std::move(seg);
   }
   TrainResult res;
   if (!round_trip(MsgKind::kJoin)) {

@@ -2,10 +2,15 @@
 // fixed header followed by float32 payload in one contiguous buffer, so each exchange is a
 // single MPI message.
 //
-//   worker -> shard  kJoin   (no payload; model_version = its   "send me the model"
-//                            parameter count, batch = its batch size: checked by the shard)
+//   worker -> shard  kJoin   (model_version = its parameter     "send me the model"
+//                            count, batch = its batch size: checked by the shard; with
+//                            reserved = kShmOffer the payload is the name of a shared-memory
+//                            segment for this pair, dist/shm.hpp)
 //   shard -> worker  kParams (the shard's parameters)          reply to kJoin and kPush; to a
-//                            kJoin also its data cursor, correct = its data slot, batch = slots
+//                            kJoin also its data cursor, correct = its data slot, batch = slots,
+//                            reserved = kShmAccepted when it mapped the offered segment: from
+//                            then on pushes and replies of this pair carry their payload there
+//                            and the messages are headers alone (`payload` still counts it)
 //   worker -> shard  kPush   (gradients [+ BN batch stats])    one global step
 //   shard -> worker  kStop   (no payload)                      training is over
 //   worker -> shard  kStop   (no payload)                      leaving: another shard said stop
@@ -37,6 +42,9 @@ inline constexpr int kTagFinal = 13;     // shard k -> shard 0: final state
 inline constexpr int kTagControl = 14;   // shard 0 -> shard k: requests, stop, start state
 inline constexpr int kTagSnapshot = 15;  // shard k -> shard 0: requested state
 inline constexpr int kTagHeartbeat = 16; // worker -> shard: alive
+
+inline constexpr std::int32_t kShmOffer = 0x4f4d4853;     // "SHMO"
+inline constexpr std::int32_t kShmAccepted = 0x414d4853;  // "SHMA"
 
 enum class MsgKind : std::uint16_t {
   kJoin = 1, kParams = 2, kPush = 3, kStop = 4, kSnapshotRequest = 5, kSnapshot = 6,

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks and figures (issue 5), run ON the GPU machine from the repository
+# root, with the bundle that bench/gpu_bundle.sh made here in .gpu/ (carried along):
+#
+#   bash bench/gpu_checks.sh tests speed ps4     # about 8 minutes on an H100
+#   bash bench/gpu_checks.sh full                # the paper's 64k-step single-GPU run
+#
+# Stages:
+#   tests  the consistency table and whole-network checks (mt_cuda_tests), FP32 and TF32
+#   speed  training images/s vs PyTorch eager, resnet32 and resnet32-t2t, batch 128, side by side
+#          (bench/speed_vs_pytorch.py --device cuda)
+#   ps4    1 parameter server + 4 workers sharing the GPU (mpirun -np 5): images/s
+#   full   64,000 steps of batch 128, resnet32, Fashion-MNIST: wall time and test accuracy
+# Logs go to $OUT (the device tool's output folder) or gpu-results/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+res=${OUT:-gpu-results}
+mkdir -p "$res"
+bundle=${MT_GPU_BUNDLE:-.gpu}
+R=/tmp/mt-gpu/root
+if [[ ! -x $R/bin/mpi_trainer ]]; then
+  mkdir -p /tmp/mt-gpu && tar -C /tmp/mt-gpu -xJf "$bundle/mt-gpu.tar.xz" || { echo "gpu_checks: no bundle in $bundle (bench/gpu_bundle.sh)" >&2; exit 1; }
+fi
+# CUDA's libraries from the machine: the toolkit's folder, else PyTorch's wheels.
+cudalibs=
+for lib in libcudart.so.13 libcudnn.so.9 libcublas.so.13; do
+  d=$( { ls -d /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu 2>/dev/null;
+         python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null |
+           while read -r sp; do ls -d "$sp"/nvidia/*/lib 2>/dev/null; done; } |
+       while read -r cand; do [[ -e $cand/$lib ]] && { echo "$cand"; break; }; done)
+  [[ -n $d ]] || { echo "gpu_checks: $lib not found on this machine" >&2; exit 1; }
+  cudalibs=$cudalibs:$d
+done
+export LD_LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu${cudalibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OPAL_PREFIX=$R/usr PATH=$R/usr/bin:$PATH
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
+trainer=$R/bin/mpi_trainer
+data=$bundle/fashion-mnist
+[[ -d $data ]] || { data=/tmp/mt-gpu/gen; [[ -d $data ]] || "$trainer" gen-data "$data" --train 50000 --test 10000 >/dev/null; }
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; echo "commit $(cat "$bundle/commit" 2>/dev/null)";
+  echo "cuda libs:${cudalibs}"; } | tee "$res/machine.txt"
+
+for stage in "$@"; do
+  case $stage in
+    tests)
+      "$R/bin/mt_cuda_tests" 2>&1 | tee "$res/cuda_tests_fp32.log"
+      MT_CUDA_TF32=1 "$R/bin/mt_cuda_tests" 2>&1 | tee "$res/cuda_tests_tf32.log"
+      ;;
+    speed)
+      for model in resnet32 resnet32-t2t; do
+        PYTHONUNBUFFERED=1 python3 bench/speed_vs_pytorch.py --device cuda --model "$model" --rounds 6 --per-round 20 \
+          --warmup 10 --step-bench "$R/bin/step_bench" --python "$(command -v python3)" 2>&1 | tee "$res/speed_$model.log"
+      done
+      ;;
+    ps4)
+      # 1 PS + 4 workers on one GPU; the PS applies updates on its CPU.
+      mpirun -np 5 --oversubscribe --bind-to none "$trainer" train --device cuda --data "$data" --model resnet32 \
+        --train-steps 2000 --batch-size 128 --eval-every-steps 0 --metrics "$res/ps4.jsonl" 2>&1 | tee "$res/ps4.log"
+      ;;
+    full)
+      start=$SECONDS
+      "$trainer" train --device cuda --data "$data" --model resnet32 --train-steps 64000 \
+        --batch-size 128 --log-every-steps 2000 --metrics "$res/full.jsonl" 2>&1 | tee "$res/full.log"
+      echo "wall seconds, start to exit: $((SECONDS - start))" | tee -a "$res/full.log"
+      ;;
+    *) echo "gpu_checks: unknown stage '$stage' (tests, speed, ps4, full)" >&2; exit 2 ;;
+  esac
+done
