@@ -21,6 +21,12 @@ if [[ $mode == transport ]]; then
   MT_PS_SHM=0 run "$dir/split" 20  # the name keeps the comparison below
   grep -q '"shared_memory_workers":1' "$dir/straight.jsonl" || { echo "shared memory was not used:"; cat "$dir/straight.out"; exit 1; }
   grep -q '"shared_memory_workers":0' "$dir/split.jsonl" || { echo "MT_PS_SHM=0 still used shared memory"; exit 1; }
+  # Shards that refuse the offer (as one on another node must): the workers fall back to messages.
+  "$mpiexec" --oversubscribe -x OMP_WAIT_POLICY=passive -np "$shards" -x MT_PS_SHM=0 "$trainer" train --model resnet8 \
+    --batch-size 16 --train-steps 6 --num-ps "$shards" --data "$dir/data" --metrics "$dir/refused.jsonl" \
+    : -np $((np - shards)) -x MT_PS_SHM=1 "$trainer" train --model resnet8 --batch-size 16 --train-steps 6 \
+    --num-ps "$shards" --data "$dir/data" >"$dir/refused.out" 2>&1 || { echo "refused run failed:"; cat "$dir/refused.out"; exit 1; }
+  grep -q '"shared_memory_workers":0' "$dir/refused.jsonl" || { echo "a refusing shard used shared memory"; exit 1; }
   # Segment names end in -PID-N-RANDOM: one whose process is gone was left behind.
   for f in /dev/shm/mt-ps-*; do
     [[ -e $f ]] || continue

@@ -626,7 +626,7 @@ void Shard::handle_worker(WorkerState& s) {
         --active_;
         return;
       }
-      if (h.reserved == kShmOffer && h.payload > 0) accept_segment(s, h);
+      if (h.reserved == kShmOffer && h.payload > 0 && shm_transport_enabled()) accept_segment(s, h);
       if (!reply(s, MsgKind::kParams)) return;
       s.joined = true;
       s.joined_at = Clock::now();

@@ -45,7 +45,8 @@ class ShmSegment {
 // destructors (std::_Exit on a lost parameter server): unlink_pending_segments() removes them.
 void unlink_pending_segments() noexcept;
 
-// false when MT_PS_SHM=0: workers then offer no segment (plain messages, for comparisons).
+// false when MT_PS_SHM=0: workers then offer no segment and shards accept none (plain messages,
+// for comparisons).
 bool shm_transport_enabled();
 
 }  // namespace mt
