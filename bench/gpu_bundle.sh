@@ -26,14 +26,16 @@ mkdir -p "$root/bin"
 cp "$build/mpi_trainer" "$build/tests/mt_cuda_tests" "$build/bench/step_bench" "$root/bin/"
 
 # Open MPI: mpirun (orterun), orted, the plugins and the help files, at their Debian paths.
-ompi_files=$(dpkg -L openmpi-bin libopenmpi3 openmpi-common 2>/dev/null |
-  grep -E '^/usr/(bin/(orterun|orted|mpirun)|lib/x86_64-linux-gnu/(openmpi|libmpi|libopen-|libompitrace|libmca_common)|share/openmpi)' || true)
+ompi_files=$(dpkg -L openmpi-bin libopenmpi3 openmpi-common libpmix2 2>/dev/null |
+  grep -E '^/usr/(bin/(orterun|orted|mpirun)|lib/x86_64-linux-gnu/(openmpi|pmix2|libmpi|libopen-|libompitrace|libmca_common)|share/openmpi)' || true)
 [[ -n $ompi_files ]] || { echo "gpu_bundle: Open MPI's Debian packages are not installed (launch/setup.sh)" >&2; exit 1; }
 while read -r f; do
   [[ -f $f || -L $f ]] || continue
   mkdir -p "$root$(dirname "$f")"
   cp -a "$f" "$root$f"
 done <<<"$ompi_files"
+
+ln -sf orterun "$root/usr/bin/mpirun"
 
 # Libraries: the closure of everything above, less what the GPU machine brings itself.
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libutil|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcudnn|libcublas|libnvidia)'

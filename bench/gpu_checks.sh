@@ -32,7 +32,7 @@ for lib in libcudart.so.13 libcudnn.so.9 libcublas.so.13; do
   cudalibs=$cudalibs:$d
 done
 export LD_LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu${cudalibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export OPAL_PREFIX=$R/usr PATH=$R/usr/bin:$PATH
+export OPAL_PREFIX=$R/usr PMIX_PREFIX=$R/usr/lib/x86_64-linux-gnu/pmix2 PATH=$R/usr/bin:$PATH
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
 trainer=$R/bin/mpi_trainer
