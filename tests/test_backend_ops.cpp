@@ -4,6 +4,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/reference/reference.hpp"
+#include "test_reference_cases.hpp"
 #include "test_util.hpp"
 
 using namespace mt;
@@ -17,11 +18,9 @@ Backend& cpu() {
   return *be;
 }
 
-struct ConvCase {
-  int n, ci, co, hw, k, stride;
-};
-
 }  // namespace
+
+using mt::test::ConvCase;
 
 TEST_CASE("conv2d forward, backward-data and backward-weights match the reference",
           "[unit][backend]") {
@@ -32,19 +31,14 @@ TEST_CASE("conv2d forward, backward-data and backward-weights match the referenc
   INFO("seed " << seed << " n=" << c.n << " ci=" << c.ci << " co=" << c.co << " hw=" << c.hw
                << " k=" << c.k << " stride=" << c.stride);
   Rng rng(seed);
-  const ConvSpec s{c.ci, c.co, c.k, c.stride, c.k / 2};
+  auto r = test::conv_reference(c, rng);
+  const ConvSpec& s = r.spec;
   const int ho = s.out_size(c.hw);
   const Layout act = cpu().activation_layout();
   // The stem reads plain images; every other conv reads the activation layout.
   const Layout xl = c.ci == 3 ? Layout::kPlain : act;
-  Tensor x = random_tensor({c.n, c.ci, c.hw, c.hw}, rng);
-  Tensor w = random_tensor({c.co, c.ci, c.k, c.k}, rng, 0.2f);
-  Tensor dy = random_tensor({c.n, c.co, ho, ho}, rng);
-
-  Tensor y_ref({c.n, c.co, ho, ho}), dx_ref(x.dims()), dw_ref(w.dims());
-  ref::conv2d_forward(s, x, w, y_ref);
-  ref::conv2d_backward_data(s, dy, w, dx_ref);
-  ref::conv2d_backward_weights(s, x, dy, dw_ref);
+  const Tensor &x = r.x, &w = r.w, &dy = r.dy;
+  Tensor &y_ref = r.y, &dx_ref = r.dx, &dw_ref = r.dw;
 
   auto op = cpu().make_conv(s, x.dims(), xl, act);
   Tensor xb = in_layout(x, xl), dyb = in_layout(dy, act);
@@ -72,16 +66,9 @@ TEST_CASE("batch norm training, inference and backward match the reference", "[u
   Rng rng(seed);
   const float eps = 1e-5f;
   const std::int64_t C = shape[1];
-  Tensor x = random_tensor(shape, rng, 2.0f);
-  for (auto& v : x.span()) v += 0.5f;  // non-zero mean
-  Tensor gamma = random_tensor({C}, rng, 0.5f), beta = random_tensor({C}, rng, 0.5f);
-  for (auto& v : gamma.span()) v += 1.0f;
-  Tensor dy = random_tensor(shape, rng);
-
-  Tensor y_ref(shape), mean_ref({C}), var_ref({C});
-  ref::batchnorm_forward_training(x, gamma, beta, eps, relu, y_ref, mean_ref, var_ref);
-  Tensor dx_ref(shape), dg_ref({C}), db_ref({C});
-  ref::batchnorm_backward(x, y_ref, dy, gamma, mean_ref, var_ref, eps, relu, dx_ref, dg_ref, db_ref);
+  auto r = test::bn_reference(shape, relu, eps, 0.5f, rng);  // non-zero mean
+  const Tensor &x = r.x, &gamma = r.gamma, &beta = r.beta, &dy = r.dy;
+  const Tensor &y_ref = r.y, &mean_ref = r.mean, &var_ref = r.var, &dx_ref = r.dx, &dg_ref = r.dg, &db_ref = r.db;
 
   const Layout act = cpu().activation_layout();
   auto op = cpu().make_batchnorm(shape, act, eps, relu);

@@ -19,6 +19,7 @@
 #include "backend/reference/reference.hpp"
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
+#include "test_reference_cases.hpp"
 #include "test_trajectory.hpp"
 #include "test_util.hpp"
 
@@ -53,11 +54,9 @@ Tensor down(const Tensor& d) {
 }
 Tensor zeros(const Dims& dims) { return gpu().make_tensor(dims, Layout::kPlain); }
 
-struct ConvCase {
-  int n, ci, co, hw, k, stride;
-};
-
 }  // namespace
+
+using mt::test::ConvCase;
 
 int main(int argc, char** argv) {
   std::string why;
@@ -80,15 +79,10 @@ TEST_CASE("cuda: conv2d forward, backward-data and backward-weights match the re
   INFO("seed " << seed << " n=" << c.n << " ci=" << c.ci << " co=" << c.co << " hw=" << c.hw
                << " k=" << c.k << " stride=" << c.stride);
   Rng rng(seed);
-  const ConvSpec s{c.ci, c.co, c.k, c.stride, c.k / 2};
-  const int ho = s.out_size(c.hw);
-  Tensor x = random_tensor({c.n, c.ci, c.hw, c.hw}, rng);
-  Tensor w = random_tensor({c.co, c.ci, c.k, c.k}, rng, 0.2f);
-  Tensor dy = random_tensor({c.n, c.co, ho, ho}, rng);
-  Tensor y_ref({c.n, c.co, ho, ho}), dx_ref(x.dims()), dw_ref(w.dims());
-  ref::conv2d_forward(s, x, w, y_ref);
-  ref::conv2d_backward_data(s, dy, w, dx_ref);
-  ref::conv2d_backward_weights(s, x, dy, dw_ref);
+  auto r = test::conv_reference(c, rng);
+  const ConvSpec& s = r.spec;
+  const Tensor &x = r.x, &w = r.w, &dy = r.dy;
+  Tensor &y_ref = r.y, &dx_ref = r.dx, &dw_ref = r.dw;
 
   auto op = gpu().make_conv(s, x.dims(), Layout::kPlain, Layout::kPlain);
   Tensor dx_ = up(x), dw_ = up(w), ddy = up(dy);
@@ -122,15 +116,9 @@ TEST_CASE("cuda: batch norm training, inference and backward match the reference
   Rng rng(seed);
   const float eps = 1e-5f;
   const std::int64_t C = shape[1];
-  Tensor x = random_tensor(shape, rng, 2.0f);
-  for (auto& v : x.span()) v += offset;
-  Tensor gamma = random_tensor({C}, rng, 0.5f), beta = random_tensor({C}, rng, 0.5f);
-  for (auto& v : gamma.span()) v += 1.0f;
-  Tensor dy = random_tensor(shape, rng);
-  Tensor y_ref(shape), mean_ref({C}), var_ref({C});
-  ref::batchnorm_forward_training(x, gamma, beta, eps, relu, y_ref, mean_ref, var_ref);
-  Tensor dx_ref(shape), dg_ref({C}), db_ref({C});
-  ref::batchnorm_backward(x, y_ref, dy, gamma, mean_ref, var_ref, eps, relu, dx_ref, dg_ref, db_ref);
+  auto r = test::bn_reference(shape, relu, eps, offset, rng);
+  const Tensor &x = r.x, &gamma = r.gamma, &beta = r.beta, &dy = r.dy;
+  const Tensor &y_ref = r.y, &mean_ref = r.mean, &var_ref = r.var, &dx_ref = r.dx, &dg_ref = r.dg, &db_ref = r.db;
 
   auto op = gpu().make_batchnorm(shape, Layout::kPlain, eps, relu);
   Tensor gx = up(x), gg = up(gamma), gb = up(beta), gdy = up(dy);

@@ -279,20 +279,22 @@ const ConvAlgos& Context::conv_algos(const ConvSpec& s, const Dims& x, cudnnTens
   std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> fwd{};
   MT_CUDNN(cudnnFindConvolutionForwardAlgorithm(h.cudnn, xd, wd, cd, yd, static_cast<int>(fwd.size()), &n, fwd.data()));
   const auto& f = pick(fwd.data(), n, tf32, "cudnnFindConvolutionForwardAlgorithm");
+  // Strict FP32 pins FMA math: CUDNN_DEFAULT_MATH would let Ampere and later use TF32.
+  const auto math = [&](cudnnMathType_t found) { return tf32 ? found : CUDNN_FMA_MATH; };
   a.fwd = f.algo;
-  a.fwd_math = f.mathType;
+  a.fwd_math = math(f.mathType);
   a.workspace = std::max(a.workspace, f.memory);
   std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> bd{};
   MT_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h.cudnn, wd, yd, cd, xd, static_cast<int>(bd.size()), &n, bd.data()));
   const auto& b = pick(bd.data(), n, tf32, "cudnnFindConvolutionBackwardDataAlgorithm");
   a.bwd_data = b.algo;
-  a.bwd_data_math = b.mathType;
+  a.bwd_data_math = math(b.mathType);
   a.workspace = std::max(a.workspace, b.memory);
   std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> bf{};
   MT_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h.cudnn, xd, yd, cd, wd, static_cast<int>(bf.size()), &n, bf.data()));
   const auto& w = pick(bf.data(), n, tf32, "cudnnFindConvolutionBackwardFilterAlgorithm");
   a.bwd_filter = w.algo;
-  a.bwd_filter_math = w.mathType;
+  a.bwd_filter_math = math(w.mathType);
   a.workspace = std::max(a.workspace, w.memory);
   if (std::getenv("MT_CUDA_ALGOS"))
     std::fprintf(stderr, "mt: conv x%s k%d s%d -> co %d: fwd %d bwd-data %d bwd-filter %d, workspace %zu\n",
