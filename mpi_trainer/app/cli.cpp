@@ -325,8 +325,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
         // Elastic joins accept on a thread while the loop serves workers: MPI_THREAD_MULTIPLE.
         MpiSession mpi(&argc, &argv, cfg.max_workers > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
         try {
-          const int code = train_distributed(cfg, mpi, out).exit_code;
-          return mpi.finalize(code, 10.0);
+          const TrainResult r = train_distributed(cfg, mpi, out);
+          return mpi.finalize(r.exit_code, r.finalize_timeout_s);
         } catch (const Error& e) {
           // One rank's error ends the job: the others may be waiting for this one.
           err << "mpi_trainer: error (rank " << mpi.rank() << "): " << e.what() << '\n' << std::flush;
@@ -341,13 +341,14 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
     } else if (*join_cmd) {
       MpiSession mpi(&argc, &argv, MPI_THREAD_SERIALIZED);
       int code = kExitOk;
+      double finalize_timeout = kShortFinalizeSeconds;
       try {
-        code = join_running_job(join_cfg, out);
+        code = join_running_job(join_cfg, out, &finalize_timeout);
       } catch (const Error& e) {
         err << "mpi_trainer join: error: " << e.what() << '\n' << std::flush;
         code = e.exit_code();
       }
-      return mpi.finalize(code, 10.0);
+      return mpi.finalize(code, finalize_timeout);
     } else if (*info_cmd) {
       const Model model(parse_model(info_model));
       out << "model: " << model.spec().name << '\n';

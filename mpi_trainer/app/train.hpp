@@ -8,6 +8,12 @@
 
 namespace mt {
 
+// MPI_Finalize waits for every rank of the job (Open MPI 4.1's PMIx fence), and forever when one
+// died: short after a loss; long for ranks that ended cleanly while shard 0 still writes its final
+// checkpoint and evaluates the test set (minutes on a CPU).
+inline constexpr double kShortFinalizeSeconds = 10.0;
+inline constexpr double kCleanEndFinalizeSeconds = 600.0;
+
 struct TrainResult {
   std::int64_t global_step = 0;
   double train_seconds = 0;
@@ -18,6 +24,8 @@ struct TrainResult {
   double cost_usd = 0;
   double data_wait_seconds = 0;
   int exit_code = 0;  // kExitRequeue: stopped on a notice (checkpointed), rerun with --resume auto
+  // How long MPI_Finalize may take before the process exits without it (MpiSession::finalize).
+  double finalize_timeout_s = kShortFinalizeSeconds;
 };
 
 // Trains as the config says; progress lines go to `log`. Throws mt::Error subclasses.

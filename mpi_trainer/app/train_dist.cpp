@@ -537,6 +537,8 @@ bool Shard::reply(WorkerState& s, MsgKind kind) {
     h.correct = s.slot;
     h.batch = slots_;
     if (s.send.shared) h.reserved = kShmAccepted;
+  } else if (kind == MsgKind::kStop && lost_ == 0) {
+    h.reserved = kCleanEnd;
   }
   isend(s.send, h.payload, s.peer, kTagToWorker, &s.sreq, s.comm);
   s.last_reply = Clock::now();
@@ -1216,7 +1218,10 @@ TrainResult Shard::finish() {
     wait_shard(&final_req, 0);
     for (;;) {
       wait_shard(&control_req_, 0);
-      if (control_.header().kind == MsgKind::kStop) break;
+      if (control_.header().kind == MsgKind::kStop) {
+        if (control_.header().reserved == kCleanEnd && lost_ == 0) res.finalize_timeout_s = kCleanEndFinalizeSeconds;
+        break;
+      }
       if (control_.header().kind != MsgKind::kDrain) answer_request(control_.header());
       irecv(control_, 0, kTagControl, &control_req_);
     }
@@ -1241,6 +1246,7 @@ TrainResult Shard::finish() {
     wait_shard(&request_sreqs_[i], k);
     request_bufs_[i].header() = MsgHeader{};
     request_bufs_[i].header().kind = MsgKind::kStop;
+    if (lost_ == 0) request_bufs_[i].header().reserved = kCleanEnd;
     MT_MPI(MPI_Send(request_bufs_[i].data.data(), request_bufs_[i].count(), MPI_FLOAT, k, kTagControl, MPI_COMM_WORLD));
   }
   if (gathering_) {  // superseded by the final state
@@ -1465,6 +1471,7 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm p
     recv.emplace_back(part.floats(s));
   }
   std::vector<std::shared_ptr<ShmSegment>> offered(static_cast<std::size_t>(shards));  // until the join's reply
+  bool clean_end = true;  // every stop so far said no rank was lost
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(2 * shards), MPI_REQUEST_NULL);
   std::vector<std::int64_t> version(static_cast<std::size_t>(shards), 0);
   std::int64_t global_step = 0;
@@ -1512,6 +1519,7 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm p
       if (const auto bad = check_header(r.header(), part.floats(s)); !bad.empty())
         throw Error(kExitInternal, "worker: malformed reply from shard " + std::to_string(s) + ": " + bad);
       stop = stop || r.header().kind == MsgKind::kStop;
+      if (r.header().kind == MsgKind::kStop) clean_end = clean_end && r.header().reserved == kCleanEnd;
     }
     if (stop) {
       // Shards count their own steps and may disagree on which push is the last: those that
@@ -1635,7 +1643,12 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm p
       }
     }
     ++res.global_step;
-    if (!round_trip(MsgKind::kPush) || leave_if_noticed()) break;
+    if (!round_trip(MsgKind::kPush)) {
+      // The end: a clean one may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
+      if (clean_end) res.finalize_timeout_s = kCleanEndFinalizeSeconds;
+      break;
+    }
+    if (leave_if_noticed()) break;
   }
   return res;
 }
@@ -1693,7 +1706,7 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   return run_worker(c, setup, MPI_COMM_WORLD, mpi.rank(), std::move(plan));
 }
 
-int join_running_job(const TrainConfig& cfg, std::ostream& log) {
+int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize_timeout_s) {
   if (cfg.num_ps != 1) throw UsageError("mpi_trainer join: the job must have --num-ps 1");
   if (!cfg.revoke.empty()) throw UsageError("mpi_trainer join: --revoke names ranks of the training job; use --revocation-model");
   const std::string file = join_port_file(cfg);
@@ -1745,6 +1758,7 @@ int join_running_job(const TrainConfig& cfg, std::ostream& log) {
   if (!c.quiet) log << "mpi_trainer join: connected to the parameter server (" << file << ")\n" << std::flush;
   const TrainResult r = run_worker(c, setup, ps, -1, std::move(plan));
   if (!c.quiet) log << "mpi_trainer join: done after " << r.global_step << " pushes\n" << std::flush;
+  if (finalize_timeout_s) *finalize_timeout_s = r.finalize_timeout_s;
   return r.exit_code;
 }
 

@@ -45,6 +45,9 @@ inline constexpr int kTagHeartbeat = 16; // worker -> shard: alive
 
 inline constexpr std::int32_t kShmOffer = 0x4f4d4853;     // "SHMO"
 inline constexpr std::int32_t kShmAccepted = 0x414d4853;  // "SHMA"
+// In `reserved` of a kStop that ends training while no rank is known lost: the receiver may wait
+// long in MPI_Finalize, where Open MPI makes it wait for shard 0's final checkpoint and evaluation.
+inline constexpr std::int32_t kCleanEnd = 0x444e4543;     // "CEND"
 
 enum class MsgKind : std::uint16_t {
   kJoin = 1, kParams = 2, kPush = 3, kStop = 4, kSnapshotRequest = 5, kSnapshot = 6,
