@@ -4,7 +4,8 @@
 //       one JSON line per step, then a summary line with the median. On CUDA the step is the
 //       single-process trainer's: parameters, gradients and momentum stay on the GPU, the images
 //       are uploaded and the batch statistics downloaded every step, and the step is timed to
-//       the end of its GPU work.
+//       the end of its GPU work. Like the trainer, each step stages the next batch's images
+//       while the GPU computes (--overlap off: uploads them at the start of their own step).
 //   step_bench ... --serve
 //       side-by-side mode for bench/speed_vs_pytorch.py: after the warm-up, reads lines
 //       "STEP k" from stdin, runs k timed steps, answers {"images_per_second_each": [...]};
@@ -13,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -31,7 +33,7 @@ int main(int argc, char** argv) {
   std::string model_name = "resnet32";
   int batch = 128, threads = 2, steps = 20, warmup = 3;
   bool serve = false;
-  std::string device = "cpu";
+  std::string device = "cpu", overlap = "on";
   app.add_option("--model", model_name);
   app.add_option("--device", device)->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--batch-size", batch);
@@ -39,6 +41,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps);
   app.add_option("--warmup", warmup);
   app.add_flag("--serve", serve);
+  app.add_option("--overlap", overlap, "stage the next batch during the step (on) or at its start (off)")
+      ->check(CLI::IsMember({"on", "off"}));
   CLI11_PARSE(app, argc, argv);
 
   std::unique_ptr<Backend> backend;
@@ -60,14 +64,29 @@ int main(int argc, char** argv) {
   Sgd sgd(model.params(), SgdConfig{0.9f, 1e-4f, t2t}, *backend);
   Network net(model, *backend, batch);
   Rng rng(2);
-  Tensor images(Dims{batch, 3, 32, 32});
-  for (auto& v : images.span()) v = static_cast<float>(rng.normal());
+  // Two batches, alternating, as a loader hands them out.
+  std::array<Tensor, 2> images{Tensor(Dims{batch, 3, 32, 32}), Tensor(Dims{batch, 3, 32, 32})};
+  for (auto& im : images)
+    for (auto& v : im.span()) v = static_cast<float>(rng.normal());
   std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
   for (auto& l : labels) l = static_cast<std::int32_t>(rng.below(10));
+  const bool ahead = overlap == "on";
+  int next = 0;
+  Network::StagedImages staged = net.stage_images(images[0]);
+  const auto stage_next = [&] {
+    next ^= 1;
+    staged = net.stage_images(images[static_cast<std::size_t>(next)]);
+  };
 
   auto step = [&] {
     const auto t0 = std::chrono::steady_clock::now();
-    net.train_step(images, labels, params, grads, batch_stats);
+    if (ahead) {
+      const Network::StagedImages now = staged;
+      net.train_step(now, labels, params, grads, batch_stats, stage_next);
+    } else {
+      next ^= 1;
+      net.train_step(images[static_cast<std::size_t>(next)], labels, params, grads, batch_stats);
+    }
     model.update_running_stats(stats, batch_stats, net.bn_counts());
     sgd.step(*backend, params, grads, 0.1f);
     backend->synchronize();
@@ -98,7 +117,7 @@ int main(int argc, char** argv) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   std::cout << nlohmann::json{{"event", "summary"}, {"model", model_name}, {"batch", batch},
-                              {"backend", backend->name()},
+                              {"backend", backend->name()}, {"overlap", overlap},
                               {"threads", threads}, {"median_images_per_second", ips[ips.size() / 2]},
                               {"peak_rss_mib", double(ru.ru_maxrss) / 1024.0}}
                    .dump()

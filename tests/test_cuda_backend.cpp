@@ -319,3 +319,20 @@ TEST_CASE("cuda: whole networks train like the CPU backend and the golden trajec
     CHECK(std::abs(g.correct - c.correct) <= (tf32() ? 2 : 0));
   }
 }
+
+TEST_CASE("cuda: the next batch uploaded on the copy stream during a step trains like one uploaded at its start",
+          "[cuda]") {
+  auto cpu = make_cpu_backend(0);
+  for (const char* model : {"resnet20", "resnet8-t2t"}) {
+    const auto want = test::staged_trajectory(gpu(), *cpu, model, 128, 6, 31, false);
+    const auto got = test::staged_trajectory(gpu(), *cpu, model, 128, 6, 31, true);
+    CHECK(got.hook_calls == 6);
+    for (std::size_t i = 0; i < want.losses.size(); ++i) {
+      INFO(model << " step " << i + 1 << " seed 31: ahead " << got.losses[i] << " at start " << want.losses[i]);
+      // Same kernels and algorithms on both sides: only atomics' summation order may differ.
+      CHECK(got.losses[i] == Approx(want.losses[i]).epsilon(1e-4));
+    }
+    MT_CHECK_CLOSE(got.params.flat(), want.params.flat(), 1e-4);
+    CHECK(want.losses[1] != want.losses[0]);
+  }
+}

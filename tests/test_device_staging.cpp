@@ -90,6 +90,21 @@ class FakeDevice final : public Backend {
     std::memcpy(dst.data(), h.data(), h.size_bytes());  // the host buffer may be reused at once
     ++uploads;
   }
+  void upload_ahead(std::span<const float> h, Tensor& dst) override {
+    REQUIRE(dst.on_device());
+    // Taken from `h` now (a pinned copy), lands at the next upload_fence() or synchronize():
+    // ops that run before the fence see the old values, as a copy still in flight would give.
+    auto copy = std::make_shared<std::vector<float>>(h.begin(), h.end());
+    float* to = dst.data();
+    ahead.push_back([copy, to] { std::copy(copy->begin(), copy->end(), to); });
+    ++uploads;
+    ++uploads_ahead;
+  }
+  void upload_fence() override {
+    for (auto& f : ahead) f();
+    ahead.clear();
+    ++fences;
+  }
   void download(const Tensor& src, std::span<float> h) override {
     REQUIRE(src.on_device());
     // Lands at synchronize(), from the values the tensor has then (as a queued copy would).
@@ -112,6 +127,8 @@ class FakeDevice final : public Backend {
     return in_.softmax_cross_entropy(host(logits), labels, hd, correct);
   }
   void synchronize() override {
+    for (auto& f : ahead) f();
+    ahead.clear();
     for (auto& f : pending) f();
     pending.clear();
   }
@@ -170,8 +187,8 @@ class FakeDevice final : public Backend {
     in_.sgd_update(p, g, v, s);
   }
 
-  int allocations = 0, uploads = 0, downloads = 0;
-  std::vector<std::function<void()>> pending;
+  int allocations = 0, uploads = 0, downloads = 0, uploads_ahead = 0, fences = 0;
+  std::vector<std::function<void()>> pending, ahead;
 
  private:
   Backend& in_;
@@ -244,6 +261,58 @@ TEST_CASE("Network on a device backend: device-resident parameters, SGD and eval
   const StepStats e2 = net_dev.evaluate(images, labels, 6, dparams, stats);
   CHECK(e1.loss == e2.loss);
   CHECK(e1.correct == e2.correct);
+}
+
+TEST_CASE("Network: the next batch staged while a step runs trains exactly like one staged at its start",
+          "[unit][model][device]") {
+  auto cpu = make_cpu_backend(2);
+  FakeDevice dev(*cpu);
+  for (const char* model : {"resnet8", "resnet8-t2t"}) {
+    INFO(model << " seed 21");
+    const auto want = test::staged_trajectory(*cpu, *cpu, model, 8, 5, 21, false);
+    for (Backend* be : {static_cast<Backend*>(cpu.get()), static_cast<Backend*>(&dev)}) {
+      INFO(be->name());
+      const auto got = test::staged_trajectory(*be, *cpu, model, 8, 5, 21, true);
+      CHECK(got.hook_calls == 5);
+      REQUIRE(got.losses.size() == want.losses.size());
+      for (std::size_t i = 0; i < want.losses.size(); ++i) CHECK(got.losses[i] == want.losses[i]);
+      MT_CHECK_CLOSE(got.params.flat(), want.params.flat(), 0.0);
+    }
+    // Distinct batches: a step that read the previous batch's images would not match this.
+    CHECK(want.losses[1] != want.losses[0]);
+  }
+  // Every training batch went through the copy queue, each step behind one fence.
+  CHECK(dev.uploads_ahead == 2 * 5);
+  CHECK(dev.fences == 2 * 5);
+  CHECK(dev.ahead.empty());
+}
+
+TEST_CASE("Network: staging misuse is an internal error, not a race", "[unit][model][device]") {
+  auto cpu = make_cpu_backend(1);
+  FakeDevice dev(*cpu);
+  const Model model(parse_model("resnet8"));
+  FlatTensors params(model.params()), stats(model.stats()), grads(model.params()), bstats(model.stats());
+  model.init_params(params, stats, 2);
+  Network net(model, dev, 4);
+  Rng rng(5);
+  Tensor a = test::random_tensor({4, 3, 32, 32}, rng), b = test::random_tensor({4, 3, 32, 32}, rng);
+  std::vector<std::int32_t> labels{1, 2, 3, 4};
+  const auto first = net.stage_images(a);
+  // A second batch staged beside the running step would have to overwrite a buffer in use.
+  CHECK_THROWS_AS(net.train_step(first, labels, params, grads, bstats,
+                                 [&] {
+                                   (void)net.stage_images(b);
+                                   (void)net.stage_images(b);
+                                 }),
+                  Error);
+  // The step that failed left no slot marked running: staging works again.
+  const auto x = net.stage_images(a);
+  net.train_step(x, labels, params, grads, bstats);
+  // A staged batch is consumed once.
+  CHECK_THROWS_AS(net.train_step(x, labels, params, grads, bstats), Error);
+  // Wrong shapes and unstaged handles.
+  CHECK_THROWS_AS(net.stage_images(Tensor({2, 3, 32, 32})), Error);
+  CHECK_THROWS_AS(net.train_step(Network::StagedImages{}, labels, params, grads, bstats), Error);
 }
 
 TEST_CASE("device tensors refuse host-only calls; views keep the mark", "[unit][device]") {

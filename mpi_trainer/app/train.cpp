@@ -213,15 +213,25 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     writer->give_spare(make_checkpoint(model, params, sgd.velocity(), stats, prev, config_json));
   }
   auto last_ckpt = Clock::now();
+  // Each step stages the next batch while the device computes (Network::stage_images), so the
+  // loader runs one batch ahead: checkpoints take the cursor after the last batch trained.
+  LoaderCursor trained_cursor = start, staged_cursor = start;
+  const Batch* batch = nullptr;
+  Network::StagedImages staged;
+  auto stage_next = [&] {
+    batch = &loader.next();
+    staged = net.stage_images(batch->images);
+    staged_cursor = loader.cursor();
+  };
+  if (prev.global_step < cfg.train_steps) stage_next();
   // Snapshot in memory (the only stall), written on the writer's thread.
   auto checkpoint = [&](std::int64_t step, double lr, double run_seconds) {
     const auto t0 = Clock::now();
     to_host();
     TrainProgress p = prev;
     p.global_step = step;
-    const LoaderCursor cur = loader.cursor();
-    p.epoch = cur.epoch;
-    p.position = cur.position;
+    p.epoch = trained_cursor.epoch;
+    p.position = trained_cursor.position;
     p.train_seconds = prev.train_seconds + run_seconds;
     p.cost_usd = prev.cost_usd + setup.prices.cost_usd(cfg.instance_type, transient, run_seconds);
     p.lr = lr;
@@ -247,10 +257,14 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   const auto log_every = std::max<std::int64_t>(1, cfg.log_every_steps);
   for (std::int64_t step = prev.global_step; step < cfg.train_steps; ++step) {
     const auto t0 = Clock::now();
-    const Batch& batch = loader.next();
     const float lr = static_cast<float>(schedule.lr_at(step));
-    const StepStats st = net.train_step(batch.images, batch.labels, on_device ? dparams : params,
-                                        on_device ? dgrads : grads, batch_stats);
+    // The step reads this batch's images and labels before stage_next() replaces them.
+    const Network::StagedImages images = staged;
+    const LoaderCursor cursor = staged_cursor;
+    const StepStats st = net.train_step(images, batch->labels, on_device ? dparams : params,
+                                        on_device ? dgrads : grads, batch_stats,
+                                        step + 1 < cfg.train_steps ? std::function<void()>(stage_next) : nullptr);
+    trained_cursor = cursor;
     if (!std::isfinite(st.loss))
       throw Error(kExitInternal, "training diverged: loss " + std::to_string(st.loss) +
                                      " at step " + std::to_string(step + 1) +

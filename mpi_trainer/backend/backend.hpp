@@ -134,6 +134,14 @@ class Backend {
   virtual void upload(std::span<const float> host, Tensor& dst) {
     std::copy(host.begin(), host.end(), dst.data());
   }
+  // Queues host -> backend memory on a copy queue beside the compute queue, so an upload issued
+  // while the device computes (the next batch's images) overlaps that work. `host` may be reused
+  // as soon as the call returns. The caller guarantees that no queued op reads or writes `dst`
+  // until the copy is done; ops queued after the next upload_fence() see the values, and
+  // synchronize() waits for the copy too.
+  virtual void upload_ahead(std::span<const float> host, Tensor& dst) { upload(host, dst); }
+  // Ops queued from now on wait (on the device, not the host) for every upload_ahead() before.
+  virtual void upload_fence() {}
   // Queues backend memory -> host; `host` holds the values once synchronize() returns.
   virtual void download(const Tensor& src, std::span<float> host) {
     std::copy_n(src.data(), host.size(), host.begin());

@@ -1,5 +1,6 @@
 #include "nn/resnet.hpp"
 
+#include <array>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -193,6 +194,16 @@ struct Network::Impl {
   bool dev;
   std::optional<FlatTensors> dparams, dgrads, dstats;
   Tensor dimages, logits_host;
+  // Training batches staged ahead (stage_images): two device buffers, so one can be filled while
+  // a step reads the other. `waiting`: staged and not yet consumed; `running`: the slot the
+  // step in progress reads (-1 between steps).
+  struct ImageSlot {
+    Tensor images;
+    std::uint64_t generation = 0;
+    bool waiting = false;
+  };
+  std::array<ImageSlot, 2> slots;
+  int running = -1;
 
   Tensor mk(const Dims& d, Layout l) { return be.make_tensor(d, l); }
 
@@ -234,6 +245,7 @@ struct Network::Impl {
       dgrads.emplace(m.params(), mk(Dims{m.params().total()}, Layout::kPlain));
       dstats.emplace(m.stats(), mk(Dims{m.stats().total()}, Layout::kPlain));
       dimages = mk(Dims{n, 3, 32, 32}, Layout::kPlain);
+      for (auto& sl : slots) sl.images = mk(Dims{n, 3, 32, 32}, Layout::kPlain);
       logits_host = Tensor(Dims{n, m.spec().classes});
     }
     counts = m.bn_counts(n);
@@ -423,25 +435,60 @@ Network::~Network() = default;
 
 std::span<const std::int64_t> Network::bn_counts() const { return impl_->counts; }
 
-StepStats Network::train_step(const Tensor& images, std::span<const std::int32_t> labels,
+Network::StagedImages Network::stage_images(const Tensor& images) {
+  MT_ASSERT(images.dims() == (Dims{batch_, 3, 32, 32}), "stage_images: images must be (B, 3, 32, 32)");
+  Impl& m = *impl_;
+  if (!m.dev || images.on_device()) return StagedImages{&images, -1, 0};
+  int slot = -1;
+  for (int i = 0; i < 2; ++i)
+    if (i != m.running && !m.slots[static_cast<std::size_t>(i)].waiting) slot = i;
+  MT_ASSERT(slot >= 0, "stage_images: a batch is already staged beside the running step");
+  auto& s = m.slots[static_cast<std::size_t>(slot)];
+  m.be.upload_ahead(images.span(), s.images);
+  s.waiting = true;
+  return StagedImages{nullptr, slot, ++s.generation};
+}
+
+StepStats Network::train_step(const StagedImages& images, std::span<const std::int32_t> labels,
                               const FlatTensors& params, FlatTensors& grads,
-                              FlatTensors& batch_stats) {
-  MT_ASSERT(images.dims() == (Dims{batch_, 3, 32, 32}), "train_step: images must be (B, 3, 32, 32)");
+                              FlatTensors& batch_stats, const std::function<void()>& while_running) {
   MT_ASSERT(static_cast<int>(labels.size()) == batch_, "train_step: one label per image");
   Impl& m = *impl_;
-  const Tensor& x = m.staged_images(images);
+  const Tensor* x = images.host;
+  if (!x) {
+    MT_ASSERT(images.slot == 0 || images.slot == 1, "train_step: images were not staged");
+    auto& s = m.slots[static_cast<std::size_t>(images.slot)];
+    MT_ASSERT(s.waiting && s.generation == images.generation,
+              "train_step: staged images were used already or overwritten by a later stage_images");
+    s.waiting = false;
+    m.running = images.slot;
+    m.be.upload_fence();
+    x = &s.images;
+  }
+  // Between steps again whatever happens below (an exception leaves the slot free).
+  struct Done {
+    int& running;
+    ~Done() { running = -1; }
+  } done{m.running};
   const FlatTensors& p = m.staged(params, m.dparams);
   FlatTensors& bs = m.target(batch_stats, m.dstats);
   FlatTensors& g = m.target(grads, m.dgrads);
-  m.last_images_ = &x;
-  m.forward(x, p, bs, /*training=*/true);
+  m.last_images_ = x;
+  m.forward(*x, p, bs, /*training=*/true);
   StepStats st;
   m.be.softmax_cross_entropy_deferred(m.logits, labels, m.dlogits, &st.loss, &st.correct);
   m.backward(p, bs, g);
   m.fetch(g, grads);
   m.fetch(bs, batch_stats);
+  if (while_running) while_running();
   m.be.synchronize();
   return st;
+}
+
+StepStats Network::train_step(const Tensor& images, std::span<const std::int32_t> labels,
+                              const FlatTensors& params, FlatTensors& grads,
+                              FlatTensors& batch_stats) {
+  return train_step(stage_images(images), labels, params, grads, batch_stats);
 }
 
 StepStats Network::evaluate(const Tensor& images, std::span<const std::int32_t> labels, int valid,

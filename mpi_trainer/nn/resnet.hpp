@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -118,8 +119,28 @@ class Network {
 
   int batch() const { return batch_; }
 
-  // images: (B, 3, 32, 32) plain; labels: B. Writes every gradient into `grads` (overwrite)
-  // and the batch statistics of every BN into `batch_stats` (same layout as running stats).
+  // A batch's images handed to the network ahead of its step (stage_images).
+  struct StagedImages {
+    const Tensor* host = nullptr;  // host backends: the caller's tensor, read by the step
+    int slot = -1;                 // device backends: the device buffer holding them
+    std::uint64_t generation = 0;
+  };
+
+  // images: (B, 3, 32, 32) plain. On a device backend they are uploaded now, on a copy queue
+  // that runs beside the device's current work (call it from a step's `while_running` to hide
+  // the upload behind that step), and `images` may be reused when this returns; on a host
+  // backend the step reads `images` itself, so it must stay valid until then. At most one
+  // batch may wait staged beside the step that is running.
+  StagedImages stage_images(const Tensor& images);
+
+  // labels: B. Writes every gradient into `grads` (overwrite) and the batch statistics of every
+  // BN into `batch_stats` (same layout as running stats). `while_running`, when given, is
+  // called once the step's work is queued and before waiting for it: on a device backend it
+  // runs while the device computes (fetch and stage the next batch there).
+  StepStats train_step(const StagedImages& images, std::span<const std::int32_t> labels,
+                       const FlatTensors& params, FlatTensors& grads, FlatTensors& batch_stats,
+                       const std::function<void()>& while_running = {});
+  // The same with images staged now.
   StepStats train_step(const Tensor& images, std::span<const std::int32_t> labels,
                        const FlatTensors& params, FlatTensors& grads, FlatTensors& batch_stats);
 

@@ -155,12 +155,24 @@ struct Context {
   std::vector<PendingCopy> pending;  // pinned -> host after the stream drains
   int scalar_slots_used = 0;
   static constexpr int kScalarSlots = 64;
+  // upload_ahead(): copies on their own stream, so they run beside the compute stream's work;
+  // `copied` marks the newest, and `fence_due` says the compute stream has not waited for it yet.
+  cudaStream_t copy_stream = nullptr;
+  cudaEvent_t copied = nullptr;
+  bool fence_due = false;
+  // Recorded after the newest make_tensor()'s zeroing (on the compute stream): a copy ahead into
+  // a new tensor must not be overtaken by that memset.
+  cudaEvent_t made = nullptr;
 
   explicit Context(int dev_index) : device(dev_index) {
     const char* t = std::getenv("MT_CUDA_TF32");
     tf32 = t && *t && std::string(t) != "0";
     MT_CUDA(cudaSetDevice(device));
     MT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    MT_CUDA(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    MT_CUDA(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+    MT_CUDA(cudaEventCreateWithFlags(&made, cudaEventDisableTiming));
+    MT_CUDA(cudaEventRecord(made, stream));
     MT_CUDNN(cudnnCreate(&h.cudnn));
     MT_CUDNN(cudnnSetStream(h.cudnn, stream));
     MT_CUBLAS(cublas_api().create(&h.cublas));
@@ -169,7 +181,11 @@ struct Context {
   }
   ~Context() {
     if (stream) cudaStreamSynchronize(stream);
+    if (copy_stream) cudaStreamSynchronize(copy_stream);
     for (auto& c : pinned) cudaFreeHost(c.ptr);
+    if (copied) cudaEventDestroy(copied);
+    if (made) cudaEventDestroy(made);
+    if (copy_stream) cudaStreamDestroy(copy_stream);
     if (stream) cudaStreamDestroy(stream);
   }
   Context(const Context&) = delete;
@@ -194,6 +210,9 @@ struct Context {
 
   void synchronize() {
     MT_CUDA(cudaStreamSynchronize(stream));
+    // The staging arena is reused below: copies ahead that read it must be done too.
+    MT_CUDA(cudaStreamSynchronize(copy_stream));
+    fence_due = false;
     for (const auto& p : pending) std::memcpy(p.to, p.from, p.bytes);
     pending.clear();
     scalar_slots_used = 0;
@@ -442,6 +461,7 @@ class CudaBackend final : public Backend {
     MT_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), bytes));
     std::shared_ptr<float> owned(p, CudaFree{});
     MT_CUDA(cudaMemsetAsync(p, 0, bytes, ctx_->stream));
+    MT_CUDA(cudaEventRecord(ctx_->made, ctx_->stream));
     return Tensor::adopt(std::move(dims), layout, std::move(owned), /*on_device=*/true);
   }
 
@@ -451,6 +471,21 @@ class CudaBackend final : public Backend {
     void* pin = ctx_->stage(bytes);
     std::memcpy(pin, host.data(), bytes);
     MT_CUDA(cudaMemcpyAsync(dev(dst, "upload"), pin, bytes, cudaMemcpyHostToDevice, ctx_->stream));
+  }
+  void upload_ahead(std::span<const float> host, Tensor& dst) override {
+    MT_ASSERT(static_cast<std::int64_t>(host.size()) <= dst.storage_size(), "upload larger than the tensor");
+    const std::size_t bytes = host.size_bytes();
+    void* pin = ctx_->stage(bytes);
+    std::memcpy(pin, host.data(), bytes);
+    MT_CUDA(cudaStreamWaitEvent(ctx_->copy_stream, ctx_->made, 0));
+    MT_CUDA(cudaMemcpyAsync(dev(dst, "upload_ahead"), pin, bytes, cudaMemcpyHostToDevice, ctx_->copy_stream));
+    MT_CUDA(cudaEventRecord(ctx_->copied, ctx_->copy_stream));
+    ctx_->fence_due = true;
+  }
+  void upload_fence() override {
+    if (!ctx_->fence_due) return;
+    MT_CUDA(cudaStreamWaitEvent(ctx_->stream, ctx_->copied, 0));
+    ctx_->fence_due = false;
   }
   void download(const Tensor& src, std::span<float> host) override {
     MT_ASSERT(static_cast<std::int64_t>(host.size()) <= src.storage_size(), "download larger than the tensor");
