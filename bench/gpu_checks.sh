@@ -2,11 +2,15 @@
 # The CUDA backend's checks and figures (issue 5), run ON the GPU machine from the repository
 # root, with the bundle that bench/gpu_bundle.sh made here in .gpu/ (carried along):
 #
-#   bash bench/gpu_checks.sh tests speed ps4     # about 8 minutes on an H100
-#   bash bench/gpu_checks.sh full                # the paper's 64k-step single-GPU run
+#   bash bench/gpu_checks.sh tests variants speed ps4   # about 9 minutes on an H100
+#   bash bench/gpu_checks.sh full                        # the paper's 64k-step single-GPU run
+#   MT_CUDA_GRAPH=1 bash bench/gpu_checks.sh speed full  # the same with CUDA graphs, if variants says they pay
 #
 # Stages:
 #   tests  the consistency table and whole-network checks (mt_cuda_tests), FP32 and TF32
+#   variants  step_bench side by side: the next batch uploaded at its step's start, uploaded
+#          while the previous step computes (the default), and that plus CUDA graphs
+#          (MT_CUDA_GRAPH=1); alternating rounds, medians and ratios
 #   speed  training images/s vs PyTorch eager, resnet32 and resnet32-t2t, batch 128, side by side
 #          (bench/speed_vs_pytorch.py --device cuda)
 #   ps4    1 parameter server + 4 workers sharing the GPU (mpirun -np 5): images/s
@@ -48,6 +52,29 @@ for stage in "$@"; do
       "$R/bin/mt_cuda_tests" 2>&1 | tee "$res/cuda_tests_fp32.log"
       MT_CUDA_TF32=1 "$R/bin/mt_cuda_tests" 2>&1 | tee "$res/cuda_tests_tf32.log"
       ;;
+    variants)
+      for model in resnet32 resnet32-t2t; do
+        for round in 1 2 3; do
+          for variant in off:0 on:0 on:1; do
+            MT_CUDA_GRAPH=${variant#*:} "$R/bin/step_bench" --device cuda --model "$model" --steps 60 --warmup 10 \
+              --overlap "${variant%:*}" | tail -1 | sed "s/^{/{\"graphs\": ${variant#*:}, /"
+          done
+        done
+      done | tee "$res/variants.jsonl"
+      python3 - "$res/variants.jsonl" <<'PY' | tee "$res/variants.txt"
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+for model in sorted({r["model"] for r in runs}):
+    med = {}
+    for key in [("off", 0), ("on", 0), ("on", 1)]:
+        v = [r["median_images_per_second"] for r in runs
+             if r["model"] == model and (r["overlap"], r["graphs"]) == key]
+        med[key] = statistics.median(v) if v else float("nan")
+    base = med[("off", 0)]
+    print(f"{model}: uploads at step start {base:.0f} img/s; overlapped {med[('on', 0)]:.0f} "
+          f"({med[('on', 0)] / base:.3f}x); overlapped + graphs {med[('on', 1)]:.0f} ({med[('on', 1)] / base:.3f}x)")
+PY
+      ;;
     speed)
       for model in resnet32 resnet32-t2t; do
         PYTHONUNBUFFERED=1 python3 bench/speed_vs_pytorch.py --device cuda --model "$model" --rounds 6 --per-round 20 \
@@ -65,6 +92,6 @@ for stage in "$@"; do
         --batch-size 128 --log-every-steps 2000 --metrics "$res/full.jsonl" 2>&1 | tee "$res/full.log"
       echo "wall seconds, start to exit: $((SECONDS - start))" | tee -a "$res/full.log"
       ;;
-    *) echo "gpu_checks: unknown stage '$stage' (tests, speed, ps4, full)" >&2; exit 2 ;;
+    *) echo "gpu_checks: unknown stage '$stage' (tests, variants, speed, ps4, full)" >&2; exit 2 ;;
   esac
 done

@@ -336,3 +336,23 @@ TEST_CASE("cuda: the next batch uploaded on the copy stream during a step trains
     CHECK(want.losses[1] != want.losses[0]);
   }
 }
+
+TEST_CASE("cuda: training steps recorded as CUDA graphs (MT_CUDA_GRAPH=1) train like steps launched op by op",
+          "[cuda]") {
+  ::setenv("MT_CUDA_GRAPH", "1", 1);
+  auto graphs = make_cuda_backend(0);
+  ::unsetenv("MT_CUDA_GRAPH");
+  REQUIRE(graphs->can_record());
+  CHECK(graphs->name().find("graphs") != std::string::npos);
+  CHECK_FALSE(gpu().can_record());
+  auto cpu = make_cpu_backend(0);
+  for (const char* model : {"resnet20", "resnet8-t2t"}) {
+    const auto want = test::staged_trajectory(gpu(), *cpu, model, 128, 8, 37, true);
+    const auto got = test::staged_trajectory(*graphs, *cpu, model, 128, 8, 37, true);
+    for (std::size_t i = 0; i < want.losses.size(); ++i) {
+      INFO(model << " step " << i + 1 << " seed 37: graph " << got.losses[i] << " op by op " << want.losses[i]);
+      CHECK(got.losses[i] == Approx(want.losses[i]).epsilon(1e-4));
+    }
+    MT_CHECK_CLOSE(got.params.flat(), want.params.flat(), 1e-4);
+  }
+}

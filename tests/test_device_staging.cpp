@@ -74,7 +74,27 @@ class FakeBn final : public BatchNormOp {
 
 class FakeDevice final : public Backend {
  public:
-  explicit FakeDevice(Backend& inner) : in_(inner) {}
+  // `recording`: records work as a CUDA graph capture would: record() runs nothing, replay()
+  // runs the captured work again, on whatever the tensors hold then.
+  explicit FakeDevice(Backend& inner, bool recording = false) : in_(inner), recording_(recording) {}
+  class FakeRecording final : public Recording {
+   public:
+    FakeRecording(std::function<void()> work, int& replays) : work_(std::move(work)), replays_(replays) {}
+    void replay() override {
+      ++replays_;
+      work_();
+    }
+
+   private:
+    std::function<void()> work_;
+    int& replays_;
+  };
+  bool can_record() const override { return recording_; }
+  std::unique_ptr<Recording> record(const std::function<void()>& work) override {
+    REQUIRE(recording_);
+    ++records;
+    return std::make_unique<FakeRecording>(work, replays);
+  }
   std::string name() const override { return "fake-device"; }
   Layout activation_layout() const override { return in_.activation_layout(); }
   bool device_resident() const override { return true; }
@@ -187,11 +207,12 @@ class FakeDevice final : public Backend {
     in_.sgd_update(p, g, v, s);
   }
 
-  int allocations = 0, uploads = 0, downloads = 0, uploads_ahead = 0, fences = 0;
+  int allocations = 0, uploads = 0, downloads = 0, uploads_ahead = 0, fences = 0, records = 0, replays = 0;
   std::vector<std::function<void()>> pending, ahead;
 
  private:
   Backend& in_;
+  bool recording_;
 };
 
 }  // namespace
@@ -285,6 +306,36 @@ TEST_CASE("Network: the next batch staged while a step runs trains exactly like 
   CHECK(dev.uploads_ahead == 2 * 5);
   CHECK(dev.fences == 2 * 5);
   CHECK(dev.ahead.empty());
+}
+
+TEST_CASE("Network: recorded training steps (as CUDA graphs) train exactly like steps run op by op",
+          "[unit][model][device]") {
+  auto cpu = make_cpu_backend(2);
+  for (const char* model : {"resnet8", "resnet8-t2t"}) {
+    INFO(model << " seed 23");
+    const auto want = test::staged_trajectory(*cpu, *cpu, model, 8, 6, 23, false);
+    FakeDevice dev(*cpu, /*recording=*/true);
+    const auto got = test::staged_trajectory(dev, *cpu, model, 8, 6, 23, true);
+    REQUIRE(got.losses.size() == want.losses.size());
+    for (std::size_t i = 0; i < want.losses.size(); ++i) CHECK(got.losses[i] == want.losses[i]);
+    MT_CHECK_CLOSE(got.params.flat(), want.params.flat(), 0.0);
+    // Two image slots: each set of buffers runs once as is, then records once and replays.
+    CHECK(dev.records == 2);
+    CHECK(dev.replays == 6 - 2);
+  }
+  SECTION("labels are checked on the host before they reach recorded work") {
+    FakeDevice dev(*cpu, true);
+    const Model model(parse_model("resnet8"));
+    FlatTensors params(model.params()), stats(model.stats()), grads(model.params()), bstats(model.stats());
+    model.init_params(params, stats, 2);
+    Network net(model, dev, 4);
+    Rng rng(8);
+    const Tensor images = test::random_tensor({4, 3, 32, 32}, rng);
+    std::vector<std::int32_t> labels{0, 9, 10, 1};
+    CHECK_THROWS_AS(net.train_step(images, labels, params, grads, bstats), DataError);
+    labels[2] = -1;
+    CHECK_THROWS_AS(net.train_step(images, labels, params, grads, bstats), DataError);
+  }
 }
 
 TEST_CASE("Network: staging misuse is an internal error, not a race", "[unit][model][device]") {

@@ -9,10 +9,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "core/error.hpp"
 #include "core/tensor.hpp"
 
 namespace mt {
@@ -146,6 +150,25 @@ class Backend {
   virtual void download(const Tensor& src, std::span<float> host) {
     std::copy_n(src.data(), host.size(), host.begin());
   }
+  // softmax_cross_entropy for recorded work, touching no host memory: `labels` holds N int32
+  // bit patterns in a float tensor (uploaded by the caller, who checked their range), and `out`
+  // (2 floats) gets the mean loss, then the number of argmax hits as an int32 bit pattern.
+  virtual void softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels, Tensor& dlogits,
+                                        Tensor& out);
+
+  // ---- Recording (CUDA Graphs). A backend that can_record() captures the device work that
+  // `work` queues, without running it, as a Recording whose replay() queues all of it again in
+  // one launch (hundreds of kernel launches and cuDNN calls become one). Replays use the same
+  // tensors: only their contents may change in between. `work` may queue ops only: no upload,
+  // download, synchronize, new tensor or host result (softmax_cross_entropy_to, not _deferred).
+  class Recording {
+   public:
+    virtual ~Recording() = default;
+    virtual void replay() = 0;
+  };
+  virtual bool can_record() const { return false; }
+  virtual std::unique_ptr<Recording> record(const std::function<void()>& work);
+
   // softmax_cross_entropy without waiting: `loss` and `correct` (host memory) are written by
   // synchronize() at the latest. Labels are host memory and may be reused when this returns.
   virtual void softmax_cross_entropy_deferred(const Tensor& logits,
@@ -154,6 +177,21 @@ class Backend {
     *loss = softmax_cross_entropy(logits, labels, dlogits, *correct);
   }
 };
+
+// Host memory: labels and results are plain host tensors here.
+inline void Backend::softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels, Tensor& dlogits,
+                                              Tensor& out) {
+  MT_ASSERT(labels.numel() >= logits.dim(0) && out.numel() >= 2, "softmax_cross_entropy_to sizes");
+  std::vector<std::int32_t> l(static_cast<std::size_t>(logits.dim(0)));
+  std::memcpy(l.data(), labels.data(), l.size() * sizeof(std::int32_t));
+  int correct = 0;
+  out.data()[0] = softmax_cross_entropy(logits, l, dlogits, correct);
+  std::memcpy(out.data() + 1, &correct, sizeof correct);
+}
+
+inline std::unique_ptr<Backend::Recording> Backend::record(const std::function<void()>&) {
+  throw Error(kExitInternal, "internal error: the " + name() + " backend cannot record work");
+}
 
 enum class DeviceKind { kCpu, kCuda, kAuto };
 

@@ -2,6 +2,8 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -246,6 +248,11 @@ struct Network::Impl {
       dstats.emplace(m.stats(), mk(Dims{m.stats().total()}, Layout::kPlain));
       dimages = mk(Dims{n, 3, 32, 32}, Layout::kPlain);
       for (auto& sl : slots) sl.images = mk(Dims{n, 3, 32, 32}, Layout::kPlain);
+      record = b.can_record();
+      if (record) {
+        dlabels = mk(Dims{n}, Layout::kPlain);
+        dresult = mk(Dims{2}, Layout::kPlain);
+      }
       logits_host = Tensor(Dims{n, m.spec().classes});
     }
     counts = m.bn_counts(n);
@@ -408,6 +415,54 @@ struct Network::Impl {
 
   const Tensor* last_images_ = nullptr;
 
+  // Recorded training steps (Backend::can_record: CUDA Graphs). The loss then reads labels from
+  // device memory and writes its result there, so the recorded work touches no host memory.
+  // One recording per set of buffers a step uses (in practice one per image slot): the first
+  // step of a set runs as is (it makes the backward temporaries), the second records, the
+  // others replay.
+  bool record = false;
+  Tensor dlabels, dresult;
+  std::array<float, 2> result_host{};
+  struct Recorded {
+    int steps = 0;
+    std::unique_ptr<Backend::Recording> rec;
+  };
+  static constexpr std::size_t kMaxRecordings = 8;  // more sets of buffers run as is
+  std::map<std::array<const float*, 4>, Recorded> recorded;
+
+  void recorded_step(const Tensor& x, const FlatTensors& p, FlatTensors& bs, FlatTensors& g,
+                     std::span<const std::int32_t> labels) {
+    const int classes = model.spec().classes;
+    for (const std::int32_t l : labels)
+      if (l < 0 || l >= classes)
+        throw DataError("label " + std::to_string(l) + " out of range [0, " + std::to_string(classes) + ")");
+    // The labels' int32 bit patterns travel in a float tensor (the copy moves bytes).
+    be.upload(std::span<const float>(reinterpret_cast<const float*>(labels.data()), labels.size()), dlabels);
+    // Views sharing the storage: a CUDA graph keeps their addresses, a recording that replays
+    // the closure itself keeps them alive.
+    const auto share = [](const FlatTensors& f) {
+      return std::make_shared<FlatTensors>(f.layout(), f.flat().view(0, f.flat().dims()));
+    };
+    auto xs = std::make_shared<Tensor>(x.view(0, x.dims(), x.layout()));
+    std::function<void()> work = [this, xs, ps = share(p), bss = share(bs), gs = share(g)] {
+      last_images_ = xs.get();
+      forward(*xs, *ps, *bss, /*training=*/true);
+      be.softmax_cross_entropy_to(logits, dlabels, dlogits, dresult);
+      backward(*ps, *bss, *gs);
+      last_images_ = nullptr;
+    };
+    const std::array<const float*, 4> key{x.data(), p.flat().data(), bs.flat().data(), g.flat().data()};
+    auto it = recorded.find(key);
+    if (it == recorded.end()) {
+      if (recorded.size() >= kMaxRecordings) return work();
+      it = recorded.emplace(key, Recorded{}).first;
+    }
+    Recorded& r = it->second;
+    if (r.steps++ == 0) return work();
+    if (!r.rec) r.rec = be.record(work);
+    r.rec->replay();
+  }
+
   // The tensor the ops read: `host` itself, or (device backend, host tensor) its mirror with
   // the values uploaded.
   const FlatTensors& staged(const FlatTensors& host, std::optional<FlatTensors>& mirror) {
@@ -473,15 +528,24 @@ StepStats Network::train_step(const StagedImages& images, std::span<const std::i
   const FlatTensors& p = m.staged(params, m.dparams);
   FlatTensors& bs = m.target(batch_stats, m.dstats);
   FlatTensors& g = m.target(grads, m.dgrads);
-  m.last_images_ = x;
-  m.forward(*x, p, bs, /*training=*/true);
   StepStats st;
-  m.be.softmax_cross_entropy_deferred(m.logits, labels, m.dlogits, &st.loss, &st.correct);
-  m.backward(p, bs, g);
+  if (m.record) {
+    m.recorded_step(*x, p, bs, g, labels);
+    m.be.download(m.dresult, m.result_host);
+  } else {
+    m.last_images_ = x;
+    m.forward(*x, p, bs, /*training=*/true);
+    m.be.softmax_cross_entropy_deferred(m.logits, labels, m.dlogits, &st.loss, &st.correct);
+    m.backward(p, bs, g);
+  }
   m.fetch(g, grads);
   m.fetch(bs, batch_stats);
   if (while_running) while_running();
   m.be.synchronize();
+  if (m.record) {
+    st.loss = m.result_host[0];
+    std::memcpy(&st.correct, &m.result_host[1], sizeof st.correct);
+  }
   return st;
 }
 

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -137,6 +138,7 @@ struct ConvAlgos {
 struct Context {
   int device = 0;
   bool tf32 = false;
+  bool graphs = false;  // MT_CUDA_GRAPH=1: Network records its training step as a CUDA graph
   cudaStream_t stream = nullptr;
   CudnnHandles h;
   Scratch workspace, bn_partial, labels, scalars;
@@ -167,6 +169,8 @@ struct Context {
   explicit Context(int dev_index) : device(dev_index) {
     const char* t = std::getenv("MT_CUDA_TF32");
     tf32 = t && *t && std::string(t) != "0";
+    const char* g = std::getenv("MT_CUDA_GRAPH");
+    graphs = g && *g && std::string(g) != "0";
     MT_CUDA(cudaSetDevice(device));
     MT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     MT_CUDA(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
@@ -438,13 +442,30 @@ struct CudaFree {
   void operator()(float* p) const noexcept { cudaFree(p); }
 };
 
+// A captured CUDA graph, instantiated once and launched on the compute stream.
+class CudaRecording final : public Backend::Recording {
+ public:
+  CudaRecording(std::shared_ptr<Context> ctx, cudaGraphExec_t exec) : ctx_(std::move(ctx)), exec_(exec) {}
+  ~CudaRecording() override {
+    if (exec_) cudaGraphExecDestroy(exec_);  // no check: may run after the context is torn down
+  }
+  CudaRecording(const CudaRecording&) = delete;
+  CudaRecording& operator=(const CudaRecording&) = delete;
+  void replay() override { MT_CUDA(cudaGraphLaunch(exec_, ctx_->stream)); }
+
+ private:
+  std::shared_ptr<Context> ctx_;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : ctx_(std::make_shared<Context>(device)) {
     cudaDeviceProp prop{};
     MT_CUDA(cudaGetDeviceProperties(&prop, device));
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ", sm_" +
-            std::to_string(prop.major) + std::to_string(prop.minor) + (ctx_->tf32 ? ", TF32" : ", FP32") + ")";
+            std::to_string(prop.major) + std::to_string(prop.minor) + (ctx_->tf32 ? ", TF32" : ", FP32") +
+            (ctx_->graphs ? ", graphs" : "") + ")";
   }
   ~CudaBackend() override = default;
 
@@ -601,6 +622,37 @@ class CudaBackend final : public Backend {
     MT_CUDA(cudaMemcpyAsync(out, scalars, 8, cudaMemcpyDeviceToHost, ctx_->stream));
     ctx_->pending.push_back({out, loss, sizeof(float)});
     ctx_->pending.push_back({out + 4, correct, sizeof(int)});
+  }
+
+  void softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels, Tensor& dlogits, Tensor& out) override {
+    const int n = i32(logits.dim(0)), m = i32(logits.dim(1));
+    MT_ASSERT(labels.storage_size() >= n && out.storage_size() >= 2, "softmax_cross_entropy_to sizes");
+    float* o = dev(out, "loss out");
+    MT_LAUNCH(cuda::softmax_cross_entropy(dev(logits, "logits"),
+                                          reinterpret_cast<const std::int32_t*>(dev(labels, "labels")),
+                                          dev(dlogits, "dlogits"), o, reinterpret_cast<int*>(o + 1), n, m,
+                                          ctx_->stream));
+  }
+
+  bool can_record() const override { return ctx_->graphs; }
+  std::unique_ptr<Recording> record(const std::function<void()>& work) override {
+    MT_ASSERT(ctx_->graphs, "CUDA graph recording is off (MT_CUDA_GRAPH=1 turns it on)");
+    // Thread-local mode: this thread may not make calls that are unsafe while capturing (an
+    // allocation, a synchronize), others are not affected.
+    MT_CUDA(cudaStreamBeginCapture(ctx_->stream, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+      work();
+    } catch (...) {
+      cudaStreamEndCapture(ctx_->stream, &graph);  // ends the (invalidated) capture; no check
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    MT_CUDA(cudaStreamEndCapture(ctx_->stream, &graph));
+    std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, decltype(&cudaGraphDestroy)> owned(graph, &cudaGraphDestroy);
+    cudaGraphExec_t exec = nullptr;
+    MT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    return std::make_unique<CudaRecording>(ctx_, exec);
   }
 
   // Device spans (flat parameter buffers made with make_tensor).
