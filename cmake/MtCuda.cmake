@@ -9,8 +9,11 @@ if(NOT MT_WITH_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      # Data-centre GPUs: A100 (sm_80), H100/H200 (sm_90). CUDA 13 dropped sm_70.
-      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+      # Data-centre and cloud GPUs: T4 (sm_75), A100/A30 (sm_80), A10/A10G (sm_86), L4/L40S
+      # (sm_89), H100/H200 (sm_90), B200 (sm_100), and sm_100 PTX for newer GPUs to compile at
+      # load. CUDA 13 has no Volta (V100, sm_70): build those with CUDA 12 and
+      # -DCMAKE_CUDA_ARCHITECTURES=70.
+      set(CMAKE_CUDA_ARCHITECTURES 75-real 80-real 86-real 89-real 90-real 100-real 100-virtual)
     endif()
     enable_language(CUDA)
     # CMake 3.25 does not know nvcc 13's C++20 support; the .cu files need only C++17.

@@ -690,6 +690,19 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
   if (device < 0 || device >= count)
     throw DataError("--device cuda: GPU " + std::to_string(device) + " does not exist (the CUDA runtime sees " +
                     std::to_string(count) + ")");
+  // A GPU whose architecture this build has no kernels for fails here, clearly, instead of at the
+  // first kernel launch.
+  MT_CUDA(cudaSetDevice(device));
+  if (const cudaError_t k = cuda::kernel_image_status(); k != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky launch-configuration error
+    cudaDeviceProp prop{};
+    MT_CUDA(cudaGetDeviceProperties(&prop, device));
+    const std::string sm = std::to_string(prop.major) + std::to_string(prop.minor);
+    throw DataError("--device cuda: GPU " + std::to_string(device) + " (" + prop.name + ", sm_" + sm +
+                    ") cannot run this build's kernels, compiled for CUDA architectures " MT_CUDA_ARCHS " (" +
+                    cudaGetErrorString(k) + "); rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + sm +
+                    " and a CUDA toolkit that supports sm_" + sm + ", or use --device cpu");
+  }
   return std::make_unique<CudaBackend>(device);
 }
 

@@ -366,4 +366,9 @@ void sgd_update(const float* param, const float* grad, float* velocity, float* o
                                                 weight_decay, nesterov);
 }
 
+cudaError_t kernel_image_status() {
+  cudaFuncAttributes a{};
+  return cudaFuncGetAttributes(&a, bn_apply);
+}
+
 }  // namespace mt::cuda

@@ -50,6 +50,10 @@ void bias_grad(const float* dy, float* db, int n, int m, cudaStream_t s);
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits,
                            float* out_loss, int* out_correct, int n, int m, cudaStream_t s);
 
+// cudaSuccess when this build's kernels can run on the current device; else the runtime's reason
+// (cudaErrorNoKernelImageForDevice: its architecture was not compiled in).
+cudaError_t kernel_image_status();
+
 // SGD with momentum (Backend::sgd_update_to): out may equal param.
 void sgd_update(const float* param, const float* grad, float* velocity, float* out,
                 std::int64_t count, float lr, float momentum, float weight_decay, bool nesterov,
