@@ -61,4 +61,4 @@ if [[ -d /usr/share/datasets/fashion-mnist ]]; then
 fi
 git rev-parse HEAD > "$out/commit" 2>/dev/null || true
 echo "gpu_bundle: $out/mt-gpu.tar.xz ($(du -h "$out/mt-gpu.tar.xz" | cut -f1), $n libraries), fashion-mnist: $(du -sh "$out/fashion-mnist" 2>/dev/null | cut -f1 || echo none)"
-echo "carry '$out' and run on the GPU machine: bash bench/gpu_checks.sh tests speed ps4   (then: full)"
+echo "carry '$out' and run on the GPU machine: bash bench/gpu_checks.sh tests variants speed ps4   (then: full)"
