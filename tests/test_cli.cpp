@@ -48,7 +48,9 @@ TEST_CASE("bad flags exit 2 with a helpful message", "[unit][cli]") {
   };
   for (const auto& c : {Case{"", "A subcommand is required"},
                         Case{"train --no-such-flag", "no-such-flag"},
-                        Case{"train --train-steps 0", "--train-steps"},
+                        Case{"train --train-steps 0", "--train-steps: must be greater than 0, not 0"},
+                        Case{"train --lr -0.5", "--lr: must be 0 or more, not -0.5"},
+                        Case{"train --eval-every-steps x", "--eval-every-steps: 'x' is not a number"},
                         Case{"train --batch-size -3", "--batch-size"},
                         Case{"train --device tpu", "--device"},
                         Case{"train --model vgg16", "unknown model 'vgg16'"},

@@ -20,6 +20,18 @@ namespace {
 
 constexpr const char* kVersion = "0.1.0";
 
+// CLI11's PositiveNumber and NonNegativeNumber say "Value 0 not in range 0.000000 to 17976931...";
+// these say what is wrong.
+std::string number_check(const std::string& s, bool allow_zero) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end == s.c_str() || *end != '\0') return "'" + s + "' is not a number";
+  if (allow_zero ? v >= 0 : v > 0) return {};
+  return std::string(allow_zero ? "must be 0 or more" : "must be greater than 0") + ", not " + s;
+}
+const CLI::Validator kPositive([](std::string& s) { return number_check(s, false); }, "POSITIVE", "POSITIVE");
+const CLI::Validator kNonNegative([](std::string& s) { return number_check(s, true); }, "NONNEGATIVE", "NONNEGATIVE");
+
 void add_train_options(CLI::App& cmd, TrainConfig& c) {
   auto env = [](CLI::Option* o, const char* name) { o->envname(name); };
   env(cmd.add_option("--data", c.data,
@@ -31,7 +43,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
       "MT_MODEL");
   env(cmd.add_option("--train-steps", c.train_steps, "Global steps (batches) to train")
           ->capture_default_str()
-          ->check(CLI::PositiveNumber),
+          ->check(kPositive),
       "MT_TRAIN_STEPS");
   env(cmd.add_option("--batch-size", c.batch_size, "Images per step")
           ->capture_default_str()
@@ -86,7 +98,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
       "MT_LR_SCHEDULE");
   env(cmd.add_option("--lr", c.lr, "Base learning rate (0: the schedule's own: 0.1 step, 0.4 cosine)")
           ->capture_default_str()
-          ->check(CLI::NonNegativeNumber),
+          ->check(kNonNegative),
       "MT_LR");
   env(cmd.add_option("--lr-warmup-steps", c.lr_warmup_steps,
                      "Linear warm-up of the learning rate over the first N global steps (-1: the "
@@ -101,7 +113,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
       "MT_MOMENTUM");
   env(cmd.add_option("--weight-decay", c.weight_decay, "L2 weight decay")
           ->capture_default_str()
-          ->check(CLI::NonNegativeNumber),
+          ->check(kNonNegative),
       "MT_WEIGHT_DECAY");
   env(cmd.add_option("--nesterov", c.nesterov, "Nesterov momentum: on, off, default (on for -t2t)")
           ->capture_default_str()
@@ -124,11 +136,11 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
   env(cmd.add_option("--eval-every-steps", c.eval_every_steps,
                      "Evaluate on the test set every N steps (0: only at the end)")
           ->capture_default_str()
-          ->check(CLI::NonNegativeNumber),
+          ->check(kNonNegative),
       "MT_EVAL_EVERY_STEPS");
   env(cmd.add_option("--log-every-steps", c.log_every_steps, "Progress line every N steps")
           ->capture_default_str()
-          ->check(CLI::PositiveNumber),
+          ->check(kPositive),
       "MT_LOG_EVERY_STEPS");
   env(cmd.add_option("--instance-type", c.instance_type,
                      "Instance type billed for each worker (or the single process, or a worker that "
@@ -157,12 +169,12 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
   env(cmd.add_option("--ckpt-every-steps", c.ckpt_every_steps,
                      "Checkpoint every N global steps (0: only at the end)")
           ->capture_default_str()
-          ->check(CLI::NonNegativeNumber),
+          ->check(kNonNegative),
       "MT_CKPT_EVERY_STEPS");
   env(cmd.add_option("--ckpt-every-seconds", c.ckpt_every_seconds,
                      "Checkpoint every S seconds of wall time (0: off)")
           ->capture_default_str()
-          ->check(CLI::NonNegativeNumber),
+          ->check(kNonNegative),
       "MT_CKPT_EVERY_SECONDS");
   env(cmd.add_option("--ckpt-keep", c.ckpt_keep, "Checkpoints kept, newest first (0: all)")
           ->capture_default_str()
@@ -290,8 +302,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   auto* gen_cmd = app.add_subcommand(
       "gen-data", "Write a small generated, learnable data set in CIFAR-10 binary format");
   gen_cmd->add_option("dir", gen_dir, "Output directory")->required();
-  gen_cmd->add_option("--train", gen_train, "Training images")->capture_default_str()->check(CLI::PositiveNumber);
-  gen_cmd->add_option("--test", gen_test, "Test images")->capture_default_str()->check(CLI::PositiveNumber);
+  gen_cmd->add_option("--train", gen_train, "Training images")->capture_default_str()->check(kPositive);
+  gen_cmd->add_option("--test", gen_test, "Test images")->capture_default_str()->check(kPositive);
   gen_cmd->add_option("--seed", gen_seed, "Seed")->capture_default_str();
 
   auto* ckpt_cmd = app.add_subcommand("ckpt", "Check or describe checkpoints");
