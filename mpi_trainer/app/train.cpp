@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "app/batch_ahead.hpp"
 #include "app/checkpointing.hpp"
 #include "app/cost.hpp"
 #include "ckpt/async_writer.hpp"
@@ -213,17 +214,11 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     writer->give_spare(make_checkpoint(model, params, sgd.velocity(), stats, prev, config_json));
   }
   auto last_ckpt = Clock::now();
-  // Each step stages the next batch while the device computes (Network::stage_images), so the
-  // loader runs one batch ahead: checkpoints take the cursor after the last batch trained.
-  LoaderCursor trained_cursor = start, staged_cursor = start;
-  const Batch* batch = nullptr;
-  Network::StagedImages staged;
-  auto stage_next = [&] {
-    batch = &loader.next();
-    staged = net.stage_images(batch->images);
-    staged_cursor = loader.cursor();
-  };
-  if (prev.global_step < cfg.train_steps) stage_next();
+  // Each step stages the next batch while the device computes: checkpoints take the cursor
+  // after the last batch trained, not the loader's.
+  BatchAhead ahead(loader, net);
+  if (prev.global_step < cfg.train_steps) ahead.advance();
+  LoaderCursor trained_cursor = start;
   // Snapshot in memory (the only stall), written on the writer's thread.
   auto checkpoint = [&](std::int64_t step, double lr, double run_seconds) {
     const auto t0 = Clock::now();
@@ -258,13 +253,12 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   for (std::int64_t step = prev.global_step; step < cfg.train_steps; ++step) {
     const auto t0 = Clock::now();
     const float lr = static_cast<float>(schedule.lr_at(step));
-    // The step reads this batch's images and labels before stage_next() replaces them.
-    const Network::StagedImages images = staged;
-    const LoaderCursor cursor = staged_cursor;
-    const StepStats st = net.train_step(images, batch->labels, on_device ? dparams : params,
+    const BatchAhead::Staged batch = ahead.current();
+    const StepStats st = net.train_step(batch.images, batch.labels, on_device ? dparams : params,
                                         on_device ? dgrads : grads, batch_stats,
-                                        step + 1 < cfg.train_steps ? std::function<void()>(stage_next) : nullptr);
-    trained_cursor = cursor;
+                                        step + 1 < cfg.train_steps ? std::function<void()>([&] { ahead.advance(); })
+                                                                   : nullptr);
+    trained_cursor = batch.cursor;
     if (!std::isfinite(st.loss))
       throw Error(kExitInternal, "training diverged: loss " + std::to_string(st.loss) +
                                      " at step " + std::to_string(step + 1) +

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "app/background_eval.hpp"
+#include "app/batch_ahead.hpp"
 #include "app/checkpointing.hpp"
 #include "app/cost.hpp"
 #include "app/metrics.hpp"
@@ -1615,25 +1616,20 @@ TrainResult run_worker(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm p
     lo.num_shards = std::max(1, recv[0].header().batch);
     loader.emplace(setup.data.train, lo, start);
   }
-  // Each step stages the next batch while the device computes (Network::stage_images): the
-  // loader runs one batch ahead, so a push carries the cursor after the batch it trained.
-  const Batch* batch = nullptr;
-  Network::StagedImages staged;
-  LoaderCursor staged_cursor;
-  auto stage_next = [&] {
-    batch = &loader->next();
-    staged = net->stage_images(batch->images);
-    staged_cursor = loader->cursor();
-  };
-  if (loader) stage_next();
+  // Each step stages the next batch while the device computes: a push carries the cursor after
+  // the batch it trained, not the loader's.
+  std::optional<BatchAhead> ahead;
+  if (loader) {
+    ahead.emplace(*loader, *net);
+    ahead->advance();
+  }
   for (;;) {
     StepStats st;
     LoaderCursor cur;
-    if (loader) {
-      // The step reads this batch's images and labels before stage_next() replaces them.
-      const Network::StagedImages images = staged;
-      cur = staged_cursor;
-      st = net->train_step(images, batch->labels, params, grads, batch_stats, stage_next);
+    if (ahead) {
+      const BatchAhead::Staged batch = ahead->current();
+      cur = batch.cursor;
+      st = net->train_step(batch.images, batch.labels, params, grads, batch_stats, [&] { ahead->advance(); });
     }
     for (int s = 0; s < shards; ++s) {
       Buffer& b = send[static_cast<std::size_t>(s)];

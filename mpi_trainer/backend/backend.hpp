@@ -178,6 +178,14 @@ class Backend {
   }
 };
 
+// Every label must index one of `classes` outputs: a bad one is a data error, found on the host
+// before device work would read past a row.
+inline void check_labels(std::span<const std::int32_t> labels, int classes) {
+  for (const std::int32_t l : labels)
+    if (l < 0 || l >= classes)
+      throw DataError("label " + std::to_string(l) + " out of range [0, " + std::to_string(classes) + ")");
+}
+
 // Host memory: labels and results are plain host tensors here.
 inline void Backend::softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels, Tensor& dlogits,
                                               Tensor& out) {

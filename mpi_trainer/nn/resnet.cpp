@@ -418,26 +418,22 @@ struct Network::Impl {
   // Recorded training steps (Backend::can_record: CUDA Graphs). The loss then reads labels from
   // device memory and writes its result there, so the recorded work touches no host memory.
   // One recording per set of buffers a step uses (in practice one per image slot): the first
-  // step of a set runs as is (it makes the backward temporaries), the second records, the
-  // others replay.
+  // step of a set runs as is (it makes the backward temporaries) and leaves an empty entry, the
+  // second records into it, the others replay.
   bool record = false;
   Tensor dlabels, dresult;
   std::array<float, 2> result_host{};
-  struct Recorded {
-    int steps = 0;
-    std::unique_ptr<Backend::Recording> rec;
-  };
   static constexpr std::size_t kMaxRecordings = 8;  // more sets of buffers run as is
-  std::map<std::array<const float*, 4>, Recorded> recorded;
+  std::map<std::array<const float*, 4>, std::unique_ptr<Backend::Recording>> recorded;
 
   void recorded_step(const Tensor& x, const FlatTensors& p, FlatTensors& bs, FlatTensors& g,
                      std::span<const std::int32_t> labels) {
-    const int classes = model.spec().classes;
-    for (const std::int32_t l : labels)
-      if (l < 0 || l >= classes)
-        throw DataError("label " + std::to_string(l) + " out of range [0, " + std::to_string(classes) + ")");
+    check_labels(labels, model.spec().classes);
     // The labels' int32 bit patterns travel in a float tensor (the copy moves bytes).
     be.upload(std::span<const float>(reinterpret_cast<const float*>(labels.data()), labels.size()), dlabels);
+    const std::array<const float*, 4> key{x.data(), p.flat().data(), bs.flat().data(), g.flat().data()};
+    auto it = recorded.find(key);
+    if (it != recorded.end() && it->second) return it->second->replay();  // every step but two
     // Views sharing the storage: a CUDA graph keeps their addresses, a recording that replays
     // the closure itself keeps them alive.
     const auto share = [](const FlatTensors& f) {
@@ -451,16 +447,12 @@ struct Network::Impl {
       backward(*ps, *bss, *gs);
       last_images_ = nullptr;
     };
-    const std::array<const float*, 4> key{x.data(), p.flat().data(), bs.flat().data(), g.flat().data()};
-    auto it = recorded.find(key);
     if (it == recorded.end()) {
-      if (recorded.size() >= kMaxRecordings) return work();
-      it = recorded.emplace(key, Recorded{}).first;
+      if (recorded.size() < kMaxRecordings) recorded.emplace(key, nullptr);
+      return work();
     }
-    Recorded& r = it->second;
-    if (r.steps++ == 0) return work();
-    if (!r.rec) r.rec = be.record(work);
-    r.rec->replay();
+    it->second = be.record(work);
+    it->second->replay();
   }
 
   // The tensor the ops read: `host` itself, or (device backend, host tensor) its mirror with

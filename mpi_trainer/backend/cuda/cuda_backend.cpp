@@ -212,6 +212,14 @@ struct Context {
     return c.ptr;
   }
 
+  // `bytes` of host memory copied into the pinned arena (valid until the next synchronize()),
+  // for an asynchronous copy to the device.
+  void* stage_copy(const void* host, std::size_t bytes) {
+    void* pin = stage(bytes);
+    std::memcpy(pin, host, bytes);
+    return pin;
+  }
+
   void synchronize() {
     MT_CUDA(cudaStreamSynchronize(stream));
     // The staging arena is reused below: copies ahead that read it must be done too.
@@ -489,15 +497,13 @@ class CudaBackend final : public Backend {
   void upload(std::span<const float> host, Tensor& dst) override {
     MT_ASSERT(static_cast<std::int64_t>(host.size()) <= dst.storage_size(), "upload larger than the tensor");
     const std::size_t bytes = host.size_bytes();
-    void* pin = ctx_->stage(bytes);
-    std::memcpy(pin, host.data(), bytes);
+    void* pin = ctx_->stage_copy(host.data(), bytes);
     MT_CUDA(cudaMemcpyAsync(dev(dst, "upload"), pin, bytes, cudaMemcpyHostToDevice, ctx_->stream));
   }
   void upload_ahead(std::span<const float> host, Tensor& dst) override {
     MT_ASSERT(static_cast<std::int64_t>(host.size()) <= dst.storage_size(), "upload larger than the tensor");
     const std::size_t bytes = host.size_bytes();
-    void* pin = ctx_->stage(bytes);
-    std::memcpy(pin, host.data(), bytes);
+    void* pin = ctx_->stage_copy(host.data(), bytes);
     MT_CUDA(cudaStreamWaitEvent(ctx_->copy_stream, ctx_->made, 0));
     MT_CUDA(cudaMemcpyAsync(dev(dst, "upload_ahead"), pin, bytes, cudaMemcpyHostToDevice, ctx_->copy_stream));
     MT_CUDA(cudaEventRecord(ctx_->copied, ctx_->copy_stream));
@@ -601,18 +607,14 @@ class CudaBackend final : public Backend {
                                       Tensor& dlogits, float* loss, int* correct) override {
     const int n = i32(logits.dim(0)), m = i32(logits.dim(1));
     MT_ASSERT(static_cast<int>(labels.size()) >= n, "one label per row");
-    for (int r = 0; r < n; ++r)
-      if (labels[static_cast<std::size_t>(r)] < 0 || labels[static_cast<std::size_t>(r)] >= m)
-        throw DataError("label " + std::to_string(labels[static_cast<std::size_t>(r)]) +
-                        " out of range [0, " + std::to_string(m) + ")");
+    check_labels(labels.first(static_cast<std::size_t>(n)), m);
     if (ctx_->scalar_slots_used == Context::kScalarSlots) synchronize();
     const int slot = ctx_->scalar_slots_used++;
     // Labels: pinned, then to a device buffer that only grows (after a wait) between steps.
     const std::size_t lbytes = std::size_t(n) * sizeof(std::int32_t);
     auto* lab = static_cast<std::int32_t*>(ctx_->labels.get(lbytes * Context::kScalarSlots, ctx_->stream)) +
                 std::size_t(slot) * std::size_t(n);
-    void* pin = ctx_->stage(lbytes);
-    std::memcpy(pin, labels.data(), lbytes);
+    void* pin = ctx_->stage_copy(labels.data(), lbytes);
     MT_CUDA(cudaMemcpyAsync(lab, pin, lbytes, cudaMemcpyHostToDevice, ctx_->stream));
     auto* scalars = static_cast<char*>(ctx_->scalars.get(8 * Context::kScalarSlots, ctx_->stream)) + 8 * slot;
     MT_LAUNCH(cuda::softmax_cross_entropy(dev(logits, "logits"), lab, dev(dlogits, "dlogits"),
