@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A worker SIGKILLs itself at a chosen global step (--revoke): the parameter server detects the
 # loss within --failure-timeout, drops it, rescales the learning rate and finishes; mpirun
-# --enable-recovery ends with rc 0; the summary counts the revocation.
+# --enable-recovery ends with rc 0; the summary counts the revocation. 400 steps: detection comes
+# 1 s after the kill at step 40, well before the end (with 160 steps it came at step 149-160 and
+# raced the end of training).
 # Usage: test_fault_worker_kill.sh MPIEXEC MPI_TRAINER NP S
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
-np=$3 shards=$4 steps=160 victim=$(($3 - 1))
+np=$3 shards=$4 steps=400 victim=$(($3 - 1))
 train "$np" --num-ps "$shards" --train-steps $steps --failure-timeout 1 --revoke "rank=$victim@step=40" ||
   { echo "mpirun failed"; cat "$dir/out.txt"; exit 1; }
 cat "$dir/out.txt"
