@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 
 namespace mt::ckpt {
@@ -20,7 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Reserved root attributes (DESIGN.md §6); everything else in `/` is a user attribute.
+// Reserved root attributes (docs/checkpoint-format.md); everything else in `/` is a user attribute.
 constexpr const char* kAttrFormat = "format_version";
 constexpr const char* kAttrStep = "global_step";
 constexpr const char* kAttrModel = "model";
@@ -204,23 +206,6 @@ AttrValue read_attr(hid_t attr, const fs::path& file, const std::string& name) {
   return v;
 }
 
-// ---------------------------------------------------------------- POSIX durability
-
-void fsync_path(const fs::path& p, bool directory) {
-  const int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) throw CheckpointError(p.string() + ": open for fsync: " + std::strerror(errno));
-  const int r = ::fsync(fd);
-  const int saved = errno;
-  ::close(fd);
-  if (r != 0) throw CheckpointError(p.string() + ": fsync: " + std::strerror(saved));
-}
-
-void rename_durably(const fs::path& from, const fs::path& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0)
-    throw CheckpointError("rename " + from.string() + " -> " + to.string() + ": " + std::strerror(errno));
-  fsync_path(to.parent_path(), /*directory=*/true);
-}
-
 double now_unix() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -233,7 +218,18 @@ std::optional<std::int64_t> step_of(const std::string& name) {
   return std::stoll(digits);
 }
 
-std::atomic<MidWriteHook> g_mid_write_hook{nullptr};
+// Set once before training, read by the writer thread at each write.
+std::mutex g_hook_mutex;
+MidWriteHook g_mid_write_hook;
+
+void mid_write(std::int64_t global_step) {
+  MidWriteHook hook;
+  {
+    std::lock_guard<std::mutex> lock(g_hook_mutex);
+    hook = g_mid_write_hook;
+  }
+  if (hook) hook(global_step);
+}
 
 // Writes the HDF5 file (not yet published).
 void write_file(const fs::path& tmp, const Checkpoint& c) {
@@ -260,7 +256,7 @@ void write_file(const fs::path& tmp, const Checkpoint& c) {
   for (std::size_t i = 0; i < c.arrays.size(); ++i) {
     const auto& a = c.arrays[i];
     if (i == c.arrays.size() / 2)
-      if (const auto hook = g_mid_write_hook.load()) hook(c.global_step);
+      mid_write(c.global_step);
     MT_ASSERT(static_cast<std::int64_t>(a.data.size()) == product(a.dims), "array size vs dims: " + a.path);
     std::vector<hsize_t> dims(a.dims.begin(), a.dims.end());
     Handle space(check(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), tmp,
@@ -282,7 +278,10 @@ void write_file(const fs::path& tmp, const Checkpoint& c) {
 
 }  // namespace
 
-void set_mid_write_hook(MidWriteHook hook) { g_mid_write_hook.store(hook); }
+void set_mid_write_hook(MidWriteHook hook) {
+  std::lock_guard<std::mutex> lock(g_hook_mutex);
+  g_mid_write_hook = std::move(hook);
+}
 
 const Array* Checkpoint::find(const std::string& path) const {
   for (const auto& a : arrays)
@@ -321,15 +320,7 @@ fs::path publish(const fs::path& dir, const Checkpoint& input, int keep, Publish
   fsync_path(tmp, false);
   rename_durably(tmp, final_path);
   // LATEST names the newest checkpoint, for scripts; readers do not depend on it.
-  const fs::path latest_tmp = dir / "LATEST.tmp";
-  {
-    std::ofstream out(latest_tmp, std::ios::trunc);
-    out << final_path.filename().string() << '\n';
-    out.close();
-    if (!out) throw CheckpointError(latest_tmp.string() + ": write failed");
-  }
-  fsync_path(latest_tmp, false);
-  rename_durably(latest_tmp, dir / "LATEST");
+  write_file_atomically(dir / "LATEST", final_path.filename().string() + '\n');
   if (keep > 0) {
     const auto all = list(dir);
     for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i)

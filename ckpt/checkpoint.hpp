@@ -1,4 +1,4 @@
-// Durable training checkpoints in HDF5 (DESIGN.md §6).
+// Durable training checkpoints in HDF5 (docs/checkpoint-format.md).
 //
 // One file per checkpoint, `ckpt-<global_step, 10 digits>.h5`. Every array is a chunked dataset
 // with HDF5's Fletcher32 filter; a CRC-32 over all arrays and attributes (`content_crc32`) also
@@ -61,8 +61,9 @@ std::filesystem::path publish(const std::filesystem::path& dir, const Checkpoint
                               PublishStats* stats = nullptr);
 
 // Fault injection (`--revoke rank=0@ckpt=N`): called in the middle of every checkpoint write,
-// with half of the arrays written and the file not yet closed. nullptr (the default): none.
-using MidWriteHook = void (*)(std::int64_t global_step);
+// with half of the arrays written and the file not yet closed. None by default.
+// An empty function removes it. Called on the writing thread.
+using MidWriteHook = std::function<void(std::int64_t global_step)>;
 void set_mid_write_hook(MidWriteHook hook);
 
 // Reads and fully verifies a checkpoint (HDF5 structure, Fletcher32 of every dataset, the
