@@ -24,8 +24,8 @@
 #include "app/train_dist.hpp"
 #include "backend/backend.hpp"
 #include "core/error.hpp"
-#include "dist/mpi_env.hpp"
-#include "dist/protocol.hpp"
+#include "ps/mpi_env.hpp"
+#include "ps/protocol.hpp"
 #include "nn/resnet.hpp"
 
 using namespace mt;

@@ -2,7 +2,7 @@
 #
 #   MT_ULFM           AUTO (default): use ULFM when the probe passes; ON: fail configuration when
 #                     it does not; OFF: do not probe.
-#   MT_HAVE_ULFM      result, 0 or 1 (compile definition of mt_dist).
+#   MT_HAVE_ULFM      result, 0 or 1 (compile definition of mt_ps).
 #   MT_ULFM_SPELLING  "get_failed" (MPIX_Comm_get_failed + MPIX_Comm_ack_failed: the MPI-4 ULFM
 #                     proposal, Open MPI 5, MPICH >= 4.1) or "failure_ack" (MPIX_Comm_failure_ack +
 #                     MPIX_Comm_failure_get_acked: Open MPI 4.x ULFM builds, older MPICH); empty

@@ -10,7 +10,7 @@
 #include "app/cost.hpp"
 #include "ckpt/async_writer.hpp"
 #include "core/error.hpp"
-#include "dist/faults.hpp"
+#include "ps/faults.hpp"
 #include "test_util.hpp"
 
 using namespace mt;

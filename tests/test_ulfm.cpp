@@ -1,8 +1,8 @@
-// dist/ulfm: the parts that need no MPI_Init (the unit tests run without MPI). In this build
+// ps/ulfm: the parts that need no MPI_Init (the unit tests run without MPI). In this build
 // without ULFM every answer is the no-op one; the configure-time probe decides which build it is.
 #include <catch2/catch.hpp>
 
-#include "dist/ulfm.hpp"
+#include "ps/ulfm.hpp"
 
 using namespace mt;
 

@@ -8,7 +8,7 @@
 #include "app/config.hpp"
 #include "app/train.hpp"
 #include "app/train_dist.hpp"
-#include "dist/mpi_env.hpp"
+#include "ps/mpi_env.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"

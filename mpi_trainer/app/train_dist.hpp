@@ -1,4 +1,4 @@
-// Asynchronous parameter-server training over MPI (DESIGN.md §2): ranks 0..S-1 are
+// Asynchronous parameter-server training over MPI (docs/architecture.md): ranks 0..S-1 are
 // parameter-server shards, the others workers. Each push a shard applies is one global step.
 #pragma once
 

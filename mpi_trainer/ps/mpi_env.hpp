@@ -22,7 +22,7 @@ class MpiSession {
   // (a mutex); fails when the library cannot give that.
   // MPI_THREAD_MULTIPLE when asked (elastic joins: an accept thread on shard 0).
   MpiSession(int* argc, char*** argv, int thread_level = MPI_THREAD_SERIALIZED);
-  ~MpiSession();                         // MPI_Finalize unless finalize() ran; never throws
+  ~MpiSession();  // MPI_Finalize unless finalize() ran; never throws
   // MPI_Finalize within `timeout_s`, else the process exits with `exit_code` without it: Open
   // MPI 4.1's finalize can wait forever in its PMIx fence after a rank of the job died
   // (measured here under mpirun --enable-recovery; docs/fault-model.md). Returns exit_code.

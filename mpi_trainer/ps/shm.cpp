@@ -1,4 +1,4 @@
-#include "dist/shm.hpp"
+#include "ps/shm.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -95,7 +95,8 @@ ShmSegment::~ShmSegment() {
 
 void unlink_pending_segments() noexcept {
   // Called on the way out: no lock (the process is ending; a holder would be mid-insert).
-  for (const auto& n : pending()) shm_unlink(n.c_str());
+  for (const auto& n : pending())
+    shm_unlink(n.c_str());
 }
 
 bool shm_transport_enabled() {

@@ -6,7 +6,9 @@
 //  - the notice signals (SIGTERM, SIGUSR1) that cloud shutdown hooks and Slurm deliver.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,7 +32,7 @@ std::string signal_name(int signo);
 // Cumulative fraction of servers revoked by age, linear between rows.
 class RevocationModel {
  public:
-  // "gce" (built in) or the path of a table file (see dist/revocation_gce.csv). Throws
+  // "gce" (built in) or the path of a table file (see ps/revocation_gce.csv). Throws
   // DataError naming the file and line.
   static RevocationModel load(const std::string& name_or_file);
   static RevocationModel parse(const std::string& text, const std::string& source);
@@ -49,6 +51,35 @@ class RevocationModel {
 // hours, divided by `time_scale` (3600: an hour becomes a second). Deterministic in (seed,
 // rank); negative when this draw is never revoked.
 double sampled_lifetime_seconds(const RevocationModel& model, std::uint64_t seed, int rank, double time_scale);
+
+// How messages name a process: "worker rank R", or (rank -1) "joined worker (pid P)" for a
+// worker that joined with `mpi_trainer join` and has no rank in the training job.
+std::string worker_label(int rank);
+
+// What --revoke and --revocation-model ask of this process. The process signals itself: SIGKILL
+// ends it where it stands (like a revoked VM), a notice signal sets the notice flag.
+struct FaultPlan {
+  std::vector<RevokeEntry> entries;  // this rank's, each fired once
+  double lifetime_seconds = -1;      // sampled from the model (workers); negative: none
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+  // This rank's entries of `revoke` and, for a worker, a lifetime drawn from `model` (empty: none)
+  // with `seed` (each attempt of launch/restart_loop.sh, MT_RESTART_ATTEMPT, draws anew).
+  // Throws UsageError for a rank outside the job, DataError for a bad model file.
+  static FaultPlan make(const std::string& revoke, const std::string& model, std::uint64_t seed, double time_scale,
+                        int num_ps, int rank, int size);
+
+  static void fire(int rank, int signo, const std::string& why);
+  // The global step this run started from: entries at or below it were for an earlier attempt.
+  void started_at(std::int64_t step);
+  // Entries due at this global step (workers see the step jump by several between replies).
+  void at_step(int rank, std::int64_t step);
+  // Entries due by now (run time), and the model's lifetime.
+  void at_time(int rank);
+  // `rank=0@ckpt=N`: a function for the checkpoint writer to call in the middle of each write,
+  // which kills this process in the Nth; empty when no entry asks.
+  std::function<void(std::int64_t global_step)> checkpoint_write_hook() const;
+};
 
 // Preemption notices: SIGTERM and SIGUSR1 set a flag instead of ending the process.
 void install_notice_handlers();

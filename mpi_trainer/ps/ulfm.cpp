@@ -1,8 +1,8 @@
-#include "dist/ulfm.hpp"
+#include "ps/ulfm.hpp"
 
 #include <algorithm>
 
-#include "dist/mpi_env.hpp"
+#include "ps/mpi_env.hpp"
 
 // Set by mpi_trainer/CMakeLists.txt from the probe; 0 when built some other way.
 #ifndef MT_HAVE_ULFM
@@ -60,7 +60,8 @@ std::vector<int> ulfm_failed_ranks(MPI_Comm comm) {
     GroupGuard all;
     MT_MPI(MPI_Comm_group(comm, &all.group));
     std::vector<int> in(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) in[static_cast<std::size_t>(i)] = i;
+    for (int i = 0; i < n; ++i)
+      in[static_cast<std::size_t>(i)] = i;
     std::vector<int> out(in.size(), MPI_UNDEFINED);
     MT_MPI(MPI_Group_translate_ranks(failed.group, n, in.data(), all.group, out.data()));
     all.free();

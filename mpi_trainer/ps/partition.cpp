@@ -1,4 +1,4 @@
-#include "dist/partition.hpp"
+#include "ps/partition.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -19,7 +19,8 @@ Partition::Partition(const ParamLayout& layout, int shards)
     entries_[s].push_back(e);
     floats_[s] += layout.at(e).size;
   }
-  for (auto& v : entries_) std::sort(v.begin(), v.end());
+  for (auto& v : entries_)
+    std::sort(v.begin(), v.end());
 }
 
 void Partition::pack(int shard, const FlatTensors& full, std::span<float> out) const {

@@ -1,4 +1,4 @@
-#include "dist/mpi_env.hpp"
+#include "ps/mpi_env.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include "core/error.hpp"
 
@@ -43,8 +43,9 @@ MpiSession::MpiSession(int* argc, char*** argv, int thread_level) {
   MT_MPI(MPI_Init_thread(argc, argv, thread_level, &provided));
   if (provided < thread_level) {
     MPI_Finalize();
-    throw Error(kExitInternal, "the MPI library gives thread level " + std::to_string(provided) + ", the trainer needs " +
-                                   std::to_string(thread_level) + " (MPI_THREAD_SERIALIZED for the workers' heartbeats, "
+    throw Error(kExitInternal, "the MPI library gives thread level " + std::to_string(provided) +
+                                   ", the trainer needs " + std::to_string(thread_level) +
+                                   " (MPI_THREAD_SERIALIZED for the workers' heartbeats, "
                                    "MPI_THREAD_MULTIPLE for --max-workers)");
   }
   // Errors come back as return codes, checked by MT_MPI, instead of aborting the job.

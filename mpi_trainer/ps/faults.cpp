@@ -1,13 +1,19 @@
-#include "dist/faults.hpp"
+#include "ps/faults.hpp"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
-#include "dist/revocation_gce.hpp"  // generated from revocation_gce.csv: kGceRevocationCsv
+#include "ps/revocation_gce.hpp"  // generated from revocation_gce.csv: kGceRevocationCsv
 
 namespace mt {
 
@@ -65,10 +71,14 @@ std::vector<RevokeEntry> parse_revoke(const std::string& spec) {
     std::string body = item;
     if (const auto colon = body.rfind(':'); colon != std::string::npos) {
       const std::string sig = body.substr(colon + 1);
-      if (sig == "KILL") e.signal = SIGKILL;
-      else if (sig == "TERM") e.signal = SIGTERM;
-      else if (sig == "USR1") e.signal = SIGUSR1;
-      else throw bad("unknown signal '" + sig + "'");
+      if (sig == "KILL")
+        e.signal = SIGKILL;
+      else if (sig == "TERM")
+        e.signal = SIGTERM;
+      else if (sig == "USR1")
+        e.signal = SIGUSR1;
+      else
+        throw bad("unknown signal '" + sig + "'");
       body = body.substr(0, colon);
     }
     const auto at = body.find('@');
@@ -85,10 +95,14 @@ std::vector<RevokeEntry> parse_revoke(const std::string& spec) {
     } else {
       double unit = 0;
       std::string num = when;
-      if (!num.empty() && num.back() == 's') unit = 1;
-      else if (!num.empty() && num.back() == 'm') unit = 60;
-      else if (!num.empty() && num.back() == 'h') unit = 3600;
-      else throw bad("a time needs a unit: s, m or h");
+      if (!num.empty() && num.back() == 's')
+        unit = 1;
+      else if (!num.empty() && num.back() == 'm')
+        unit = 60;
+      else if (!num.empty() && num.back() == 'h')
+        unit = 3600;
+      else
+        throw bad("a time needs a unit: s, m or h");
       num.pop_back();
       double v = 0;
       if (!to_double(num, v) || !(v >= 0)) throw bad("bad time");
@@ -126,7 +140,7 @@ RevocationModel RevocationModel::parse(const std::string& text, const std::strin
 }
 
 RevocationModel RevocationModel::load(const std::string& name_or_file) {
-  if (name_or_file == "gce") return parse(kGceRevocationCsv, "gce (built in: dist/revocation_gce.csv)");
+  if (name_or_file == "gce") return parse(kGceRevocationCsv, "gce (built in: ps/revocation_gce.csv)");
   std::ifstream in(name_or_file);
   if (!in) throw DataError(name_or_file + ": cannot open the revocation model (give 'gce' or a table file)");
   std::stringstream text;
@@ -138,7 +152,8 @@ double RevocationModel::fraction_by(double hours) const {
   if (hours <= 0) return 0;
   for (std::size_t i = 1; i < hours_.size(); ++i)
     if (hours <= hours_[i])
-      return fraction_[i - 1] + (fraction_[i] - fraction_[i - 1]) * (hours - hours_[i - 1]) / (hours_[i] - hours_[i - 1]);
+      return fraction_[i - 1] +
+             (fraction_[i] - fraction_[i - 1]) * (hours - hours_[i - 1]) / (hours_[i] - hours_[i - 1]);
   return fraction_.back();
 }
 
@@ -166,5 +181,87 @@ void install_notice_handlers() {
 }
 
 int notice_signal() { return g_notice; }
+
+std::string worker_label(int rank) {
+  return rank >= 0 ? "worker rank " + std::to_string(rank)
+                   : "joined worker (pid " + std::to_string(static_cast<long>(getpid())) + ")";
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+FaultPlan FaultPlan::make(const std::string& revoke, const std::string& model, std::uint64_t seed, double time_scale,
+                          int num_ps, int rank, int size) {
+  FaultPlan plan;
+  for (const auto& e : parse_revoke(revoke)) {
+    if (e.rank >= size)
+      throw UsageError("--revoke: rank " + std::to_string(e.rank) + " is not in this job of " + std::to_string(size) +
+                       " processes");
+    if (e.rank == rank) plan.entries.push_back(e);
+  }
+  if (!model.empty()) {
+    const auto m = RevocationModel::load(model);
+    // Each attempt of launch/restart_loop.sh runs on new servers: a new draw.
+    if (const char* a = std::getenv("MT_RESTART_ATTEMPT")) seed += 7919 * std::strtoull(a, nullptr, 10);
+    if (rank >= num_ps) plan.lifetime_seconds = sampled_lifetime_seconds(m, seed, rank, time_scale);
+  }
+  return plan;
+}
+
+void FaultPlan::fire(int rank, int signo, const std::string& why) {
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::cout << std::flush;
+  std::cerr << "mpi_trainer: " << (rank >= 0 ? "rank " + std::to_string(rank) : worker_label(rank)) << ": revoked ("
+            << why << "): " << signal_name(signo) << " to itself at unix " << std::fixed << std::setprecision(3) << now
+            << '\n'
+            << std::flush;
+  if (std::raise(signo) != 0) std::_Exit(kExitInternal);
+}
+
+void FaultPlan::started_at(std::int64_t step) {
+  for (auto& e : entries)
+    if (e.step > 0 && e.step <= step) e.step = -1;
+}
+
+void FaultPlan::at_step(int rank, std::int64_t step) {
+  for (auto& e : entries)
+    if (e.step > 0 && step >= e.step) {
+      e.step = -1;
+      fire(rank, e.signal, "--revoke at global step " + std::to_string(step));
+    }
+}
+
+void FaultPlan::at_time(int rank) {
+  const double t = seconds_since(start);
+  for (auto& e : entries)
+    if (e.seconds >= 0 && t >= e.seconds) {
+      e.seconds = -1;
+      fire(rank, e.signal, "--revoke after " + std::to_string(t).substr(0, 6) + " s");
+    }
+  if (lifetime_seconds >= 0 && t >= lifetime_seconds) {
+    lifetime_seconds = -1;
+    fire(rank, SIGKILL, "--revocation-model lifetime ended after " + std::to_string(t).substr(0, 6) + " s");
+  }
+}
+
+std::function<void(std::int64_t)> FaultPlan::checkpoint_write_hook() const {
+  std::int64_t target = -1;
+  for (const auto& e : entries)
+    if (e.ckpt_write > 0) target = e.ckpt_write;
+  if (target < 0) return {};
+  auto writes = std::make_shared<std::atomic<std::int64_t>>(0);
+  return [target, writes](std::int64_t global_step) {
+    const std::int64_t n = ++*writes;
+    if (n == target)
+      fire(0, SIGKILL,
+           "--revoke in the middle of writing checkpoint " + std::to_string(n) + " (global step " +
+               std::to_string(global_step) + ")");
+  };
+}
 
 }  // namespace mt

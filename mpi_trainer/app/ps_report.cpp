@@ -1,0 +1,415 @@
+#include "app/ps_report.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <ostream>
+#include <thread>
+
+#include "app/device.hpp"
+#include "core/atomic_file.hpp"
+#include "ps/faults.hpp"
+
+namespace mt {
+
+namespace {
+
+nlohmann::ordered_json or_null(const std::string& s) {
+  return s.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(s);
+}
+
+}  // namespace
+
+PsReport::PsReport(const TrainConfig& cfg, const RunSetup& setup, const Model& model,
+                   std::vector<std::string> worker_types, int shard, std::ostream& log)
+    : cfg_(cfg),
+      setup_(setup),
+      model_(model),
+      types_(std::move(worker_types)),
+      shard_(shard),
+      log_(log),
+      metrics_(shard == 0 ? cfg.metrics : std::string()),
+      status_path_(!cfg.status_file.empty() ? cfg.status_file
+                   : cfg.ckpt_dir.empty()   ? std::string()
+                                            : (std::filesystem::path(cfg.ckpt_dir) / "run-status.json").string()) {}
+
+void PsReport::log(const std::string& line) { log_ << line << '\n' << std::flush; }
+
+PsStart PsReport::restore(FlatTensors& params, FlatTensors& momentum, FlatTensors& bn_stats, int slots) {
+  if (auto found = find_resume_checkpoint(cfg_, model_, metrics_, log_)) {
+    prev_ = restore_checkpoint(found->checkpoint, model_, params, momentum, bn_stats);
+    prev_.attempts += 1;
+    if (!cfg_.quiet)
+      log_ << "mpi_trainer: resumed from " << found->file.string() << " at global step " << prev_.global_step
+           << " (attempt " << prev_.attempts << ")\n";
+    metrics_.write(nlohmann::ordered_json{{"event", "resume"},
+                                          {"file", found->file.string()},
+                                          {"global_step", prev_.global_step},
+                                          {"attempt", prev_.attempts},
+                                          {"saved_workers", prev_.worker_cursors.size()}});
+  }
+  if (!cfg_.ckpt_dir.empty()) {
+    writer_.emplace(cfg_.ckpt_dir, cfg_.ckpt_keep);
+    // The first snapshot's memory, allocated now rather than in the first checkpoint's stall.
+    writer_->give_spare(make_checkpoint(model_, params, momentum, bn_stats, prev_, config_json_));
+  }
+  return PsStart{prev_.global_step, start_cursors(prev_, slots)};
+}
+
+void PsReport::started(const Started& e) {
+  const nlohmann::ordered_json config{{"event", "config"},
+                                      {"model", setup_.spec.name},
+                                      {"parameters", model_.param_count()},
+                                      {"data", setup_.data_dir},
+                                      {"data_format", setup_.data.format},
+                                      {"train_steps", cfg_.train_steps},
+                                      {"batch_size", cfg_.batch_size},
+                                      {"num_ps", e.shards},
+                                      {"workers", e.workers},
+                                      {"lr_schedule", setup_.schedule.describe()},
+                                      {"momentum", cfg_.momentum},
+                                      {"nesterov", setup_.nesterov},
+                                      {"weight_decay", cfg_.weight_decay},
+                                      {"seed", cfg_.seed},
+                                      {"lr_scaling", cfg_.lr_scaling},
+                                      {"momentum_correction", cfg_.momentum_correction},
+                                      {"max_staleness", cfg_.max_staleness},
+                                      {"worker_types", types_},
+                                      {"ps_type", cfg_.ps_type},
+                                      {"pricing", cfg_.pricing},
+                                      {"prices", setup_.prices.source()},
+                                      {"ckpt_dir", cfg_.ckpt_dir},
+                                      {"resume", cfg_.resume},
+                                      {"synthetic_gradients", cfg_.synthetic_gradients},
+                                      {"processes", e.workers + e.shards}};
+  metrics_.write(config);
+  config_json_ = config.dump();
+  if (!cfg_.quiet)
+    log_ << "mpi_trainer: parameter server: " << e.shards << " shard(s), " << e.workers << " worker(s), "
+         << setup_.spec.name << " (" << model_.param_count() << " parameters) on " << setup_.data.format << ", "
+         << cfg_.train_steps << " global steps of " << cfg_.batch_size << ", lr " << setup_.schedule.describe()
+         << ", lr scaling " << cfg_.lr_scaling << ", momentum " << cfg_.momentum
+         << (cfg_.momentum_correction == "implicit" && e.workers > 1
+                 ? " (applied with " + std::to_string(e.workers) +
+                       " workers: " + std::to_string(e.momentum_applied).substr(0, 5) + ")"
+                 : std::string())
+         << '\n'
+         << std::flush;
+  if (cfg_.eval_every_steps > 0) eval_.emplace(model_, setup_, cfg_.batch_size, 1);
+  write_status("running", e.global_step, 0, 0);
+}
+
+void PsReport::first_step(std::int64_t global_step, double seconds_since_start) {
+  metrics_.write(nlohmann::ordered_json{{"event", "first_step"},
+                                        {"global_step", global_step},
+                                        {"unix_time", unix_now()},
+                                        {"seconds_since_start", seconds_since_start}});
+}
+
+void PsReport::progress(const Progress& e) {
+  if (!cfg_.quiet) {
+    log_ << "step " << e.global_step << "/" << cfg_.train_steps << "  loss " << std::fixed << std::setprecision(4)
+         << e.loss << "  lr " << e.lr << "  img/s " << std::setprecision(1) << e.images_per_second << "  workers "
+         << e.active_workers << "  staleness " << e.mean_staleness << "  eta ";
+    if (e.eta_seconds >= 0)
+      log_ << static_cast<long long>(e.eta_seconds + 0.5) << " s";
+    else
+      log_ << '?';
+    log_ << '\n' << std::flush;
+  }
+  nlohmann::ordered_json per_worker = nlohmann::ordered_json::array();
+  for (const auto& w : e.workers)
+    per_worker.push_back(nlohmann::ordered_json{{"rank", w.rank},
+                                                {"instance_type", w.type},
+                                                {"pushes", w.pushes},
+                                                {"images_per_second", w.images_per_second},
+                                                {"mean_staleness", w.mean_staleness},
+                                                {"active", w.active}});
+  metrics_.write(nlohmann::ordered_json{{"event", "progress"},
+                                        {"global_step", e.global_step},
+                                        {"loss", e.loss},
+                                        {"train_accuracy", e.train_accuracy},
+                                        {"lr", e.lr},
+                                        {"momentum", e.momentum},
+                                        {"images_per_second", e.images_per_second},
+                                        {"active_workers", e.active_workers},
+                                        {"mean_staleness", e.mean_staleness},
+                                        {"dropped_stale_pushes", e.dropped_stale_pushes},
+                                        {"elapsed_seconds", e.elapsed_seconds},
+                                        {"workers", per_worker}});
+}
+
+void PsReport::departure(const Departure& e) {
+  metrics_.write(nlohmann::ordered_json{
+      {"event", "revocation"},
+      {"global_step", e.global_step},
+      {"rank", e.rank},
+      {"instance_type", e.type},
+      {"cause", e.lost ? "lost" : "notice"},
+      {"detail", e.detail},
+      {"signal", e.signo > 0 ? nlohmann::ordered_json(signal_name(e.signo)) : nlohmann::ordered_json()},
+      {"silent_seconds", e.silent_seconds},
+      {"unix_time", unix_now()},
+      {"elapsed_seconds", e.elapsed_seconds},
+      {"work_lost_steps", e.work_lost_steps},
+      {"work_lost_seconds", e.work_lost_seconds},
+      {"active_seconds", e.active_seconds},
+      {"active_workers", e.active_workers},
+      {"lr_divisor", e.lr_divisor},
+      {"momentum", e.momentum}});
+  if (!cfg_.quiet)
+    log_ << "revocation: worker rank " << e.rank << " (" << e.type << ") " << (e.lost ? "lost" : "left")
+         << " at global step " << e.global_step << ": " << e.detail
+         << (e.lost ? " (silent for " + std::to_string(e.silent_seconds).substr(0, 4) + " s)" : std::string()) << "; "
+         << e.active_workers << " worker(s) remain"
+         << (cfg_.lr_scaling == "active-workers" && e.active_workers > 0
+                 ? ", learning rate / " + std::to_string(e.active_workers)
+                 : std::string())
+         << '\n'
+         << std::flush;
+}
+
+void PsReport::join(const Join& e) {
+  metrics_.write(nlohmann::ordered_json{{"event", "join"},
+                                        {"global_step", e.global_step},
+                                        {"rank", e.rank},
+                                        {"slot", e.slot},
+                                        {"instance_type", e.type},
+                                        {"active_workers", e.active_workers},
+                                        {"lr_divisor", e.lr_divisor},
+                                        {"momentum", e.momentum},
+                                        {"unix_time", unix_now()}});
+  if (!cfg_.quiet)
+    log_ << "join: worker rank " << e.rank << " (" << e.type << ") joined at global step " << e.global_step
+         << " in data slot " << e.slot << "; " << e.active_workers << " worker(s)"
+         << (cfg_.lr_scaling == "active-workers" ? ", learning rate / " + std::to_string(e.active_workers)
+                                                 : std::string())
+         << '\n'
+         << std::flush;
+}
+
+void PsReport::stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) {
+  if (!cfg_.quiet)
+    log_ << "mpi_trainer: parameter server shard " << shard << ": " << why << " at global step " << global_step
+         << (lead() ? (writer_ ? ": checkpointing now, stopping the workers"
+                               : ": stopping the workers (no --ckpt-dir: nothing is saved)")
+                    : ": stopping the workers")
+         << '\n'
+         << std::flush;
+  if (!lead()) return;
+  stop_at_ = Clock::now();
+  stop_step_ = global_step;
+  stop_reason_ = why;
+  metrics_.write(nlohmann::ordered_json{{"event", "stop"},
+                                        {"reason", why},
+                                        {"global_step", global_step},
+                                        {"unix_time", unix_now()},
+                                        {"active_workers", active_workers}});
+}
+
+void PsReport::eval_skipped(std::int64_t global_step) {
+  metrics_.write(nlohmann::ordered_json{
+      {"event", "eval_skipped"}, {"global_step", global_step}, {"reason", "the previous evaluation is still running"}});
+}
+
+void PsReport::snapshot_taken(std::int64_t global_step, double stall_seconds, double gather_seconds, bool final) {
+  nlohmann::ordered_json j{
+      {"event", "checkpoint_snapshot"}, {"global_step", global_step}, {"stall_seconds", stall_seconds}};
+  if (final)
+    j["final"] = true;
+  else
+    j["gather_seconds"] = gather_seconds;
+  metrics_.write(j);
+}
+
+double PsReport::cost(double run_seconds, const std::vector<WorkerUsage>& workers) const {
+  double c = prev_.cost_usd + cfg_.num_ps * setup_.prices.cost_usd(cfg_.ps_type, setup_.transient, run_seconds);
+  for (const auto& w : workers)
+    c += setup_.prices.cost_usd(w.type, setup_.transient, w.active_seconds);
+  return c;
+}
+
+TrainProgress PsReport::progress_of(const Snapshot& s) const {
+  TrainProgress p = prev_;
+  p.global_step = s.global_step;
+  p.worker_cursors.clear();
+  for (const auto& c : s.slot_cursors)
+    p.worker_cursors.push_back({c.epoch, c.position});
+  // Informational for the parameter server (restores read worker_cursors): data slot 0's cursor.
+  if (!s.slot_cursors.empty()) {
+    p.epoch = s.slot_cursors.front().epoch;
+    p.position = s.slot_cursors.front().position;
+  }
+  p.train_seconds = prev_.train_seconds + s.run_seconds;
+  p.cost_usd = cost(s.run_seconds, s.workers);
+  p.lr = s.lr;
+  return p;
+}
+
+void PsReport::checkpoint(const Snapshot& s) {
+  writer_->submit(
+      make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, writer_->take_spare()));
+}
+
+void PsReport::evaluate(const Snapshot& s) { eval_->start(s.global_step, s.params, s.bn_stats); }
+
+void PsReport::poll() {
+  report_written();
+  if (eval_) report_evals(eval_->take_done());
+}
+
+void PsReport::report_written() {
+  if (!writer_) return;
+  for (const auto& w : writer_->take_written()) {
+    metrics_.write(nlohmann::ordered_json{{"event", "checkpoint"},
+                                          {"global_step", w.global_step},
+                                          {"file", w.file.string()},
+                                          {"write_seconds", w.stats.write_seconds},
+                                          {"sync_seconds", w.stats.sync_seconds},
+                                          {"bytes", w.stats.bytes}});
+    if (stop_at_ && !stop_durable_reported_ && w.global_step >= stop_step_) {
+      // The stop's checkpoint is on disk (fsync'ed and published): the figure the cloud's grace
+      // period (30 s on GCE, 2 min on EC2) must cover.
+      stop_durable_reported_ = true;
+      const double dt = since(*stop_at_);
+      metrics_.write(nlohmann::ordered_json{{"event", "stop_checkpoint_durable"},
+                                            {"global_step", w.global_step},
+                                            {"seconds_after_stop", dt},
+                                            {"file", w.file.string()}});
+      if (!cfg_.quiet)
+        log_ << "mpi_trainer: checkpoint of global step " << w.global_step << " durable " << std::setprecision(3) << dt
+             << " s after the " << stop_reason_ << '\n'
+             << std::flush;
+    }
+  }
+}
+
+void PsReport::report_evals(const std::vector<BackgroundEval::Done>& done) {
+  for (const auto& d : done) {
+    if (!cfg_.quiet)
+      log_ << "eval step " << d.step << "  test_acc " << std::setprecision(4) << d.result.accuracy << "  test_loss "
+           << d.result.loss << "  (" << std::setprecision(1) << d.seconds << " s, in the background)\n"
+           << std::flush;
+    metrics_.write(nlohmann::ordered_json{{"event", "eval"},
+                                          {"global_step", d.step},
+                                          {"test_accuracy", d.result.accuracy},
+                                          {"test_loss", d.result.loss},
+                                          {"eval_seconds", d.seconds},
+                                          {"background", true}});
+  }
+}
+
+void PsReport::write_status(const std::string& state, std::int64_t global_step, int exit_code, int revocations) {
+  if (!lead() || status_path_.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(status_path_).parent_path(), ec);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const nlohmann::ordered_json j{
+      {"state", state},
+      {"exit_code", state == "running" ? nlohmann::ordered_json() : nlohmann::ordered_json(exit_code)},
+      {"global_step", global_step},
+      {"train_steps", cfg_.train_steps},
+      {"attempt", prev_.attempts},
+      {"stopped_by", or_null(stop_reason_)},
+      {"revocations", revocations},
+      {"pid", static_cast<long>(getpid())},
+      {"host", host},
+      {"unix_time", unix_now()}};
+  write_file_atomically(status_path_, j.dump() + '\n');
+}
+
+std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
+  const Snapshot& s = e.state;
+  const double train_seconds = prev_.train_seconds + s.run_seconds;
+  cost_usd_ = cost(s.run_seconds, s.workers);
+  if (writer_ && s.global_step > e.start_step && s.global_step != e.last_snapshot_step) {
+    const auto t = Clock::now();
+    writer_->submit(
+        make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, writer_->take_spare()));
+    snapshot_taken(s.global_step, since(t), 0, /*final=*/true);
+  }
+  if (writer_) {
+    writer_->flush();
+    report_written();
+  }
+  if (eval_) report_evals(eval_->wait());
+
+  std::optional<Evaluated> ev;
+  if (!cfg_.synthetic_gradients && !e.stopped_early) {  // after a notice, time is short: no evaluation
+    // The workers are gone: the whole node is the evaluator's.
+    auto eval_backend =
+        make_backend(setup_.device, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    Network net(model_, *eval_backend, cfg_.batch_size);
+    const auto t_eval = Clock::now();
+    const EvalResult r = evaluate_test_set(net, setup_.data.test, setup_.loader, s.params, s.bn_stats);
+    ev = Evaluated{r.accuracy, r.loss};
+    metrics_.write(nlohmann::ordered_json{{"event", "eval"},
+                                          {"global_step", s.global_step},
+                                          {"test_accuracy", r.accuracy},
+                                          {"test_loss", r.loss},
+                                          {"eval_seconds", since(t_eval)}});
+  }
+  nlohmann::ordered_json per_worker = nlohmann::ordered_json::array();
+  for (const auto& w : s.workers)
+    per_worker.push_back(nlohmann::ordered_json{
+        {"rank", w.rank},
+        {"instance_type", w.type},
+        {"pushes", w.pushes},
+        {"dropped_stale", w.dropped_stale},
+        {"active_seconds", w.active_seconds},
+        {"images_per_second", double(w.pushes) * cfg_.batch_size / std::max(w.active_seconds, 1e-9)},
+        {"mean_staleness", w.mean_staleness},
+        {"cost_usd", setup_.prices.cost_usd(w.type, setup_.transient, w.active_seconds)}});
+  metrics_.write(nlohmann::ordered_json{{"event", "workers"}, {"workers", per_worker}});
+  const int revocations = e.lost + e.left;
+  nlohmann::ordered_json summary{
+      {"event", "summary"},
+      {"global_step", s.global_step},
+      {"train_seconds", train_seconds},
+      {"test_accuracy", ev ? nlohmann::ordered_json(ev->accuracy) : nlohmann::ordered_json()},
+      {"cost_usd", cost_usd_},
+      {"revocations", revocations},
+      {"workers_start", e.workers_start},
+      {"workers_end", e.workers_start + e.joined - revocations},
+      {"images_per_second", e.images_per_second},
+      {"test_loss", ev ? nlohmann::ordered_json(ev->loss) : nlohmann::ordered_json()},
+      {"max_staleness", e.max_staleness},
+      {"dropped_stale_pushes", e.dropped_stale_pushes},
+      {"num_ps", e.shards},
+      {"model", setup_.spec.name},
+      {"worker_types", types_},
+      {"ps_type", cfg_.ps_type},
+      {"pricing", cfg_.pricing},
+      {"attempts", prev_.attempts},
+      {"resumed_from_step", prev_.global_step},
+      {"lost_workers", e.lost},
+      {"left_workers", e.left},
+      {"joined_workers", e.joined},
+      {"shared_memory_workers", e.shm_workers},
+      {"stopped_by", or_null(e.stop_reason)},
+      {"exit_code", e.exit_code}};
+  if (cfg_.synthetic_gradients) summary["synthetic_gradients"] = true;
+  metrics_.write(summary);
+  if (!cfg_.quiet) {
+    log_ << "done: " << s.global_step << " global steps in " << std::fixed << std::setprecision(1) << train_seconds
+         << " s by " << e.workers_start + e.joined << " worker(s) and " << e.shards << " PS shard(s), "
+         << e.images_per_second << " img/s";
+    if (ev) log_ << ", test accuracy " << std::setprecision(2) << 100.0 * ev->accuracy << "%";
+    log_ << ", cost $" << std::setprecision(4) << cost_usd_ << " (" << cfg_.pricing << ")";
+    if (revocations > 0) log_ << ", " << revocations << " revocation(s)";
+    log_ << '\n';
+    if (e.stopped_early)
+      log_ << "stopped early (" << e.stop_reason << "): exit " << e.exit_code
+           << (writer_ ? ", rerun with --resume auto to continue from the checkpoint"
+                       : ", nothing was saved (no --ckpt-dir)")
+           << '\n';
+    log_ << "summary: " << summary.dump() << '\n' << std::flush;
+  }
+  write_status(e.stopped_early ? "requeue" : "done", s.global_step, e.exit_code, revocations);
+  return ev;
+}
+
+}  // namespace mt

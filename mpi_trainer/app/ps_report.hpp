@@ -1,0 +1,82 @@
+// The app's side of the parameter-server runtime (ps/ps.hpp): what the job log, the metrics file,
+// the status file for launchers and the checkpoint directory see of a run, and what it costs.
+// One per shard; the reports and files are shard 0's.
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/background_eval.hpp"
+#include "app/checkpointing.hpp"
+#include "app/config.hpp"
+#include "app/metrics.hpp"
+#include "app/run_setup.hpp"
+#include "ckpt/async_writer.hpp"
+#include "ps/ps.hpp"
+#include "ps/transport.hpp"
+
+namespace mt {
+
+class PsReport final : public PsEvents, public SnapshotSink {
+ public:
+  PsReport(const TrainConfig& cfg, const RunSetup& setup, const Model& model, std::vector<std::string> worker_types,
+           int shard, std::ostream& log);
+
+  // PsEvents
+  void log(const std::string& line) override;
+  void started(const Started& e) override;
+  void first_step(std::int64_t global_step, double seconds_since_start) override;
+  void progress(const Progress& e) override;
+  void departure(const Departure& e) override;
+  void join(const Join& e) override;
+  void stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) override;
+  void eval_skipped(std::int64_t global_step) override;
+  void snapshot_taken(std::int64_t global_step, double stall_seconds, double gather_seconds, bool final) override;
+  std::optional<Evaluated> finished(const Finished& e) override;
+
+  // SnapshotSink
+  PsStart restore(FlatTensors& params, FlatTensors& momentum, FlatTensors& bn_stats, int slots) override;
+  bool checkpoints() const override { return writer_.has_value(); }
+  bool evaluates() const override { return eval_.has_value(); }
+  bool eval_busy() override { return eval_ && eval_->busy(); }
+  void checkpoint(const Snapshot& s) override;
+  void evaluate(const Snapshot& s) override;
+  void poll() override;
+
+  // What earlier attempts did (a resume), and the totals once finished.
+  const TrainProgress& previous() const { return prev_; }
+  double cost_usd() const { return cost_usd_; }
+
+ private:
+  bool lead() const { return shard_ == 0; }
+  // Every shard for `run_seconds` of this attempt, each worker for its active seconds, plus
+  // earlier attempts.
+  double cost(double run_seconds, const std::vector<WorkerUsage>& workers) const;
+  TrainProgress progress_of(const Snapshot& s) const;
+  void write_status(const std::string& state, std::int64_t global_step, int exit_code, int revocations);
+  void report_written();
+  void report_evals(const std::vector<BackgroundEval::Done>& done);
+
+  const TrainConfig& cfg_;
+  const RunSetup& setup_;
+  const Model& model_;
+  const std::vector<std::string> types_;
+  const int shard_;
+  std::ostream& log_;
+  MetricsWriter metrics_;
+  const std::string status_path_;
+  TrainProgress prev_;
+  std::string config_json_ = "{}";
+  std::optional<ckpt::AsyncWriter> writer_;
+  std::optional<BackgroundEval> eval_;
+  // The stop, for the moment its checkpoint is durable.
+  std::optional<Clock::time_point> stop_at_;
+  std::int64_t stop_step_ = -1;
+  std::string stop_reason_;
+  bool stop_durable_reported_ = false;
+  double cost_usd_ = 0;
+};
+
+}  // namespace mt

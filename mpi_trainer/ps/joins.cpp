@@ -1,0 +1,120 @@
+#include "ps/joins.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/atomic_file.hpp"
+#include "core/error.hpp"
+#include "ps/mpi_env.hpp"
+#include "ps/transport.hpp"
+
+namespace mt {
+
+struct JoinListener::Queue {
+  std::mutex mutex;
+  std::vector<MPI_Comm> comms;
+  std::atomic<int> pending{0};
+  std::string port;
+  std::string error;
+};
+
+namespace {
+
+void accept_joins(std::shared_ptr<JoinListener::Queue> q) {
+  std::vector<char> port(q->port.begin(), q->port.end());
+  port.push_back('\0');
+  for (;;) {
+    MPI_Comm inter = MPI_COMM_NULL;
+    const int rc = MPI_Comm_accept(port.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    std::lock_guard<std::mutex> lock(q->mutex);
+    if (rc != MPI_SUCCESS) {
+      q->error = "MPI_Comm_accept failed (error " + std::to_string(rc) + "): no more joins";
+      q->pending += 1;
+      return;
+    }
+    MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
+    q->comms.push_back(inter);
+    q->pending += 1;
+  }
+}
+
+}  // namespace
+
+JoinListener::JoinListener(const std::string& port_file, const std::string& about_json)
+    : port_file_(port_file), queue_(std::make_shared<Queue>()) {
+  char port[MPI_MAX_PORT_NAME] = {};
+  MT_MPI(MPI_Open_port(MPI_INFO_NULL, port));
+  queue_->port = port;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(port_file).parent_path(), ec);
+  nlohmann::ordered_json j{{"port", queue_->port}, {"pid", static_cast<long>(getpid())}};
+  const auto about = nlohmann::ordered_json::parse(about_json);  // named: items() refers into it
+  for (const auto& [k, v] : about.items())
+    j[k] = v;
+  write_file_atomically(port_file, j.dump() + '\n');
+  std::thread(accept_joins, queue_).detach();
+}
+
+bool JoinListener::pending() const { return queue_->pending.load() > 0; }
+
+std::vector<MPI_Comm> JoinListener::take(std::string* error) {
+  std::vector<MPI_Comm> comms;
+  std::lock_guard<std::mutex> lock(queue_->mutex);
+  comms.swap(queue_->comms);
+  if (error) error->swap(queue_->error);
+  queue_->pending = 0;
+  return comms;
+}
+
+MPI_Comm connect_to_parameter_server(const std::string& file) {
+  std::string port;
+  for (const auto t0 = Clock::now();; nap_microseconds(100000)) {
+    std::ifstream in(file);
+    nlohmann::json j;
+    if (in && (in >> j) && j.contains("port")) {
+      port = j["port"].get<std::string>();
+      break;
+    }
+    if (since(t0) > 60)
+      throw Error(kExitPsLost, file +
+                                   ": no port file from a parameter server within 60 s (is the job running with "
+                                   "--max-workers and this --ckpt-dir / --port-file?)");
+  }
+  // One connection at a time. A connection that does not complete means no parameter server.
+  const std::string lock_path = file + ".lock";
+  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  MT_CHECK_POSIX(lock >= 0);
+  MT_CHECK_POSIX(::flock(lock, LOCK_EX) == 0);
+  std::atomic<bool> connected{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !connected; ++i)
+      nap_microseconds(100000);
+    if (connected) return;
+    std::cerr << "mpi_trainer join: no parameter server answered at the port in " << file << " within 60 s; exit "
+              << kExitPsLost << '\n'
+              << std::flush;
+    std::_Exit(kExitPsLost);
+  });
+  MPI_Comm ps = MPI_COMM_NULL;
+  std::vector<char> p(port.begin(), port.end());
+  p.push_back('\0');
+  const int rc = MPI_Comm_connect(p.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &ps);
+  connected = true;
+  watchdog.join();
+  ::flock(lock, LOCK_UN);
+  ::close(lock);
+  MT_MPI(rc);
+  MT_MPI(MPI_Comm_set_errhandler(ps, MPI_ERRORS_RETURN));
+  return ps;
+}
+
+}  // namespace mt

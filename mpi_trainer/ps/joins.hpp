@@ -1,0 +1,43 @@
+// Elastic joins (--max-workers; the paper's "sparse mapping": slots filled later). Shard 0 opens
+// an MPI port, publishes it in a port file, and accepts connections from `mpi_trainer join`
+// processes on a thread; the update loop takes the new communicators when it polls. Joiners read
+// the port file and connect one at a time (a file lock: simultaneous connects through ompi-server
+// hung 4 of 5 times here, docs/fault-model.md).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mt {
+
+class JoinListener {
+ public:
+  // Opens the port and writes `port_file` atomically: {"port": ..., "pid": ..., plus `about`
+  // (a JSON object's members: model, batch size, slots)}. Starts the accept thread.
+  JoinListener(const std::string& port_file, const std::string& about_json);
+  // A connection (or an accept error) is waiting to be taken. Cheap: an atomic load.
+  bool pending() const;
+  // The connections accepted since the last call; `error` is set when accepting failed (no more
+  // joins will come).
+  std::vector<MPI_Comm> take(std::string* error);
+  const std::string& port_file() const { return port_file_; }
+
+  struct Queue;
+
+ private:
+  std::string port_file_;
+  // Shared with the accept thread, which is never joined: it stays blocked in MPI_Comm_accept
+  // until the process ends (MPI_Finalize returns with it blocked, measured with Open MPI 4.1;
+  // connecting to one's own port to wake it hangs), so what it uses outlives the listener.
+  std::shared_ptr<Queue> queue_;
+};
+
+// `mpi_trainer join`: waits up to 60 s for the port file, connects (one joiner at a time) and
+// returns the intercommunicator to the parameter server, with errors returned. Throws Error with
+// exit 10 when no parameter server answers.
+MPI_Comm connect_to_parameter_server(const std::string& port_file);
+
+}  // namespace mt

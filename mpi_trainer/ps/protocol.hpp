@@ -1,0 +1,105 @@
+// The one message format between workers and parameter-server shards. Every message is a
+// fixed header followed by float32 payload in one contiguous buffer, so each exchange is a
+// single MPI message. Each header field has one meaning (named below); a message leaves the
+// fields it does not use at their defaults.
+//
+//   worker -> shard  kJoin   param_count, batch: checked by the shard against its own; with
+//                            shm = kShmOffer the payload is the name of a shared-memory segment
+//                            for this pair (ps/shm.hpp)
+//   shard -> worker  kParams the shard's parameters (model_version, step); the reply to a kJoin
+//                            also carries the data cursor, slot and slots, and shm =
+//                            kShmAccepted when the shard mapped the offered segment: from then on
+//                            this pair's pushes and replies carry their payload there and the
+//                            messages are headers alone (`payload` still counts it)
+//   worker -> shard  kPush   gradients [+ BN batch stats] computed on model_version; data
+//                            cursor after the batch, loss, correct, batch: one global step
+//   shard -> worker  kStop   (no payload) training is over; end = kCleanEnd when no rank is
+//                            known lost
+//   worker -> shard  kStop   (no payload) leaving: another shard said stop
+//   worker -> shard  kLeave  (no payload) leaving on a preemption notice; signal = its signal
+//   worker -> shard  kHeartbeat on kTagHeartbeat (no payload): alive (a thread, every
+//                            --failure-timeout / 5 seconds)
+//
+// Between shards (shard 0 coordinates checkpoints, evaluation and the end):
+//   shard 0 -> shard k  kSnapshotRequest (no payload; request_id)
+//   shard k -> shard 0  kSnapshot (parameters then momentum of shard k; step; request_id)
+//   shard k -> shard 0  kSnapshot on kTagFinal after its last update
+//   shard 0 -> shard k  kStop    after every final arrived: no more requests (end = kCleanEnd)
+//   shard 0 -> shard k  kParams  at start: step, then parameters and momentum (a resume)
+//   shard 0 -> shard k  kDrain   a preemption notice: apply no more pushes, stop the workers
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+
+namespace mt {
+
+inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
+inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr int kTagToPs = 11;
+inline constexpr int kTagToWorker = 12;
+inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
+inline constexpr int kTagControl = 14;    // shard 0 -> shard k: requests, stop, start state
+inline constexpr int kTagSnapshot = 15;   // shard k -> shard 0: requested state
+inline constexpr int kTagHeartbeat = 16;  // worker -> shard: alive
+
+inline constexpr std::int32_t kShmOffer = 0x4f4d4853;     // "SHMO"
+inline constexpr std::int32_t kShmAccepted = 0x414d4853;  // "SHMA"
+// In `end` of a kStop that ends training while no rank is known lost: the receiver may wait
+// long in MPI_Finalize, where Open MPI makes it wait for shard 0's final checkpoint and evaluation.
+inline constexpr std::int32_t kCleanEnd = 0x444e4543;  // "CEND"
+
+enum class MsgKind : std::uint16_t {
+  kJoin = 1,
+  kParams = 2,
+  kPush = 3,
+  kStop = 4,
+  kSnapshotRequest = 5,
+  kSnapshot = 6,
+  kHeartbeat = 7,
+  kLeave = 8,
+  kDrain = 9
+};
+
+struct MsgHeader {
+  std::uint32_t magic = kMsgMagic;
+  std::uint16_t version = kProtocolVersion;
+  MsgKind kind = MsgKind::kJoin;
+  std::int64_t step = 0;             // shard -> worker: global step after this update
+  std::int64_t model_version = 0;    // version of the parameters sent / the gradients were computed on
+  std::int64_t payload = 0;          // floats after the header
+  std::int64_t cursor_epoch = 0;     // push: data cursor after this batch;
+  std::int64_t cursor_position = 0;  // reply to a join: where this worker's data continues
+  std::int64_t param_count = 0;      // join: the worker's model size
+  std::int64_t request_id = 0;       // snapshot request and its answer
+  float loss = 0;                    // push: the batch's loss
+  std::int32_t correct = 0;          // push: its correct predictions
+  std::int32_t batch = 0;            // push and join: the batch size
+  std::int32_t slot = 0;             // reply to a join: this worker's data slot
+  std::int32_t slots = 0;            // reply to a join: the number of data slots
+  std::int32_t signal = 0;           // leave: the notice signal
+  std::int32_t shm = 0;              // join: kShmOffer; its reply: kShmAccepted
+  std::int32_t end = 0;              // stop: kCleanEnd
+};
+static_assert(sizeof(MsgHeader) == 96, "header is 96 bytes = 24 floats");
+inline constexpr std::int64_t kHeaderFloats = sizeof(MsgHeader) / sizeof(float);
+
+// A message buffer: header then payload.
+struct MsgView {
+  float* base;
+  MsgHeader& header() { return *reinterpret_cast<MsgHeader*>(base); }
+  float* payload() { return base + kHeaderFloats; }
+};
+
+// Empty when the header is well formed; else what is wrong with it.
+inline std::string check_header(const MsgHeader& h, std::int64_t max_payload) {
+  if (h.magic != kMsgMagic) return "bad magic";
+  if (h.version != kProtocolVersion)
+    return "protocol version " + std::to_string(h.version) + ", expected " + std::to_string(kProtocolVersion);
+  if (h.payload < 0 || h.payload > max_payload) return "payload of " + std::to_string(h.payload) + " floats";
+  return {};
+}
+
+}  // namespace mt

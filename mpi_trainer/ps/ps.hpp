@@ -1,0 +1,242 @@
+// The parameter-server runtime's face (docs/architecture.md, "Parameter server"): ranks 0..S-1
+// of an MPI job are shards of an asynchronous parameter server, the others workers; each push a
+// shard applies is one global step. The runtime knows MPI, the model's layout and the optimizer;
+// it does not know the command line, checkpoint files, metrics or prices: it reports through
+// `PsEvents` and hands consistent state to a `SnapshotSink`, both implemented by the app
+// (app/ps_report.hpp). Nothing under ps/ includes app/ or ckpt/.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/loader.hpp"
+#include "nn/params.hpp"
+#include "nn/resnet.hpp"
+#include "optim/schedule.hpp"
+#include "ps/faults.hpp"
+
+namespace mt {
+
+class Backend;
+
+enum class LrScaling { kNone, kActiveWorkers, kStaleness };
+enum class MomentumCorrection { kNone, kImplicit };
+// "none" | "active-workers" | "staleness"; "implicit" | "none". Throw UsageError naming the flag.
+LrScaling parse_lr_scaling(const std::string& text);
+MomentumCorrection parse_momentum_correction(const std::string& text);
+const char* to_string(LrScaling s);
+const char* to_string(MomentumCorrection m);
+
+// What the runtime is told, typed (the app translates its flags).
+struct PsOptions {
+  std::int64_t train_steps = 0;  // global steps in all, over every attempt
+  int batch_size = 128;
+  int num_ps = 1;       // shards: ranks 0..num_ps-1
+  int max_workers = 0;  // elastic joins: data slots (0: the launched workers only)
+  // The update: SGD with momentum, the learning rate scaled by the policy (ps/update_policy.hpp).
+  LrScaling lr_scaling = LrScaling::kActiveWorkers;
+  MomentumCorrection momentum_correction = MomentumCorrection::kImplicit;
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  bool nesterov = false;
+  std::int64_t max_staleness = -1;  // pushes staler than this are not applied (-1: no bound)
+  // Fault tolerance (docs/fault-model.md).
+  double failure_timeout = 1.5;  // a worker silent this long is lost (s)
+  double drain_deadline = 10;    // after a notice: workers stop within this (s)
+  // Shard 0's cadence.
+  std::int64_t ckpt_every_steps = 0;
+  double ckpt_every_seconds = 0;
+  std::int64_t eval_every_steps = 0;
+  std::int64_t log_every_steps = 50;
+  bool quiet = false;
+  bool synthetic_gradients = false;  // benchmark: workers push a fixed gradient, no compute
+  std::uint64_t seed = 1;
+  std::vector<std::string> worker_types;  // instance type of each launched worker, in rank order
+  std::string join_type;                  // instance type of workers that join
+  std::string port_file;                  // --max-workers: where shard 0 publishes its port
+};
+
+// One worker as the reports see it.
+struct WorkerUsage {
+  int rank = 0;
+  std::string type;
+  double active_seconds = 0;  // billed: from its join to its end (or its last sign of life)
+  std::int64_t pushes = 0, dropped_stale = 0;
+  double mean_staleness = 0;
+};
+
+// A consistent state of the whole model (every shard's part at one point of its update stream),
+// for a checkpoint or an evaluation. Valid during the call it is handed to.
+struct Snapshot {
+  const FlatTensors& params;
+  const FlatTensors& momentum;
+  const FlatTensors& bn_stats;
+  std::int64_t global_step = 0;
+  std::vector<LoaderCursor> slot_cursors;  // each data slot's cursor after its last applied push
+  double run_seconds = 0;                  // of this attempt
+  double lr = 0;                           // at the last step
+  std::vector<WorkerUsage> workers;        // for the cost so far
+};
+
+// Where training starts, filled by SnapshotSink::restore.
+struct PsStart {
+  std::int64_t global_step = 0;
+  std::vector<LoaderCursor> slot_cursors;  // one per data slot
+};
+
+// Shard 0 hands state to the app; the app owns checkpoint files and evaluations.
+class SnapshotSink {
+ public:
+  virtual ~SnapshotSink() = default;
+  // The state to start from: the tensors arrive freshly initialised (seeded); a resume
+  // overwrites them. `slots`: data slots to give cursors for.
+  virtual PsStart restore(FlatTensors& params, FlatTensors& momentum, FlatTensors& bn_stats, int slots) = 0;
+  virtual bool checkpoints() const = 0;  // whether checkpoints are written at all
+  virtual bool evaluates() const = 0;    // whether evaluations run during training
+  virtual bool eval_busy() = 0;          // an evaluation is still running
+  // Copy what is needed before returning: the snapshot's memory is reused.
+  virtual void checkpoint(const Snapshot& s) = 0;
+  virtual void evaluate(const Snapshot& s) = 0;
+  // Called often from the update loop: report what finished in the background.
+  virtual void poll() = 0;
+};
+
+// What the runtime reports. Shard 0 calls everything; the other shards only `stopping` and `log`.
+class PsEvents {
+ public:
+  virtual ~PsEvents() = default;
+  virtual void log(const std::string& line) = 0;  // a line for the job log, printed as it is
+
+  struct Started {
+    std::int64_t global_step = 0;  // resumed from, or 0
+    int shards = 0, workers = 0;
+    double momentum_applied = 0;  // the momentum with every launched worker active
+  };
+  virtual void started(const Started& e) = 0;
+  virtual void first_step(std::int64_t global_step, double seconds_since_start) = 0;
+
+  struct Progress {
+    std::int64_t global_step = 0;
+    double loss = 0, train_accuracy = 0, lr = 0, momentum = 0, images_per_second = 0;
+    int active_workers = 0;
+    double mean_staleness = 0;
+    std::int64_t dropped_stale_pushes = 0;
+    double elapsed_seconds = 0, eta_seconds = -1;  // negative: unknown
+    struct Worker {
+      int rank = 0;
+      std::string type;
+      std::int64_t pushes = 0;
+      double images_per_second = 0, mean_staleness = 0;
+      bool active = false;
+    };
+    std::vector<Worker> workers;  // this window
+  };
+  virtual void progress(const Progress& e) = 0;
+
+  struct Departure {
+    std::int64_t global_step = 0;
+    int rank = 0;
+    std::string type;
+    bool lost = false;  // lost (silent, failed) or left on a notice
+    std::string detail;
+    int signo = 0;  // the notice's signal, when it said
+    double silent_seconds = 0, elapsed_seconds = 0;
+    std::int64_t work_lost_steps = 0;
+    double work_lost_seconds = 0, active_seconds = 0;
+    int active_workers = 0;
+    double lr_divisor = 1, momentum = 0;
+  };
+  virtual void departure(const Departure& e) = 0;
+
+  struct Join {
+    std::int64_t global_step = 0;
+    int rank = 0, slot = 0;
+    std::string type;
+    int active_workers = 0;
+    double lr_divisor = 1, momentum = 0;
+  };
+  virtual void join(const Join& e) = 0;
+
+  // Every shard: training stops early (a notice, or no worker left).
+  virtual void stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) = 0;
+  virtual void eval_skipped(std::int64_t global_step) = 0;
+  virtual void snapshot_taken(std::int64_t global_step, double stall_seconds, double gather_seconds, bool final) = 0;
+
+  // The end, on shard 0, with the final state of every shard.
+  struct Finished {
+    const Snapshot& state;
+    std::int64_t start_step = 0;           // this attempt started here
+    std::int64_t last_snapshot_step = -1;  // of the last checkpoint snapshot handed to the sink
+    double images_per_second = 0;
+    int shards = 0, workers_start = 0, joined = 0, lost = 0, left = 0, shm_workers = 0;
+    double max_staleness = 0;
+    std::int64_t dropped_stale_pushes = 0;
+    bool stopped_early = false;
+    std::string stop_reason;
+    int exit_code = 0;
+  };
+  // Returns the test accuracy and loss of the final evaluation, when the app ran one.
+  struct Evaluated {
+    double accuracy = 0, loss = 0;
+  };
+  virtual std::optional<Evaluated> finished(const Finished& e) = 0;
+};
+
+struct PsResult {
+  std::int64_t global_step = 0;
+  double run_seconds = 0;  // this attempt
+  double images_per_second = 0;
+  std::optional<PsEvents::Evaluated> evaluated;
+  int exit_code = 0;       // 0, or 75 after a notice (checkpointed: rerun)
+  bool clean_end = false;  // training ended and no rank is known lost (a long MPI_Finalize is safe)
+};
+
+// This rank's shard. `update` computes the optimizer update on host buffers; `sink` is used on
+// shard 0 only. Throws mt::Error (exit 10 when another shard is lost).
+PsResult run_ps(const PsOptions& opts, const Model& model, const LrSchedule& schedule, Backend& update, FaultPlan plan,
+                PsEvents& events, SnapshotSink& sink);
+
+// What a worker computes, supplied by the app: a network, its data and its device.
+class StepComputer {
+ public:
+  virtual ~StepComputer() = default;
+  // Shard 0 told this worker which data slot of how many it trains, and where it continues.
+  virtual void start(int slot, int slots, LoaderCursor from) = 0;
+  struct Step {
+    float loss = 0;
+    std::int32_t correct = 0;
+    LoaderCursor cursor;  // after the batch this step trained
+  };
+  // One step on `params`: fills `grads` and `batch_stats`.
+  virtual Step step(const FlatTensors& params, FlatTensors& grads, FlatTensors& batch_stats) = 0;
+};
+
+struct WorkerOptions {
+  int num_ps = 1;
+  int batch_size = 128;
+  double failure_timeout = 1.5;
+  double drain_deadline = 10;
+  bool quiet = false;
+  bool synthetic_gradients = false;  // no computer: a fixed gradient, packed once
+  std::uint64_t seed = 1;
+};
+
+struct WorkerResult {
+  std::int64_t pushes = 0;
+  bool clean_end = false;  // stopped by shards that knew of no lost rank
+};
+
+// A worker: `ps` holds the shards at ranks 0..S-1 (MPI_COMM_WORLD, or the intercommunicator of a
+// worker that joined); `rank` names it in messages (-1: a joiner). `make_computer` is called once
+// heartbeats flow (building a network can take a while); unused with synthetic gradients. Exits
+// the process with 10 when the parameter server is lost.
+WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm ps, int rank, FaultPlan plan,
+                        const std::function<std::unique_ptr<StepComputer>()>& make_computer);
+
+}  // namespace mt

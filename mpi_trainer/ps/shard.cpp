@@ -1,0 +1,578 @@
+#include "ps/shard.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.hpp"
+#include "core/error.hpp"
+#include "ps/mpi_env.hpp"
+#include "ps/ulfm.hpp"
+
+namespace mt {
+
+namespace {
+
+// Shards wait for each other with this deadline: a lost shard is a lost parameter server.
+double shard_deadline(const PsOptions& o) { return std::max(60.0, o.drain_deadline + 10 * o.failure_timeout); }
+
+int world(int (*query)(MPI_Comm, int*)) {
+  int v = 0;
+  MT_MPI(query(MPI_COMM_WORLD, &v));
+  return v;
+}
+int mpi_world_rank() { return world(MPI_Comm_rank); }
+int mpi_world_size() { return world(MPI_Comm_size); }
+
+}  // namespace
+
+Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedule, Backend& update, FaultPlan plan,
+             PsEvents& events, SnapshotSink& sink)
+    : opts_(opts),
+      model_(model),
+      policy_(schedule, opts.lr_scaling, opts.momentum_correction, opts.momentum),
+      update_(update),
+      plan_(std::move(plan)),
+      events_(events),
+      sink_(sink),
+      shards_(opts.num_ps),
+      shard_(mpi_world_rank()),
+      workers_(mpi_world_size() - opts.num_ps),
+      part_(model.params(), shards_),
+      mine_(part_.floats(shard_)),
+      stats_floats_(shard_ == 0 ? model.stats().total() : 0),
+      full_(model.params()),
+      velocity_full_(model.params()),
+      stats_(model.stats()),
+      batch_stats_(model.stats()),
+      params_(static_cast<std::size_t>(mine_)),
+      velocity_(params_.size(), 0.f),
+      runs_(part_.runs(shard_)),
+      counts_(model.bn_counts(opts.batch_size)),
+      members_(
+          std::max(workers_, opts.max_workers),
+          Membership::Deadlines{opts.failure_timeout, std::max(60.0, 10 * opts.failure_timeout), opts.drain_deadline}) {
+  if (lead())
+    gather_.emplace(model, part_, shard_deadline(opts));
+  else
+    answer_.emplace(shard_, mine_, shard_deadline(opts));
+}
+
+// Every shard starts from the same state: shard 0 resumes (or initializes) and hands each shard
+// its part, with the global step. Blocking calls are fine here: no worker is served yet.
+void Shard::start_state() {
+  model_.init_params(full_, stats_, opts_.seed);
+  if (lead()) {
+    const PsStart start = sink_.restore(full_, velocity_full_, stats_, members_.slots());
+    MT_ASSERT(static_cast<int>(start.slot_cursors.size()) == members_.slots(), "a cursor per data slot");
+    start_step_ = start.global_step;
+    slot_cursors_ = start.slot_cursors;
+    gather_->send_start(full_, velocity_full_, start_step_);
+    part_.pack(0, full_, params_);
+    part_.pack(0, velocity_full_, velocity_);
+  } else {
+    start_step_ = answer_->receive_start(params_, velocity_);
+  }
+  step_ = start_step_;
+  current_ = params_.data();
+  plan_.started_at(step_);
+}
+
+bool Shard::settle_send(Member& m) {
+  if (wait_for(&m.sreq, opts_.failure_timeout)) return true;
+  drop(m, /*lost=*/true, "its previous reply was not taken within --failure-timeout");
+  return false;
+}
+
+bool Shard::reply(Member& m, MsgKind kind) {
+  if (!settle_send(m)) return false;
+  MsgHeader& h = m.send.header();
+  h = MsgHeader{};
+  h.kind = kind;
+  h.step = step_;
+  h.model_version = step_;
+  h.payload = kind == MsgKind::kParams ? mine_ : 0;
+  if (kind == MsgKind::kParams && current_ != m.send.payload())
+    std::copy_n(current_, mine_, m.send.payload());  // a join or a dropped push; updates write in place
+  if (m.state == MemberState::kJoining) {            // the reply to a join: where its data starts, its slot of how many
+    h.cursor_epoch = m.cursor.epoch;
+    h.cursor_position = m.cursor.position;
+    h.slot = m.slot;
+    h.slots = members_.slots();
+    if (m.send.shared) h.shm = kShmAccepted;
+  } else if (kind == MsgKind::kStop && members_.lost() == 0) {
+    h.end = kCleanEnd;
+  }
+  isend(m.send, h.payload, m.peer, kTagToWorker, &m.sreq, m.comm);
+  m.last_reply = Clock::now();
+  return true;
+}
+
+bool Shard::apply_push(Member& m, const MsgHeader& h) {
+  const float* g = m.recv.payload();
+  const double staleness = double(step_ - h.model_version);
+  const int live = members_.live();
+  const double lr = policy_.lr(step_, live, staleness);
+  const double momentum = policy_.momentum(live);
+  // The worker's previous reply is complete (it pushed again), so its buffer takes the update.
+  if (!settle_send(m)) return false;
+  const std::span<float> out(m.send.payload(), static_cast<std::size_t>(mine_));
+  for (const auto& r : runs_) {
+    const auto o = static_cast<std::size_t>(r.offset), len = static_cast<std::size_t>(r.length);
+    update_.sgd_update_to(current().subspan(o, len), std::span<const float>(g + o, len),
+                          std::span<float>(velocity_).subspan(o, len), out.subspan(o, len),
+                          SgdSpec{static_cast<float>(lr), static_cast<float>(momentum),
+                                  r.decay ? static_cast<float>(opts_.weight_decay) : 0.f, opts_.nesterov});
+  }
+  current_ = out.data();
+  if (lead()) {
+    std::copy(g + mine_, g + mine_ + stats_floats_, batch_stats_.flat().data());
+    model_.update_running_stats(stats_, batch_stats_, counts_);
+    m.cursor = LoaderCursor{h.cursor_epoch, h.cursor_position};
+    slot_cursors_[static_cast<std::size_t>(m.slot)] = m.cursor;
+  }
+  ++step_;
+  if (lead() && step_ == start_step_ + 1) events_.first_step(step_, since(t0_));  // bench/fault_bench.sh
+  ++m.pushes;
+  m.staleness_sum += staleness;
+  ++m.window_pushes;
+  m.window_images += h.batch;
+  m.window_staleness += staleness;
+  window_loss_ += h.loss;
+  window_correct_ += h.correct;
+  window_images_ += h.batch;
+  total_images_ += h.batch;
+  max_staleness_ = std::max(max_staleness_, staleness);
+  ++window_pushes_;
+  const bool replied = reply(m, MsgKind::kParams);
+  if (lead()) after_step(lr);
+  plan_.at_step(shard_, step_);
+  return replied;
+}
+
+// A joining worker on this node offered a segment for this pair: map it and move both buffers'
+// payloads there. A worker on another node (no such segment here) keeps plain messages.
+void Shard::accept_segment(Member& m, const MsgHeader& h) {
+  const auto* chars = reinterpret_cast<const char*>(m.recv.payload());
+  const std::string name(chars, strnlen(chars, static_cast<std::size_t>(h.payload) * sizeof(float)));
+  std::string why;
+  auto seg = ShmSegment::open(name, shm_bytes(mine_ + stats_floats_, mine_), &why);
+  if (!seg) {
+    if (std::getenv("MT_PS_SHM_DEBUG"))
+      events_.log("mpi_trainer: shard " + std::to_string(shard_) + ": worker rank " + std::to_string(m.rank) +
+                  ": plain messages (" + why + ")");
+    return;
+  }
+  m.recv.share(seg, 0);
+  m.send.share(seg, shm_reply_offset(mine_ + stats_floats_));
+  ++shm_workers_;
+}
+
+void Shard::handle_worker(Member& m) {
+  const MsgHeader h = m.recv.header();
+  if (const auto bad = check_header(h, mine_ + stats_floats_); !bad.empty())
+    throw Error(kExitInternal, "parameter server: malformed message from rank " + std::to_string(m.rank) + ": " + bad);
+  const auto now = Clock::now();
+  Membership::heard(m, now);
+  switch (h.kind) {
+    case MsgKind::kJoin:
+      if (h.param_count != model_.param_count() || h.batch != opts_.batch_size) {
+        // A worker started with another model or batch size (a `join` with other flags).
+        if (lead())
+          events_.log("mpi_trainer: worker rank " + std::to_string(m.rank) + " refused: it trains a model of " +
+                      std::to_string(h.param_count) + " parameters with batch " + std::to_string(h.batch) +
+                      ", this job " + std::to_string(model_.param_count()) + " with batch " +
+                      std::to_string(opts_.batch_size) + " (give it the job's --model and --batch-size)");
+        if (!reply(m, MsgKind::kStop)) return;
+        Membership::finished(m, now);
+        return;
+      }
+      if (h.shm == kShmOffer && h.payload > 0 && shm_transport_enabled()) accept_segment(m, h);
+      if (!reply(m, MsgKind::kParams)) return;
+      Membership::joined(m, Clock::now(), stop_at_.has_value());
+      break;
+    case MsgKind::kPush:
+      if (step_ >= opts_.train_steps || stop_at_) {
+        // The end, or a notice: this push is not applied.
+        if (!reply(m, MsgKind::kStop)) return;
+        Membership::finished(m, Clock::now());
+        return;  // no new receive
+      }
+      if (opts_.max_staleness >= 0 && step_ - h.model_version > opts_.max_staleness) {
+        // Too stale: not applied; the worker gets the current parameters and computes again.
+        ++m.dropped;
+        ++dropped_;
+        if (!reply(m, MsgKind::kParams)) return;
+        break;
+      }
+      if (!apply_push(m, h)) return;
+      break;
+    case MsgKind::kLeave:
+      // A preemption notice reached the worker: it pushed its last step and is gone.
+      drop(m, /*lost=*/false, "left on a preemption notice", h.signal);
+      return;
+    case MsgKind::kStop:
+      // Another shard ended training for this worker first; it sends no more pushes.
+      Membership::finished(m, now);
+      return;
+    default:
+      throw Error(kExitInternal, "parameter server: unexpected message kind from rank " + std::to_string(m.rank));
+  }
+  irecv(m.recv, m.peer, kTagToPs, &m.rreq, m.comm);
+}
+
+// A worker is gone: lost (silent past --failure-timeout: revoked, killed, or cut off) or left on a
+// notice. The learning-rate policy and the momentum correction follow the new worker count.
+void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
+  const auto now = Clock::now();
+  const bool was_joined = m.joined_at.has_value();
+  Membership::departed(m, lost, now);
+  if (lost) {
+    // The newest parameters may live in its reply buffer, which is abandoned now.
+    if (current_ == m.send.payload()) {
+      std::copy_n(current_, mine_, params_.data());
+      current_ = params_.data();
+    }
+    abandon(std::move(m.recv));
+    abandon(std::move(m.send));
+    abandon(std::move(m.hb));
+    m.rreq = m.sreq = m.hbreq = MPI_REQUEST_NULL;  // never waited for, never cancelled
+  }
+  if (!lead()) return;
+  const int live = members_.live();
+  // A lost worker was computing on the parameters of its last reply: that step is lost.
+  const bool computing = lost && was_joined;
+  PsEvents::Departure e;
+  e.global_step = step_;
+  e.rank = m.rank;
+  e.type = m.type;
+  e.lost = lost;
+  e.detail = detail;
+  e.signo = signo;
+  e.silent_seconds = seconds_between(m.last_heard.value_or(m.added_at), now);
+  e.elapsed_seconds = since(t0_);
+  e.work_lost_steps = computing ? 1 : 0;
+  e.work_lost_seconds = computing ? std::max(0.0, seconds_between(m.last_reply, *m.last_heard)) : 0.0;
+  e.active_seconds = m.active_seconds;
+  e.active_workers = live;
+  e.lr_divisor = policy_.lr_divisor(live);
+  e.momentum = policy_.momentum(live);
+  events_.departure(e);
+  if (live == 0 && step_ < opts_.train_steps && !stop_at_) {
+    if (opts_.max_workers > 0)
+      events_.log("mpi_trainer: no worker left at global step " + std::to_string(step_) +
+                  ": waiting for workers to join");
+    else
+      begin_stop("every worker was revoked");
+  }
+}
+
+void Shard::detect_failures() {
+  const auto now = Clock::now();
+  for (auto& m : members_.members())
+    if (const auto why = members_.overdue(m, now, stop_at_)) drop(m, /*lost=*/true, *why);
+}
+
+void Shard::check_notice() {
+  if (notice_) return;
+  if (const int sig = notice_signal()) {
+    notice_ = sig;
+    if (!stop_at_) begin_stop(signal_name(sig));
+  }
+}
+
+// A notice (or the loss of every worker): checkpoint at once, refuse further pushes (each worker
+// is told to stop at its next push), then end with exit 75, so that a launcher reruns the job.
+void Shard::begin_stop(const std::string& why) {
+  stop_at_ = Clock::now();
+  stop_reason_ = why;
+  exit_code_ = kExitRequeue;
+  members_.drain();
+  events_.stopping(shard_, why, step_, members_.live());
+  if (!lead()) return;
+  if (sink_.checkpoints()) request_snapshot(kForCheckpoint);
+  gather_->send_control(MsgKind::kDrain);
+}
+
+void Shard::take_joins() {
+  std::string error;
+  const std::vector<MPI_Comm> comms = joins_->take(&error);
+  if (!error.empty()) events_.log("mpi_trainer: warning: " + error);
+  for (const MPI_Comm comm : comms) {
+    const auto slot = members_.free_slot();
+    if (stop_at_ || members_.live() >= opts_.max_workers || !slot) {
+      // Full (or stopping): the joiner's join is answered with stop.
+      Buffer b(0);
+      b.header() = MsgHeader{};
+      b.header().kind = MsgKind::kStop;
+      MPI_Request req = MPI_REQUEST_NULL;
+      isend(b, 0, 0, kTagToWorker, &req, comm);
+      MT_MPI(MPI_Request_free(&req));
+      abandon(std::move(b));
+      events_.log(std::string("mpi_trainer: a worker asked to join, but ") +
+                  (stop_at_ ? "the job is stopping" : "every slot is taken") + " (--max-workers " +
+                  std::to_string(opts_.max_workers) + ")");
+      continue;
+    }
+    Member& m = members_.add(shards_ + workers_ + joined_, comm, 0, *slot, opts_.join_type, Clock::now());
+    m.recv = Buffer(mine_ + stats_floats_);
+    m.send = Buffer(mine_);
+    m.cursor = slot_cursors_[static_cast<std::size_t>(m.slot)];
+    irecv(m.recv, m.peer, kTagToPs, &m.rreq, m.comm);
+    irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
+    ++joined_;
+    const int live = members_.live();
+    events_.join(PsEvents::Join{step_, m.rank, m.slot, m.type, live, policy_.lr_divisor(live), policy_.momentum(live)});
+  }
+}
+
+void Shard::after_step(double lr) {
+  const auto log_every = std::max<std::int64_t>(1, opts_.log_every_steps);
+  if (step_ % log_every == 0 || step_ == opts_.train_steps) report_progress(lr);
+  if (step_ >= opts_.train_steps || stop_at_) return;  // the final checkpoint and evaluation follow
+  unsigned want = 0;
+  if (sink_.checkpoints() && ((opts_.ckpt_every_steps > 0 && step_ % opts_.ckpt_every_steps == 0) ||
+                              (opts_.ckpt_every_seconds > 0 && since(last_ckpt_) >= opts_.ckpt_every_seconds)))
+    want |= kForCheckpoint;
+  if (sink_.evaluates() && opts_.eval_every_steps > 0 && step_ % opts_.eval_every_steps == 0) {
+    if (sink_.eval_busy() || (gather_->gathering() && (gather_->purposes() & kForEval)))
+      events_.eval_skipped(step_);
+    else
+      want |= kForEval;
+  }
+  if (want) request_snapshot(want);
+}
+
+void Shard::report_progress(double lr) {
+  const double dt = since(window_start_);
+  PsEvents::Progress p;
+  p.global_step = step_;
+  p.loss = window_loss_ / double(std::max<std::int64_t>(window_pushes_, 1));
+  p.train_accuracy = double(window_correct_) / double(std::max<std::int64_t>(window_images_, 1));
+  p.lr = lr;
+  p.active_workers = members_.live();
+  p.momentum = policy_.momentum(p.active_workers);
+  p.images_per_second = double(window_images_) / std::max(dt, 1e-9);
+  double staleness = 0;
+  for (const auto& m : members_.members())
+    staleness += m.window_staleness;
+  p.mean_staleness = staleness / double(std::max<std::int64_t>(window_pushes_, 1));
+  p.dropped_stale_pushes = dropped_;
+  p.elapsed_seconds = since(t0_);
+  const double done_fraction =
+      double(step_ - start_step_) / double(std::max<std::int64_t>(opts_.train_steps - start_step_, 1));
+  p.eta_seconds = done_fraction > 0 ? p.elapsed_seconds * (1 - done_fraction) / done_fraction : -1;
+  for (auto& m : members_.members()) {
+    p.workers.push_back(
+        PsEvents::Progress::Worker{m.rank, m.type, m.window_pushes, double(m.window_images) / std::max(dt, 1e-9),
+                                   m.window_pushes ? m.window_staleness / double(m.window_pushes) : 0.0, m.working()});
+    m.window_pushes = m.window_images = 0;
+    m.window_staleness = 0;
+  }
+  events_.progress(p);
+  window_start_ = Clock::now();
+  window_loss_ = 0;
+  window_pushes_ = window_correct_ = window_images_ = 0;
+}
+
+std::vector<WorkerUsage> Shard::usage() const {
+  const auto now = Clock::now();
+  std::vector<WorkerUsage> out;
+  for (const auto& m : members_.members())
+    out.push_back(WorkerUsage{m.rank, m.type, m.seconds_active(now), m.pushes, m.dropped,
+                              m.pushes ? m.staleness_sum / double(m.pushes) : 0.0});
+  return out;
+}
+
+double Shard::schedule_lr_now() const { return policy_.schedule().lr_at(std::max<std::int64_t>(step_ - 1, 0)); }
+
+// Shard 0: copies its own part now and asks the other shards for theirs; the snapshot is
+// complete when every part arrived (poll_background). Only this copy stalls training.
+void Shard::request_snapshot(unsigned purposes) {
+  if (gather_->gathering()) {
+    gather_->defer(purposes);
+    return;
+  }
+  const auto t = Clock::now();
+  gather_->begin(purposes, current(), velocity_, stats_,
+                 SnapshotMeta{step_, slot_cursors_, since(t0_), schedule_lr_now(), usage()});
+  gather_stall_ = since(t);
+  if (shards_ == 1) finish_gather();
+}
+
+void Shard::finish_gather() {
+  const auto t = Clock::now();
+  const unsigned purposes = gather_->purposes();
+  const Snapshot snap = gather_->complete();
+  if (purposes & kForCheckpoint) {
+    sink_.checkpoint(snap);
+    last_ckpt_ = Clock::now();
+    last_snapshot_step_ = snap.global_step;
+  }
+  if (purposes & kForEval) sink_.evaluate(snap);
+  if (purposes & kForCheckpoint)
+    events_.snapshot_taken(snap.global_step, gather_stall_ + since(t), gather_->started_seconds_ago(), false);
+  if (const unsigned next = gather_->take_deferred()) request_snapshot(next);
+}
+
+void Shard::poll_background() {
+  if (!lead()) return;
+  if (shards_ > 1 && gather_->gathering() && gather_->arrived()) finish_gather();
+  if (sink_.checkpoints() && opts_.ckpt_every_seconds > 0 && !gather_->gathering() && step_ < opts_.train_steps &&
+      since(last_ckpt_) >= opts_.ckpt_every_seconds)
+    request_snapshot(kForCheckpoint);
+  sink_.poll();
+}
+
+PsResult Shard::run() {
+  start_state();
+  t0_ = window_start_ = last_ckpt_ = Clock::now();
+  for (int w = 0; w < workers_; ++w) {
+    Member& m = members_.add(shards_ + w, MPI_COMM_WORLD, shards_ + w, w,
+                             opts_.worker_types.at(static_cast<std::size_t>(w)), t0_);
+    m.recv = Buffer(mine_ + stats_floats_);
+    m.send = Buffer(mine_);
+    if (lead()) m.cursor = slot_cursors_[static_cast<std::size_t>(w)];
+    irecv(m.recv, m.peer, kTagToPs, &m.rreq, m.comm);
+    irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
+  }
+  if (lead()) {
+    events_.started(PsEvents::Started{start_step_, shards_, workers_, policy_.momentum(workers_)});
+    if (opts_.max_workers > 0) {
+      joins_.emplace(opts_.port_file, nlohmann::ordered_json{{"model", model_.spec().name},
+                                                             {"batch_size", opts_.batch_size},
+                                                             {"max_workers", opts_.max_workers}}
+                                          .dump());
+      if (!opts_.quiet)
+        events_.log("mpi_trainer: accepting up to " + std::to_string(opts_.max_workers) +
+                    " workers: `mpi_trainer join --port-file " + opts_.port_file +
+                    "` (under mpirun --ompi-server, docs/fault-model.md)");
+    }
+  }
+  serve();
+  for (auto& m : members_.members()) {
+    if (m.state == MemberState::kLost) continue;
+    if (!wait_for(&m.sreq, opts_.failure_timeout)) abandon(std::move(m.send));
+    if (m.hbreq != MPI_REQUEST_NULL) {
+      MT_MPI(MPI_Cancel(&m.hbreq));
+      if (!wait_for(&m.hbreq, opts_.failure_timeout)) abandon(std::move(m.hb));
+    }
+  }
+  return finish();
+}
+
+// Workers' messages, their heartbeats, then (shards > 0) the control channel from shard 0, until
+// no worker is left. One receive per worker (never MPI_ANY_SOURCE: a worker killed in the middle
+// of a message can leave an any-source receive hung, docs/fault-model.md).
+void Shard::serve() {
+  std::vector<MPI_Request> rreqs;
+  std::vector<int> ready;
+  Backoff backoff(10, 1000);  // the time between messages from any worker
+  // Heartbeats, failure detection and timed revocations are checked every 10 ms, not at every
+  // message: testing twice the requests per push cost up to a fifth of the PS's throughput with
+  // 8 workers (bench/ps_throughput.sh), and detection works at a scale of seconds.
+  constexpr auto kSlowPoll = std::chrono::milliseconds(10);
+  auto next_slow_poll = Clock::now();
+  auto& ms = members_.members();
+  // With --max-workers the parameter server also waits, with no worker at all, for joins.
+  while (members_.live() > 0 || (opts_.max_workers > 0 && !stop_at_ && step_ < opts_.train_steps)) {
+    if (joins_ && joins_->pending()) take_joins();
+    const std::size_t nw = ms.size();  // grows when workers join
+    const bool slow_poll = Clock::now() >= next_slow_poll;
+    // [workers' pushes][control from shard 0, shards > 0][heartbeats, on a slow poll]
+    const std::size_t nc = lead() ? 0 : 1, nh = slow_poll ? nw : 0;
+    rreqs.resize(nw + nc + nh);
+    ready.resize(rreqs.size());
+    for (std::size_t i = 0; i < nw; ++i)
+      rreqs[i] = ms[i].rreq;
+    if (nc) rreqs[nw] = answer_->control_request();
+    for (std::size_t i = 0; i < nh; ++i)
+      rreqs[nw + nc + i] = ms[i].hbreq;
+    int n = 0;
+    if (const int rc =
+            MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), MPI_STATUSES_IGNORE);
+        rc != MPI_SUCCESS) {
+      // With an ULFM MPI (cmake/ULFMProbe.cmake) a dead peer's request fails: the failed workers
+      // are dropped at once instead of after --failure-timeout. Any other error is an error.
+      bool handled = false;
+      for (const int r : ulfm_failed_ranks(MPI_COMM_WORLD))
+        for (auto& m : ms)
+          if (m.rank == r && m.live()) {
+            drop(m, /*lost=*/true, "the MPI library (ULFM) reported the process failed");
+            handled = true;
+          }
+      if (!handled) MT_MPI(rc);
+      n = 0;
+    }
+    for (std::size_t i = 0; i < nw; ++i)
+      ms[i].rreq = rreqs[i];
+    if (nc) answer_->control_request() = rreqs[nw];
+    for (std::size_t i = 0; i < nh; ++i)
+      ms[i].hbreq = rreqs[nw + nc + i];
+    if (n == MPI_UNDEFINED) n = 0;
+    int pushes = 0;
+    for (int k = 0; k < n; ++k) {
+      const auto i = static_cast<std::size_t>(ready[static_cast<std::size_t>(k)]);
+      if (i < nw) {
+        handle_worker(ms[i]);
+        ++pushes;
+      } else if (i >= nw + nc) {
+        Member& m = ms[i - nw - nc];
+        Membership::heard(m, Clock::now());
+        if (m.live()) irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
+      } else {
+        const MsgHeader& c = answer_->control();
+        if (c.kind == MsgKind::kDrain) {
+          if (!stop_at_) begin_stop("shard 0 stops on a notice");
+        } else {
+          answer_->answer(c.request_id, step_, current(), velocity_);
+        }
+        answer_->rearm();
+      }
+    }
+    if (slow_poll) {
+      next_slow_poll = Clock::now() + kSlowPoll;
+      check_notice();
+      detect_failures();
+      plan_.at_time(shard_);
+    }
+    poll_background();
+    if (pushes == 0)
+      backoff.idle();
+    else
+      backoff.done();
+  }
+}
+
+PsResult Shard::finish() {
+  PsResult res;
+  res.global_step = step_;
+  res.run_seconds = since(t0_);
+  res.images_per_second = double(total_images_) / std::max(res.run_seconds, 1e-9);
+  res.exit_code = exit_code_;
+  if (!lead()) {
+    const std::int32_t end = answer_->finish(step_, current(), velocity_);
+    res.clean_end = end == kCleanEnd && members_.lost() == 0;
+    return res;
+  }
+  // Shard 0: the final state of every shard, then no more requests.
+  part_.unpack(0, current(), full_);
+  part_.unpack(0, velocity_, velocity_full_);
+  gather_->collect_final(full_, velocity_full_);
+  gather_->send_control(MsgKind::kStop, members_.lost() == 0 ? kCleanEnd : 0, /*blocking=*/true);
+  gather_->settle();
+  const Snapshot final_state{full_,           velocity_full_,    stats_, step_, slot_cursors_,
+                             res.run_seconds, schedule_lr_now(), usage()};
+  res.evaluated = events_.finished(PsEvents::Finished{
+      final_state, start_step_, last_snapshot_step_, res.images_per_second, shards_, workers_, joined_, members_.lost(),
+      members_.left(), shm_workers_, max_staleness_, dropped_, stop_at_.has_value(), stop_reason_, exit_code_});
+  return res;
+}
+
+PsResult run_ps(const PsOptions& opts, const Model& model, const LrSchedule& schedule, Backend& update, FaultPlan plan,
+                PsEvents& events, SnapshotSink& sink) {
+  return Shard(opts, model, schedule, update, std::move(plan), events, sink).run();
+}
+
+}  // namespace mt

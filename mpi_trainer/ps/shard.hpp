@@ -1,0 +1,103 @@
+// One parameter-server shard: its part of the parameters and momentum, the workers it serves,
+// and the update loop. Shard 0 also owns the BatchNorm running statistics, every worker's data
+// cursor, the cadence of checkpoints and evaluations, and the reports.
+//
+// The path of one push: a worker's gradient arrives in its receive buffer (or its shared-memory
+// segment); handle_worker checks the header; apply_push computes the update (UpdatePolicy) from
+// the newest parameters straight into that worker's reply buffer, which becomes the newest
+// parameters; reply sends it back; after_step reports and requests snapshots.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ps/joins.hpp"
+#include "ps/membership.hpp"
+#include "ps/partition.hpp"
+#include "ps/ps.hpp"
+#include "ps/snapshot.hpp"
+#include "ps/transport.hpp"
+#include "ps/update_policy.hpp"
+
+namespace mt {
+
+class Shard {
+ public:
+  Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedule, Backend& update, FaultPlan plan,
+        PsEvents& events, SnapshotSink& sink);
+  PsResult run();
+
+ private:
+  bool lead() const { return shard_ == 0; }
+  std::span<const float> current() const { return {current_, static_cast<std::size_t>(mine_)}; }
+  void start_state();
+  void serve();
+  void handle_worker(Member& m);
+  bool apply_push(Member& m, const MsgHeader& h);
+  void accept_segment(Member& m, const MsgHeader& h);
+  // The worker's previous reply is complete, within --failure-timeout; false: the worker is
+  // dropped as lost (its buffers abandoned).
+  bool settle_send(Member& m);
+  bool reply(Member& m, MsgKind kind);
+  void drop(Member& m, bool lost, const std::string& detail, int signo = 0);
+  void detect_failures();
+  void check_notice();
+  void begin_stop(const std::string& why);
+  void take_joins();
+  void after_step(double lr);
+  void report_progress(double lr);
+  // Shard 0: checkpoints and evaluations.
+  std::vector<WorkerUsage> usage() const;
+  double schedule_lr_now() const;
+  void request_snapshot(unsigned purposes);
+  void finish_gather();
+  void poll_background();
+  PsResult finish();
+
+  const PsOptions& opts_;
+  const Model& model_;
+  const UpdatePolicy policy_;
+  Backend& update_;
+  FaultPlan plan_;
+  PsEvents& events_;
+  SnapshotSink& sink_;
+  const int shards_, shard_, workers_;
+  const Partition part_;
+  const std::int64_t mine_, stats_floats_;
+  FlatTensors full_, velocity_full_, stats_, batch_stats_;
+  // This shard's part, packed. The newest parameters live in `current_`: at first in params_,
+  // then in the reply buffer of the worker whose push was applied last (each update reads the
+  // newest parameters and writes the updated ones straight into the next reply, so a reply costs
+  // no copy). A buffer with a send in flight is only read, never written.
+  std::vector<float> params_, velocity_;
+  float* current_ = nullptr;
+  const std::vector<Partition::Run> runs_;
+  const std::vector<std::int64_t> counts_;
+
+  Membership members_;
+  std::optional<JoinListener> joins_;       // shard 0 with --max-workers
+  int joined_ = 0;                          // workers that joined through the listener
+  int shm_workers_ = 0;                     // workers whose pushes travel through shared memory
+  std::vector<LoaderCursor> slot_cursors_;  // shard 0: each data slot's cursor after its last push
+  std::optional<SnapshotGather> gather_;    // shard 0
+  std::optional<SnapshotAnswer> answer_;    // shards > 0
+  double gather_stall_ = 0;
+
+  // Stopping early: a notice or no worker left; no more pushes are applied.
+  std::optional<Clock::time_point> stop_at_;
+  std::string stop_reason_;
+  int notice_ = 0;
+  int exit_code_ = 0;
+
+  std::int64_t start_step_ = 0, step_ = 0, last_snapshot_step_ = -1;
+  Clock::time_point t0_, window_start_, last_ckpt_;
+  double window_loss_ = 0;
+  std::int64_t window_pushes_ = 0, window_correct_ = 0, window_images_ = 0, total_images_ = 0;
+  std::int64_t dropped_ = 0;
+  double max_staleness_ = 0;
+};
+
+}  // namespace mt

@@ -1,0 +1,110 @@
+// A consistent state of the whole model across parameter-server shards, for checkpoints and
+// evaluations, and the control channel between shard 0 and the others (protocol.hpp).
+//
+// Shard 0 copies its own part at once (the only stall training sees) and asks each shard k for
+// its part; each answers with its state at that point of its update stream. The snapshot is
+// complete when every part arrived; shard 0 keeps training meanwhile. With one shard it is
+// complete at once.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "nn/params.hpp"
+#include "nn/resnet.hpp"
+#include "ps/partition.hpp"
+#include "ps/ps.hpp"
+#include "ps/transport.hpp"
+
+namespace mt {
+
+enum SnapshotPurpose : unsigned { kForCheckpoint = 1, kForEval = 2 };
+
+// What a snapshot says besides the tensors, taken when it is requested.
+struct SnapshotMeta {
+  std::int64_t global_step = 0;
+  std::vector<LoaderCursor> slot_cursors;
+  double run_seconds = 0, lr = 0;
+  std::vector<WorkerUsage> workers;
+};
+
+// Shard 0's side.
+class SnapshotGather {
+ public:
+  // `deadline`: how long another shard may take to answer before the parameter server is lost.
+  SnapshotGather(const Model& model, const Partition& part, double deadline);
+
+  // At start, blocking (no worker is served yet): each shard k gets its part of `params` and
+  // `momentum` and the global step.
+  void send_start(const FlatTensors& params, const FlatTensors& momentum, std::int64_t step);
+  // A control message to every other shard (kDrain, kStop); each waits for the previous one to
+  // that shard. `blocking`: a blocking send (the last message, before the end).
+  void send_control(MsgKind kind, std::int32_t end = 0, bool blocking = false);
+
+  bool gathering() const { return gathering_; }
+  unsigned purposes() const { return purposes_; }
+  // Copies shard 0's part (`params0`, `velocity0`, and the BN statistics `stats`, which live on
+  // shard 0 only) and asks the others for theirs. Requires !gathering().
+  void begin(unsigned purposes, std::span<const float> params0, std::span<const float> velocity0,
+             const FlatTensors& stats, SnapshotMeta meta);
+  // Every part arrived (tests without blocking).
+  bool arrived();
+  // The assembled snapshot (valid until the next begin()); gathering() is false after it.
+  Snapshot complete();
+  // Requests that came while a snapshot was being gathered, served once it completes.
+  void defer(unsigned purposes) { pending_ |= purposes; }
+  unsigned take_deferred() { return std::exchange(pending_, 0u); }
+  double started_seconds_ago() const { return since(started_); }
+
+  // The end: every shard's final state into `params` and `momentum` (blocking, with the deadline).
+  void collect_final(FlatTensors& params, FlatTensors& momentum);
+  // A gather still under way at the end is superseded by the final state: its answers are
+  // received (with the deadline) and dropped.
+  void settle();
+
+ private:
+  void wait(MPI_Request* req, int k) const;
+  const Partition& part_;
+  const double deadline_;
+  FlatTensors params_, velocity_, stats_;
+  SnapshotMeta meta_;
+  std::vector<Buffer> parts_, requests_;
+  std::vector<MPI_Request> part_reqs_, request_reqs_;
+  bool gathering_ = false;
+  unsigned purposes_ = 0, pending_ = 0;
+  std::int64_t id_ = 0;
+  Clock::time_point started_{};
+};
+
+// The other shards' side.
+class SnapshotAnswer {
+ public:
+  SnapshotAnswer(int shard, std::int64_t floats, double deadline);
+  // At start, blocking: the global step, and this shard's part of the parameters and momentum.
+  std::int64_t receive_start(std::span<float> params, std::span<float> velocity);
+  // The control channel from shard 0: a receive always posted.
+  MPI_Request& control_request() { return control_req_; }
+  const MsgHeader& control() { return control_.header(); }
+  void rearm();
+  // Shard 0 asked for this shard's state (`id` in the request).
+  void answer(std::int64_t id, std::int64_t step, std::span<const float> params, std::span<const float> velocity);
+  // After the last update: the final state, then answer requests until shard 0 says stop.
+  // Returns the stop's `end` field (kCleanEnd when no rank was lost).
+  std::int32_t finish(std::int64_t step, std::span<const float> params, std::span<const float> velocity);
+
+ private:
+  void send(Buffer& buf, int tag, std::int64_t id, std::int64_t step, std::span<const float> params,
+            std::span<const float> velocity, MPI_Request* req);
+  void wait(MPI_Request* req) const;
+  const int shard_;
+  const std::int64_t floats_;
+  const double deadline_;
+  Buffer control_{0}, snapshot_;
+  MPI_Request control_req_ = MPI_REQUEST_NULL, snapshot_req_ = MPI_REQUEST_NULL;
+};
+
+// A shard that did not answer within the deadline: the parameter server is lost (exit 10).
+Error shard_lost(int shard, double deadline);
+
+}  // namespace mt

@@ -1,0 +1,85 @@
+#include "ps/transport.hpp"
+
+#include <sys/prctl.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <ostream>
+
+#include "ps/mpi_env.hpp"
+
+namespace mt {
+
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+void nap_microseconds(long us) {
+  timespec ts{0, us * 1000};
+  nanosleep(&ts, nullptr);
+}
+
+void Backoff::idle() {
+  nap_microseconds(nap_);
+  nap_ = std::min(nap_ * 2, cap());
+}
+
+void Backoff::done() {
+  const auto now = Clock::now();
+  const double us = std::chrono::duration<double, std::micro>(now - since_).count();
+  mean_us_ = mean_us_ < 0 ? us : 0.9 * mean_us_ + 0.1 * us;
+  since_ = now;
+  nap_ = floor_;
+}
+
+long Backoff::cap() const { return std::clamp(static_cast<long>(mean_us_ / 10), floor_, ceiling_); }
+
+void precise_naps(std::ostream& log) {
+#ifdef PR_SET_TIMERSLACK
+  if (prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL) != 0)
+    log << "mpi_trainer: warning: prctl(PR_SET_TIMERSLACK): " << std::strerror(errno) << '\n';
+#else
+  (void)log;
+#endif
+}
+
+bool wait_for(MPI_Request* req, double seconds) {
+  const auto t0 = Clock::now();
+  Backoff backoff(5, 1000);
+  for (;;) {
+    int done = 0;
+    MT_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    if (done) return true;
+    if (since(t0) >= seconds) return false;
+    backoff.idle();
+  }
+}
+
+void Buffer::share(std::shared_ptr<ShmSegment> seg, std::size_t offset) {
+  shared = seg->floats() + offset;
+  segment = std::move(seg);
+  data.resize(static_cast<std::size_t>(kHeaderFloats));
+  data.shrink_to_fit();
+}
+
+void isend(Buffer& buf, std::int64_t payload, int dest, int tag, MPI_Request* req, MPI_Comm comm) {
+  const std::int64_t count = buf.shared ? kHeaderFloats : kHeaderFloats + payload;
+  MT_MPI(MPI_Isend(buf.data.data(), static_cast<int>(count), MPI_FLOAT, dest, tag, comm, req));
+}
+
+void irecv(Buffer& buf, int source, int tag, MPI_Request* req, MPI_Comm comm) {
+  MT_MPI(MPI_Irecv(buf.data.data(), buf.count(), MPI_FLOAT, source, tag, comm, req));
+}
+
+void abandon(Buffer&& buf) {
+  // Destroyed only at exit, after MPI_Finalize: MPI may touch these until then. Moving a Buffer
+  // keeps its storage where MPI saw it.
+  static std::mutex mutex;
+  static std::deque<Buffer> kept;
+  std::lock_guard<std::mutex> lock(mutex);
+  kept.push_back(std::move(buf));
+}
+
+}  // namespace mt

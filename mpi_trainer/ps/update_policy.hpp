@@ -1,0 +1,48 @@
+// How an asynchronous push is applied: the learning rate and momentum for the number of active
+// workers and the push's staleness (the paper's Fig. 5: adapt to the active workers). The one
+// place these formulas live.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "optim/schedule.hpp"
+#include "ps/ps.hpp"
+
+namespace mt {
+
+class UpdatePolicy {
+ public:
+  UpdatePolicy(const LrSchedule& schedule, LrScaling scaling, MomentumCorrection correction, double momentum)
+      : schedule_(schedule), scaling_(scaling), correction_(correction), momentum_(momentum) {}
+
+  // The rate for a push applied at `step` by one of `active` workers, computed on parameters
+  // `staleness` updates old: the schedule's rate divided by the active workers (active-workers)
+  // or by 1 + staleness (staleness).
+  double lr(std::int64_t step, int active, double staleness) const {
+    double lr = schedule_.lr_at(step);
+    if (scaling_ == LrScaling::kActiveWorkers)
+      lr /= std::max(1, active);
+    else if (scaling_ == LrScaling::kStaleness)
+      lr /= 1.0 + staleness;
+    return lr;
+  }
+  // What the rate is divided by for the worker count alone (reports).
+  double lr_divisor(int active) const { return scaling_ == LrScaling::kActiveWorkers ? std::max(1, active) : 1; }
+  // The momentum applied with `active` workers: --momentum less the implicit momentum of their
+  // asynchrony, 1 - 1/N (Mitliagkas et al. 2016), under --momentum-correction implicit.
+  double momentum(int active) const {
+    if (correction_ != MomentumCorrection::kImplicit || active <= 1) return momentum_;
+    return std::max(0.0, momentum_ - (1.0 - 1.0 / active));
+  }
+  const LrSchedule& schedule() const { return schedule_; }
+  LrScaling scaling() const { return scaling_; }
+
+ private:
+  const LrSchedule& schedule_;
+  LrScaling scaling_;
+  MomentumCorrection correction_;
+  double momentum_;
+};
+
+}  // namespace mt

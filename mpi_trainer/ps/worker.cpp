@@ -1,0 +1,334 @@
+// The worker: pulls parameters, computes a gradient on its own mini-batch (StepComputer, from the
+// app), pushes it to every shard, and repeats until a shard says stop.
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <iomanip>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "core/error.hpp"
+#include "ps/mpi_env.hpp"
+#include "ps/partition.hpp"
+#include "ps/ps.hpp"
+#include "ps/transport.hpp"
+
+namespace mt {
+
+namespace {
+
+// A worker's companion thread: tells every shard it is alive every --failure-timeout / 5
+// seconds (the failure detector's heartbeat, also while a long step computes), fires the
+// time-based revocations, and ends a notice's drain at --drain-deadline. It calls MPI only with
+// `mpi` held, as the main thread does (MPI_THREAD_SERIALIZED).
+class WorkerAgent {
+ public:
+  WorkerAgent(std::mutex& mpi, MPI_Comm ps, const WorkerOptions& opts, int rank, FaultPlan& plan)
+      : mpi_(mpi),
+        ps_(ps),
+        opts_(opts),
+        rank_(rank),
+        plan_(plan),
+        hb_(static_cast<std::size_t>(opts.num_ps), Buffer(0)),
+        hbreq_(static_cast<std::size_t>(opts.num_ps), MPI_REQUEST_NULL) {
+    for (auto& b : hb_) {
+      b.header() = MsgHeader{};
+      b.header().kind = MsgKind::kHeartbeat;
+    }
+    thread_ = std::thread([this] { run(); });
+  }
+  ~WorkerAgent() {
+    {
+      std::lock_guard<std::mutex> lock(stop_mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    // Heartbeats to a lost shard never complete: their buffers stay until the process ends.
+    std::lock_guard<std::mutex> lock(mpi_);
+    for (std::size_t s = 0; s < hbreq_.size(); ++s)
+      if (hbreq_[s] != MPI_REQUEST_NULL && !wait_for(&hbreq_[s], 0.5)) abandon(std::move(hb_[s]));
+  }
+  WorkerAgent(const WorkerAgent&) = delete;
+  WorkerAgent& operator=(const WorkerAgent&) = delete;
+
+  // The first caller sends LEAVE; a second (the agent at the deadline, the main thread after
+  // its push) does nothing.
+  bool claim_leave() { return !leaving_.exchange(true); }
+
+  // LEAVE to every shard (with `mpi` held), each send waited for briefly: a shard that does not
+  // take it will notice the silence instead.
+  static void send_leave(MPI_Comm ps, int shards, int signo, double timeout) {
+    for (int s = 0; s < shards; ++s) {
+      Buffer b(0);
+      b.header() = MsgHeader{};
+      b.header().kind = MsgKind::kLeave;
+      b.header().signal = signo;
+      MPI_Request req = MPI_REQUEST_NULL;
+      isend(b, 0, s, kTagToPs, &req, ps);
+      if (!wait_for(&req, timeout)) abandon(std::move(b));
+    }
+  }
+
+ private:
+  void run() {
+    const auto interval = std::chrono::duration<double>(opts_.failure_timeout / 5);
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(stop_mutex_);
+        if (cv_.wait_for(lock, std::chrono::duration_cast<std::chrono::microseconds>(interval),
+                         [this] { return stop_; }))
+          return;
+      }
+      beat();
+      plan_.at_time(rank_);
+      if (const int sig = notice_signal()) {
+        if (notice_at_ == Clock::time_point{}) notice_at_ = Clock::now();
+        if (since(notice_at_) >= opts_.drain_deadline && claim_leave()) {
+          std::lock_guard<std::mutex> lock(mpi_);
+          send_leave(ps_, opts_.num_ps, sig, 1.0);
+          std::cout << std::flush;
+          std::cerr << "mpi_trainer: " << worker_label(rank_) << ": " << signal_name(sig)
+                    << ": the step did not finish within --drain-deadline " << opts_.drain_deadline
+                    << " s: abandoned it and left\n"
+                    << std::flush;
+          std::_Exit(kExitOk);
+        }
+      }
+    }
+  }
+
+  void beat() {
+    std::lock_guard<std::mutex> lock(mpi_);
+    for (std::size_t s = 0; s < hb_.size(); ++s) {
+      int done = 1;
+      if (hbreq_[s] != MPI_REQUEST_NULL) MT_MPI(MPI_Test(&hbreq_[s], &done, MPI_STATUS_IGNORE));
+      if (!done) continue;  // the shard has not taken the last one: do not reuse its buffer
+      isend(hb_[s], 0, static_cast<int>(s), kTagHeartbeat, &hbreq_[s], ps_);
+    }
+  }
+
+  std::mutex& mpi_;
+  const MPI_Comm ps_;
+  const WorkerOptions& opts_;
+  const int rank_;
+  FaultPlan& plan_;
+  std::vector<Buffer> hb_;
+  std::vector<MPI_Request> hbreq_;
+  std::atomic<bool> leaving_{false};
+  Clock::time_point notice_at_{};
+  std::mutex stop_mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+// A worker whose parameter server stopped answering exits 10 at once, without MPI_Finalize
+// (which could wait for the dead) and without MPI_Abort (which would end the whole job, and a
+// live shard may still serve others).
+[[noreturn]] void parameter_server_lost(int rank, int shard, double waited) {
+  unlink_pending_segments();
+  std::cout << std::flush;
+  std::cerr << "mpi_trainer: " << worker_label(rank) << ": parameter-server shard " << shard
+            << " did not answer within " << std::setprecision(3) << waited
+            << " s (--failure-timeout): the parameter server is lost; exit " << kExitPsLost << '\n'
+            << std::flush;
+  std::_Exit(kExitPsLost);
+}
+
+}  // namespace
+
+WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm ps, int rank, FaultPlan plan,
+                        const std::function<std::unique_ptr<StepComputer>()>& make_computer) {
+  const int shards = opts.num_ps;
+  std::mutex mpi_lock;
+  // First: heartbeats must flow before anything slow happens here.
+  WorkerAgent agent(mpi_lock, ps, opts, rank, plan);
+  const Partition part(model.params(), shards);
+  std::unique_ptr<StepComputer> computer;
+  if (!opts.synthetic_gradients) computer = make_computer();
+  FlatTensors params(model.params()), grads(model.params()), stats(model.stats()), batch_stats(model.stats());
+
+  std::vector<Buffer> send, recv;
+  for (int s = 0; s < shards; ++s) {
+    send.emplace_back(part.floats(s) + (s == 0 ? model.stats().total() : 0));
+    recv.emplace_back(part.floats(s));
+  }
+  std::vector<std::shared_ptr<ShmSegment>> offered(static_cast<std::size_t>(shards));  // until the join's reply
+  bool clean_end = true;  // every stop so far said no rank was lost
+  std::vector<MPI_Request> reqs(static_cast<std::size_t>(2 * shards), MPI_REQUEST_NULL);
+  std::vector<std::int64_t> version(static_cast<std::size_t>(shards), 0);
+  std::int64_t global_step = 0;
+
+  // One exchange with every shard: send what is in `send`, receive the replies into `recv` and
+  // the parameters. Returns false when a shard said stop. A shard silent past the deadline is a
+  // lost parameter server: exit 10.
+  Backoff backoff(5, 1000);  // the time from a push to the replies
+  auto round_trip = [&](MsgKind kind) {
+    // The first exchange waits for the parameter server to start (it may load a checkpoint).
+    const double deadline = kind == MsgKind::kJoin ? std::max(60.0, 10 * opts.failure_timeout) : opts.failure_timeout;
+    {
+      std::lock_guard<std::mutex> lock(mpi_lock);
+      for (int s = 0; s < shards; ++s) {
+        auto& r = recv[static_cast<std::size_t>(s)];
+        irecv(r, s, kTagToWorker, &reqs[static_cast<std::size_t>(2 * s)], ps);
+        auto& b = send[static_cast<std::size_t>(s)];
+        const std::int64_t payload = kind == MsgKind::kPush || kind == MsgKind::kJoin ? b.header().payload : 0;
+        isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)], ps);
+      }
+    }
+    // Poll with naps instead of MPI_Waitall's busy wait: on a shared node the spin would take
+    // the core from the parameter server and the other workers.
+    backoff.restart();
+    const auto t0 = Clock::now();
+    for (;;) {
+      int done = 0;
+      {
+        std::lock_guard<std::mutex> lock(mpi_lock);
+        MT_MPI(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+      }
+      if (done) break;
+      if (since(t0) > deadline) {
+        int silent = 0;
+        for (int s = 0; s < shards; ++s)
+          if (reqs[static_cast<std::size_t>(2 * s)] != MPI_REQUEST_NULL) silent = s;
+        parameter_server_lost(rank, silent, since(t0));
+      }
+      backoff.idle();
+    }
+    backoff.done();
+    bool stop = false;
+    for (int s = 0; s < shards; ++s) {
+      auto& r = recv[static_cast<std::size_t>(s)];
+      if (const auto bad = check_header(r.header(), part.floats(s)); !bad.empty())
+        throw Error(kExitInternal, "worker: malformed reply from shard " + std::to_string(s) + ": " + bad);
+      stop = stop || r.header().kind == MsgKind::kStop;
+      if (r.header().kind == MsgKind::kStop) clean_end = clean_end && r.header().end == kCleanEnd;
+    }
+    if (stop) {
+      // Shards count their own steps and may disagree on which push is the last: those that
+      // still expect pushes from this worker are told it leaves.
+      std::lock_guard<std::mutex> lock(mpi_lock);
+      for (int s = 0; s < shards; ++s) {
+        if (recv[static_cast<std::size_t>(s)].header().kind == MsgKind::kStop) continue;
+        Buffer& b = send[static_cast<std::size_t>(s)];
+        b.header() = MsgHeader{};
+        b.header().kind = MsgKind::kStop;
+        MPI_Request req = MPI_REQUEST_NULL;
+        isend(b, 0, s, kTagToPs, &req, ps);
+        if (!wait_for(&req, opts.failure_timeout)) parameter_server_lost(rank, s, opts.failure_timeout);
+      }
+      return false;
+    }
+    for (int s = 0; s < shards; ++s) {
+      auto& r = recv[static_cast<std::size_t>(s)];
+      if (kind == MsgKind::kJoin) {
+        // The join's reply says whether the shard mapped our segment: payloads move there.
+        auto& seg = offered[static_cast<std::size_t>(s)];
+        if (seg && r.header().shm == kShmAccepted) {
+          auto& b = send[static_cast<std::size_t>(s)];
+          const std::int64_t push_floats = b.count() - kHeaderFloats;
+          b.share(seg, 0);
+          r.share(seg, shm_reply_offset(push_floats));
+        }
+        if (seg) seg->unlink();
+        seg.reset();
+      }
+      // A synthetic-gradient worker (benchmark) does not use the parameters.
+      if (!opts.synthetic_gradients)
+        part.unpack(s, std::span<const float>(r.payload(), static_cast<std::size_t>(part.floats(s))), params);
+      version[static_cast<std::size_t>(s)] = r.header().model_version;
+      global_step = std::max(global_step, r.header().step);
+    }
+    return true;
+  };
+  // After a reply: a notice ends this worker here (its last step is pushed), and --revoke
+  // entries for this global step fire.
+  auto leave_if_noticed = [&] {
+    plan.at_step(rank, global_step);
+    const int sig = notice_signal();
+    if (!sig) return false;
+    if (agent.claim_leave()) {
+      std::lock_guard<std::mutex> lock(mpi_lock);
+      WorkerAgent::send_leave(ps, shards, sig, opts.failure_timeout);
+    }
+    if (!opts.quiet)
+      std::cerr << "mpi_trainer: " << worker_label(rank) << ": " << signal_name(sig)
+                << ": pushed its last step and left at global step " << global_step << '\n'
+                << std::flush;
+    return true;
+  };
+
+  // Same-node shards get a shared-memory segment per pair, offered in the join (ps/shm.hpp).
+  for (int s = 0; s < shards; ++s) {
+    Buffer& b = send[static_cast<std::size_t>(s)];
+    b.header() = MsgHeader{};
+    b.header().param_count = model.param_count();  // the shards check that this worker fits
+    b.header().batch = opts.batch_size;
+    if (!shm_transport_enabled()) continue;
+    auto seg = ShmSegment::create(
+        shm_bytes(b.count() - kHeaderFloats, recv[static_cast<std::size_t>(s)].count() - kHeaderFloats));
+    const std::string& name = seg->name();
+    const auto floats = static_cast<std::int64_t>((name.size() + sizeof(float)) / sizeof(float));  // with the NUL
+    std::fill_n(b.payload(), floats, 0.f);
+    std::memcpy(b.payload(), name.data(), name.size());
+    b.header().shm = kShmOffer;
+    b.header().payload = floats;
+    offered[static_cast<std::size_t>(s)] = std::move(seg);
+  }
+  WorkerResult res;
+  if (!round_trip(MsgKind::kJoin)) {
+    if (!opts.quiet)
+      std::cerr << "mpi_trainer: " << worker_label(rank) << ": the parameter server did not take this worker "
+                << "(training over, no free slot, or another model or batch size)\n"
+                << std::flush;
+    return res;
+  }
+  plan.started_at(global_step);
+  if (leave_if_noticed()) return res;
+  if (computer) {
+    // Shard 0 says which data slot of how many this worker trains (the launched workers, or the
+    // --max-workers slots) and where it continues (a resume) or starts.
+    const MsgHeader& h = recv[0].header();
+    computer->start(h.slot, std::max(1, h.slots), LoaderCursor{h.cursor_epoch, h.cursor_position});
+  } else {
+    // Benchmark: a fixed, harmless gradient and the initial BN statistics; no compute.
+    model.init_params(grads, batch_stats, opts.seed);
+    for (std::int64_t i = 0; i < grads.flat().numel(); ++i)
+      grads.flat().data()[i] *= 1e-6f;
+  }
+  for (;;) {
+    StepComputer::Step st;
+    if (computer) st = computer->step(params, grads, batch_stats);
+    for (int s = 0; s < shards; ++s) {
+      Buffer& b = send[static_cast<std::size_t>(s)];
+      MsgHeader& h = b.header();
+      h = MsgHeader{};
+      h.kind = MsgKind::kPush;
+      h.model_version = version[static_cast<std::size_t>(s)];
+      h.payload = part.floats(s) + (s == 0 ? model.stats().total() : 0);
+      h.cursor_epoch = st.cursor.epoch;
+      h.cursor_position = st.cursor.position;
+      h.loss = st.loss;
+      h.correct = st.correct;
+      h.batch = opts.batch_size;
+      if (computer || res.pushes == 0) {  // a synthetic gradient is packed once
+        part.pack(s, grads, std::span<float>(b.payload(), static_cast<std::size_t>(part.floats(s))));
+        if (s == 0)
+          std::copy(batch_stats.flat().data(), batch_stats.flat().data() + model.stats().total(),
+                    b.payload() + part.floats(0));
+      }
+    }
+    ++res.pushes;
+    if (!round_trip(MsgKind::kPush)) {
+      // The end: a clean one may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
+      res.clean_end = clean_end;
+      break;
+    }
+    if (leave_if_noticed()) break;
+  }
+  return res;
+}
+
+}  // namespace mt

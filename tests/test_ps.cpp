@@ -1,0 +1,201 @@
+// The parameter-server runtime's parts that need no MPI job: membership transitions, the failure
+// detector on a fake clock, the learning-rate / momentum policy, and snapshot consistency.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+
+#include "core/error.hpp"
+#include "nn/resnet.hpp"
+#include "ps/membership.hpp"
+#include "ps/partition.hpp"
+#include "ps/snapshot.hpp"
+#include "ps/update_policy.hpp"
+
+using namespace mt;
+using namespace std::chrono_literals;
+
+namespace {
+
+Membership::Deadlines deadlines() { return Membership::Deadlines{1.5, 60.0, 10.0}; }
+const Clock::time_point t0{std::chrono::seconds(1000)};  // a fake clock: nothing here reads the real one
+
+}  // namespace
+
+TEST_CASE("membership: a worker joins, pushes, and finishes", "[unit][ps]") {
+  Membership ms(2, deadlines());
+  Member& m = ms.add(1, MPI_COMM_WORLD, 1, 0, "k80", t0);
+  CHECK(m.state == MemberState::kJoining);
+  CHECK(ms.live() == 1);
+  CHECK_FALSE(m.working());
+  Membership::heard(m, t0 + 1s);
+  Membership::joined(m, t0 + 1s, /*stopping=*/false);
+  CHECK(m.state == MemberState::kActive);
+  CHECK(m.seconds_active(t0 + 4s) == Approx(3.0));
+  Membership::finished(m, t0 + 11s);
+  CHECK(m.state == MemberState::kFinished);
+  CHECK(m.active_seconds == Approx(10.0));
+  CHECK(m.seconds_active(t0 + 100s) == Approx(10.0));  // fixed once it is no longer live
+  CHECK(ms.live() == 0);
+}
+
+TEST_CASE("membership: a lost worker never comes back as the same member", "[unit][ps]") {
+  Membership ms(2, deadlines());
+  Member& a = ms.add(1, MPI_COMM_WORLD, 1, 0, "k80", t0);
+  ms.add(2, MPI_COMM_WORLD, 2, 1, "k80", t0);
+  Membership::heard(a, t0 + 1s);
+  Membership::joined(a, t0 + 1s, false);
+  Membership::heard(a, t0 + 5s);
+  Membership::departed(a, /*lost=*/true, t0 + 7s);
+  CHECK(a.state == MemberState::kLost);
+  CHECK(a.active_seconds == Approx(4.0));  // billed until its last sign of life, not until noticed
+  CHECK(ms.lost() == 1);
+  CHECK(ms.live() == 1);
+  // Final: no transition leads out of lost.
+  CHECK_THROWS_AS(Membership::joined(a, t0 + 8s, false), Error);
+  CHECK_THROWS_AS(Membership::finished(a, t0 + 8s), Error);
+  CHECK_THROWS_AS(Membership::departed(a, false, t0 + 8s), Error);
+  CHECK_FALSE(ms.overdue(a, t0 + 1000s, std::nullopt));  // the detector ignores it
+  // Its data slot is free again; a replacement is a new member.
+  REQUIRE(ms.free_slot() == 0);
+  Member& b = ms.add(3, MPI_COMM_WORLD, 0, *ms.free_slot(), "p100", t0 + 9s);
+  CHECK(&b != &a);
+  CHECK(a.state == MemberState::kLost);
+  CHECK(b.state == MemberState::kJoining);
+  CHECK(ms.members().size() == 3);
+  CHECK_FALSE(ms.free_slot());
+}
+
+TEST_CASE("membership: a notice drains the workers; one that left is billed until it left", "[unit][ps]") {
+  Membership ms(3, deadlines());
+  Member& a = ms.add(1, MPI_COMM_WORLD, 1, 0, "k80", t0);
+  Member& b = ms.add(2, MPI_COMM_WORLD, 2, 1, "k80", t0);
+  Member& c = ms.add(3, MPI_COMM_WORLD, 3, 2, "k80", t0);
+  Membership::joined(a, t0 + 1s, false);
+  Membership::joined(b, t0 + 1s, false);
+  ms.drain();
+  CHECK(a.state == MemberState::kDraining);
+  CHECK(b.state == MemberState::kDraining);
+  CHECK(c.state == MemberState::kJoining);  // not joined yet: drains when it joins
+  Membership::joined(c, t0 + 2s, /*stopping=*/true);
+  CHECK(c.state == MemberState::kDraining);
+  CHECK(ms.live() == 3);
+  Membership::finished(a, t0 + 3s);
+  Membership::departed(b, /*lost=*/false, t0 + 4s);
+  CHECK(b.state == MemberState::kLeft);
+  CHECK(b.active_seconds == Approx(3.0));
+  CHECK(ms.left() == 1);
+  CHECK(ms.live() == 1);
+}
+
+TEST_CASE("membership: a join takes the lowest free data slot", "[unit][ps]") {
+  Membership ms(3, deadlines());
+  Member& a = ms.add(1, MPI_COMM_WORLD, 1, 0, "k80", t0);
+  ms.add(2, MPI_COMM_WORLD, 2, 1, "k80", t0);
+  CHECK(ms.free_slot() == 2);
+  ms.add(3, MPI_COMM_WORLD, 0, 2, "k80", t0);
+  CHECK_FALSE(ms.free_slot());
+  Membership::departed(a, true, t0 + 1s);
+  CHECK(ms.free_slot() == 0);
+  CHECK_THROWS_AS(ms.add(9, MPI_COMM_WORLD, 0, 3, "k80", t0), Error);  // no such slot
+}
+
+TEST_CASE("failure detector: fires after the timeout and not before, on a fake clock", "[unit][ps][fault]") {
+  Membership ms(2, deadlines());
+  Member& m = ms.add(1, MPI_COMM_WORLD, 1, 0, "k80", t0);
+  // Never heard: the start-up grace (60 s) from when it appeared.
+  CHECK_FALSE(ms.overdue(m, t0 + 59s, std::nullopt));
+  CHECK_FALSE(ms.overdue(m, t0 + 60s, std::nullopt));
+  CHECK(ms.overdue(m, t0 + 60s + 1ms, std::nullopt) == std::optional<std::string>("never joined"));
+  // Heard: --failure-timeout (1.5 s) from its last sign of life.
+  Membership::heard(m, t0 + 10s);
+  CHECK_FALSE(ms.overdue(m, t0 + 11s, std::nullopt));
+  CHECK_FALSE(ms.overdue(m, t0 + 11500ms, std::nullopt));
+  CHECK(ms.overdue(m, t0 + 11501ms, std::nullopt) ==
+        std::optional<std::string>("no push or heartbeat within --failure-timeout"));
+  Membership::heard(m, t0 + 11s);  // a heartbeat resets the clock
+  CHECK_FALSE(ms.overdue(m, t0 + 12s, std::nullopt));
+  // A joiner's grace counts from when it connected, not from the shard's start.
+  Member& late = ms.add(5, MPI_COMM_WORLD, 0, 1, "k80", t0 + 100s);
+  CHECK_FALSE(ms.overdue(late, t0 + 101s, std::nullopt));
+  // Stopping: every member must be gone within --drain-deadline (10 s) of the stop.
+  const auto stop = t0 + 11s;
+  Membership::heard(m, t0 + 20s);
+  CHECK_FALSE(ms.overdue(m, t0 + 21s, stop));
+  CHECK(ms.overdue(m, t0 + 21001ms, stop) == std::optional<std::string>("did not stop within --drain-deadline"));
+}
+
+TEST_CASE("update policy: learning rate scaled by active workers or staleness", "[unit][ps]") {
+  LrSchedule constant;
+  constant.kind = LrSchedule::Kind::kConstant;
+  constant.base_lr = 0.1;
+  const UpdatePolicy active(constant, LrScaling::kActiveWorkers, MomentumCorrection::kNone, 0.9);
+  CHECK(active.lr(5, 4, 7) == Approx(0.025));
+  CHECK(active.lr(5, 0, 7) == Approx(0.1));  // no worker counted: never divide by 0
+  CHECK(active.lr_divisor(4) == 4);
+  const UpdatePolicy stale(constant, LrScaling::kStaleness, MomentumCorrection::kNone, 0.9);
+  CHECK(stale.lr(5, 4, 3) == Approx(0.025));
+  CHECK(stale.lr_divisor(4) == 1);
+  const UpdatePolicy none(constant, LrScaling::kNone, MomentumCorrection::kNone, 0.9);
+  CHECK(none.lr(5, 4, 3) == Approx(0.1));
+  // The schedule itself still applies: step decay at its boundaries.
+  LrSchedule step;
+  step.boundaries = {10};
+  const UpdatePolicy stepped(step, LrScaling::kActiveWorkers, MomentumCorrection::kNone, 0.9);
+  CHECK(stepped.lr(10, 2, 0) == Approx(0.005));
+}
+
+TEST_CASE("update policy: implicit momentum of asynchrony is subtracted", "[unit][ps]") {
+  LrSchedule s;
+  const UpdatePolicy p(s, LrScaling::kActiveWorkers, MomentumCorrection::kImplicit, 0.9);
+  CHECK(p.momentum(1) == Approx(0.9));
+  CHECK(p.momentum(2) == Approx(0.4));
+  CHECK(p.momentum(4) == Approx(0.15));
+  CHECK(p.momentum(20) == 0.0);  // never negative
+  const UpdatePolicy off(s, LrScaling::kActiveWorkers, MomentumCorrection::kNone, 0.9);
+  CHECK(off.momentum(4) == Approx(0.9));
+  CHECK(parse_lr_scaling("active-workers") == LrScaling::kActiveWorkers);
+  CHECK(std::string(to_string(parse_lr_scaling("staleness"))) == "staleness");
+  CHECK_THROWS_AS(parse_lr_scaling("fast"), UsageError);
+  CHECK_THROWS_AS(parse_momentum_correction("explicit"), UsageError);
+}
+
+TEST_CASE("snapshot: the state at the request, not what the shard applied after it", "[unit][ps]") {
+  ModelSpec spec = parse_model("resnet8");
+  const Model model(spec);
+  const Partition part(model.params(), 1);
+  SnapshotGather gather(model, part, 60.0);
+  const auto n = static_cast<std::size_t>(part.floats(0));
+  std::vector<float> params(n), velocity(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    params[i] = 0.5f * static_cast<float>(i);
+    velocity[i] = -static_cast<float>(i);
+  }
+  FlatTensors stats(model.stats());
+  stats.flat().fill(3.f);
+  CHECK_FALSE(gather.gathering());
+  gather.begin(kForCheckpoint | kForEval, params, velocity, stats,
+               SnapshotMeta{42, {LoaderCursor{1, 7}, LoaderCursor{2, 3}}, 5.0, 0.1, {}});
+  CHECK(gather.gathering());
+  CHECK(gather.purposes() == (kForCheckpoint | kForEval));
+  // The shard goes on updating while the snapshot is gathered (here: complete at once, one shard).
+  for (auto& p : params)
+    p += 1.f;
+  stats.flat().fill(9.f);
+  gather.defer(kForEval);
+  REQUIRE(gather.arrived());
+  const Snapshot s = gather.complete();
+  CHECK_FALSE(gather.gathering());
+  CHECK(gather.take_deferred() == kForEval);
+  CHECK(gather.take_deferred() == 0u);
+  CHECK(s.global_step == 42);
+  REQUIRE(s.slot_cursors.size() == 2);
+  CHECK(s.slot_cursors[1].epoch == 2);
+  std::vector<float> packed(n), vpacked(n);
+  part.pack(0, s.params, packed);
+  part.pack(0, s.momentum, vpacked);
+  bool same = true;
+  for (std::size_t i = 0; i < n; ++i)
+    same = same && packed[i] == 0.5f * static_cast<float>(i) && vpacked[i] == -static_cast<float>(i);
+  CHECK(same);
+  CHECK(s.bn_stats.flat().data()[0] == 3.f);
+}
