@@ -11,7 +11,8 @@
 #
 # How an attempt ended comes from the parameter server's status file (<ckpt-dir>/run-status.json
 # unless --status-file says otherwise; found in COMMAND or given with --status), because
-# `mpirun --enable-recovery` exits 0 whatever the ranks did (DESIGN.md section 7):
+# `mpirun --enable-recovery` exits 0 whatever the ranks did (measured: docs/architecture.md,
+# "Measured facts the code relies on"):
 #   state done            -> exit 0
 #   state requeue (75)    -> rerun (a notice, or every worker revoked)
 #   state running/missing -> the parameter server was lost (killed): rerun

@@ -26,7 +26,7 @@ TEST_CASE("parameter counts are exact", "[unit][model]") {
   std::int64_t stats = 0;
   for (const auto& e : t2t.stats().entries()) stats += e.size;
   CHECK(stats == 4736);
-  // Parameters, momentum and BN statistics in float32, as DESIGN.md §3 states: 14.19 MiB.
+  // Parameters, momentum and BN statistics in float32, as docs/architecture.md ("Models") states: 14.19 MiB.
   CHECK(double((t2t.param_count() * 2 + stats) * 4) / (1024 * 1024) == Approx(14.19).margin(0.005));
   CHECK(Model(parse_model("resnet20")).param_count() == 269722);  // 464,154 less 2 blocks per stage
   CHECK(Model(parse_model("resnet56")).param_count() == 853018);

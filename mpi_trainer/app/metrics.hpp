@@ -1,4 +1,4 @@
-// JSON Lines metrics (DESIGN.md §5): one object per line, flushed as written so a job killed
+// JSON Lines metrics (docs/architecture.md, "Outputs and exit codes"): one object per line, flushed as written so a job killed
 // mid-run leaves every complete line readable. The last line of a finished run is the summary.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Typed errors and the exit codes main() maps them to (DESIGN.md §5).
+// Typed errors and the exit codes main() maps them to (docs/architecture.md, "Outputs and exit codes").
 #pragma once
 
 #include <stdexcept>

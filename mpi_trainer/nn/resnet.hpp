@@ -1,4 +1,4 @@
-// The CIFAR ResNets of DESIGN.md §3 and their execution on a Backend.
+// The CIFAR ResNets of docs/architecture.md ("Models") and their execution on a Backend.
 //
 // Model: the architecture (names, shapes, parameter layout), independent of any backend, so
 // model-info, the parameter server and checkpoints need no compute. Network: one model bound

@@ -1,4 +1,4 @@
-// Learning-rate schedules of the two reference recipes (DESIGN.md §3) plus a constant rate.
+// Learning-rate schedules of the two reference recipes (docs/architecture.md, "Models") plus a constant rate.
 #pragma once
 
 #include <cstdint>

@@ -56,7 +56,7 @@ last=$nodes
 spot="n[2-$last]"
 ((nodes == 2)) && spot=n2
 # The task prolog gives every emulated node its own TMPDIR and shared-memory directory: Open MPI
-# ranks on two "nodes" of one host would otherwise collide in /dev/shm (DESIGN.md section 8).
+# ranks on two "nodes" of one host would otherwise collide in /dev/shm (docs/architecture.md, "Measured facts the code relies on").
 cat > "$dir/task_prolog.sh" <<PROLOG
 #!/bin/sh
 d=$dir/tmp/\$SLURMD_NODENAME
