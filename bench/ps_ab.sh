@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Parameter-server updates/s, old build vs new, side by side in one run: for each configuration
+# (workers, shards, transport) the two ps_bench binaries alternate (old, new, new, old, ...) so
+# both see the same machine state; the table shows medians and new/old.
+#   bench/ps_ab.sh OLD_PS_BENCH NEW_PS_BENCH [--rounds 4] [--steps 10000] [--model resnet32]
+#                  [--configs "4/1/shm 8/1/shm 4/2/shm 4/1/messages 8/1/messages"]  (workers/shards/transport)
+# Runs shorter than a few seconds are too noisy here to show a few percent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+(($# >= 2)) || { echo "usage: $0 OLD_PS_BENCH NEW_PS_BENCH [--rounds R] [--steps N] [--model M] [--configs LIST]" >&2; exit 2; }
+old=$(realpath "$1") new=$(realpath "$2")
+shift 2
+rounds=4 steps=10000 model=resnet32 configs="4/1/shm 8/1/shm 4/2/shm 4/1/messages 8/1/messages"
+while (($#)); do
+  case $1 in
+    --rounds) rounds=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --configs) configs=$2; shift 2 ;;
+    *) echo "usage: $0 OLD NEW [--rounds R] [--steps N] [--model M] [--configs LIST]" >&2; exit 2 ;;
+  esac
+done
+source bench/lib.sh
+out=$dir/results.jsonl
+run() {  # which binary workers shards shm
+  local bin=$old; [[ $1 == new ]] && bin=$new
+  mpirun -np $(($2 + $3)) --oversubscribe -x MT_PS_SHM=$4 "$bin" --model "$model" --num-ps "$3" --steps "$steps" |
+    grep '^{' | sed "s/^{/{\"build\": \"$1\", \"transport\": \"$([[ $4 == 1 ]] && echo shm || echo messages)\", /" >>"$out"
+}
+for cfg in $configs; do
+  IFS=/ read -r workers shards transport <<<"$cfg"
+  case $transport in shm) shm=1 ;; messages) shm=0 ;; *) echo "bad transport in $cfg" >&2; exit 2 ;; esac
+  for ((r = 0; r < rounds; ++r)); do
+    if ((r % 2 == 0)); then run old $workers $shards $shm; run new $workers $shards $shm
+    else run new $workers $shards $shm; run old $workers $shards $shm; fi
+  done
+done
+/usr/bin/python3 - "$out" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(f"{'workers':>7} {'shards':>6} {'transport':>9} {'old updates/s':>13} {'new updates/s':>13} {'new/old':>7}  each run")
+keys = sorted({(r["workers"], r["num_ps"], r["transport"]) for r in rows}, key=lambda k: (k[2] != "shm", k[1], k[0]))
+for w, s, t in keys:
+    g = lambda b: [r["updates_per_second"] for r in rows if (r["workers"], r["num_ps"], r["transport"], r["build"]) == (w, s, t, b)]
+    o, n = g("old"), g("new")
+    print(f"{w:>7} {s:>6} {t:>9} {statistics.median(o):>13.0f} {statistics.median(n):>13.0f} "
+          f"{statistics.median(n) / statistics.median(o):>7.3f}  old {' '.join(f'{v:.0f}' for v in o)}"
+          f" | new {' '.join(f'{v:.0f}' for v in n)}")
+PY
