@@ -295,6 +295,49 @@ std::string file_name(std::int64_t global_step) {
   return buf;
 }
 
+namespace {
+
+// Whether a published checkpoint verifies, remembered per file (path, size, modification time):
+// retention runs after every publish and would otherwise read every kept file again.
+bool verifies(const fs::path& file) {
+  static std::mutex mutex;
+  static std::map<std::string, std::pair<std::uintmax_t, fs::file_time_type>> valid;
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  const auto mtime = fs::last_write_time(file, ec);
+  if (ec) return false;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = valid.find(file.string());
+    if (it != valid.end() && it->second == std::make_pair(size, mtime)) return true;
+  }
+  if (!verify(file).ok) return false;
+  std::lock_guard<std::mutex> lock(mutex);
+  valid[file.string()] = {size, mtime};
+  return true;
+}
+
+}  // namespace
+
+void retain(const fs::path& dir, int keep, const fs::path& written) {
+  if (keep <= 0) return;
+  int kept = 0;
+  std::error_code ec;
+  for (const auto& file : list(dir)) {
+    if (file == written) {  // just published: never removed, and it counts
+      ++kept;
+      continue;
+    }
+    if (kept < keep) {
+      // Newer than the kept set is complete: a valid one is kept; a damaged one does not count
+      // and stays for inspection (resume passes over it and says so).
+      if (verifies(file)) ++kept;
+      continue;
+    }
+    fs::remove(file, ec);  // older than the newest `keep` valid ones: valid or not
+  }
+}
+
 fs::path publish(const fs::path& dir, const Checkpoint& input, int keep, PublishStats* stats) {
   quiet_hdf5();
   const auto t0 = std::chrono::steady_clock::now();
@@ -321,11 +364,7 @@ fs::path publish(const fs::path& dir, const Checkpoint& input, int keep, Publish
   rename_durably(tmp, final_path);
   // LATEST names the newest checkpoint, for scripts; readers do not depend on it.
   write_file_atomically(dir / "LATEST", final_path.filename().string() + '\n');
-  if (keep > 0) {
-    const auto all = list(dir);
-    for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i)
-      if (all[i] != final_path) fs::remove(all[i], ec);
-  }
+  retain(dir, keep, final_path);
   // Leftovers of an interrupted earlier write are never valid; remove those older than us.
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();

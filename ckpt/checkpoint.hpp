@@ -55,10 +55,16 @@ struct PublishStats {
   std::int64_t bytes = 0;
 };
 
-// Writes `c` into `dir` (created if missing) and publishes it atomically; keeps the newest
-// `keep` checkpoints (0: all). Returns the final path. Throws CheckpointError.
+// Writes `c` into `dir` (created if missing) and publishes it atomically, then applies retain().
+// Returns the final path. Throws CheckpointError.
 std::filesystem::path publish(const std::filesystem::path& dir, const Checkpoint& c, int keep,
                               PublishStats* stats = nullptr);
+
+// Retention: keeps the newest `keep` checkpoints that verify (0: all), counting `written` (the one
+// just published, never removed); removes every checkpoint older than those, valid or not.
+// Damaged ones newer than the oldest kept one do not count and are left for inspection. So a
+// damaged file never takes the place of a valid one, and the newest valid one always stays.
+void retain(const std::filesystem::path& dir, int keep, const std::filesystem::path& written);
 
 // Fault injection (`--revoke rank=0@ckpt=N`): called in the middle of every checkpoint write,
 // with half of the arrays written and the file not yet closed. None by default.

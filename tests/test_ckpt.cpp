@@ -129,6 +129,34 @@ TEST_CASE("retention keeps the newest checkpoints and the writer thread publishe
   CHECK(files[1].filename() == "ckpt-0000000040.h5");
 }
 
+TEST_CASE("retention counts only checkpoints that verify: a damaged one never pushes out a valid one",
+          "[unit][ckpt][fault]") {
+  // Issue 17, defect 1: 10..40 written, 30 and 40 damaged on disk, a run resumed from 20 writes
+  // 25 with --ckpt-keep 2. Before: 10 and 20 deleted, the damaged 30 and 40 kept, one valid left.
+  test::TempDir dir("ckpt_keep_damaged");
+  for (int s = 10; s <= 40; s += 10) ckpt::publish(dir.path(), sample(s), 0);
+  const fs::path c30 = dir.path() / "ckpt-0000000030.h5", c40 = dir.path() / "ckpt-0000000040.h5";
+  fs::resize_file(c30, fs::file_size(c30) / 2);
+  flip_byte(c40, chunk_address(c40, "params/stage1/block1/conv1/weight") + 1);
+  REQUIRE_FALSE(ckpt::verify(c30).ok);
+  REQUIRE_FALSE(ckpt::verify(c40).ok);
+  ckpt::publish(dir.path(), sample(25), 2);
+  std::vector<std::string> names;
+  for (const auto& f : ckpt::list(dir.path())) names.push_back(f.filename().string());
+  CHECK(names == std::vector<std::string>{"ckpt-0000000040.h5", "ckpt-0000000030.h5", "ckpt-0000000025.h5",
+                                          "ckpt-0000000020.h5"});
+  CHECK(ckpt::verify(dir.path() / "ckpt-0000000020.h5").ok);
+  const auto found = ckpt::load_latest_valid(dir.path(), {}, nullptr);
+  REQUIRE(found);
+  CHECK(found->checkpoint.global_step == 25);
+  // --ckpt-keep 1: the newest valid one and the one just written stay, whatever the steps say.
+  ckpt::publish(dir.path(), sample(22), 1);
+  names.clear();
+  for (const auto& f : ckpt::list(dir.path())) names.push_back(f.filename().string());
+  CHECK(names == std::vector<std::string>{"ckpt-0000000040.h5", "ckpt-0000000030.h5", "ckpt-0000000025.h5",
+                                          "ckpt-0000000022.h5"});
+}
+
 TEST_CASE("damaged checkpoints are detected with a clear reason", "[unit][ckpt]") {
   test::TempDir dir("ckpt_damage");
   const fs::path good = ckpt::publish(dir.path(), sample(10), 0);
