@@ -4,6 +4,8 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "test_util.hpp"
@@ -91,6 +93,57 @@ TEST_CASE("data and device errors exit 3 and name the problem", "[unit][cli]") {
   r = run("train --device cuda --train-steps 1", "CUDA_VISIBLE_DEVICES=");
   CHECK(r.code == 3);
   CHECK(contains(r.output, "--device cuda"));
+}
+
+TEST_CASE("a checkpoint directory that cannot take files is refused before training, exit 3",
+          "[unit][cli][fault]") {
+  // Issue 17, defect 6: a read-only mount was found at the first checkpoint, after training.
+  mt::test::TempDir dir("cli_ckpt_ro");
+  const auto data = (dir.path() / "data").string();
+  REQUIRE(run("gen-data " + data + " --train 256 --test 64").code == 0);
+  const std::string train = "train --model resnet8 --batch-size 32 --train-steps 4 --data " + data + " --ckpt-dir ";
+
+  std::ofstream(dir.path() / "a-file") << "not a directory";
+  auto r = run(train + (dir.path() / "a-file" / "ck").string());
+  CHECK(r.code == 3);
+  CHECK(contains(r.output, "--ckpt-dir: checkpoints cannot be written"));
+  CHECK(contains(r.output, "cannot create the directory"));
+  CHECK_FALSE(contains(r.output, "step "));
+
+  // A read-only file system (a read-only tmpfs where mounting is allowed, as root in CI; else
+  // sysfs, where no one may create files).
+  const auto ro = dir.path() / "ro";
+  std::filesystem::create_directories(ro);
+  const bool mounted = std::system(("mount -t tmpfs -o ro,size=64k tmpfs " + ro.string() + " 2>/dev/null").c_str()) == 0;
+  r = run(train + (mounted ? ro.string() : std::string("/sys/kernel")));
+  if (mounted) CHECK(std::system(("umount " + ro.string()).c_str()) == 0);
+  INFO("read-only directory: " << (mounted ? ro.string() : "/sys/kernel"));
+  CHECK(r.code == 3);
+  CHECK(contains(r.output, "cannot create a file in it"));
+  CHECK_FALSE(contains(r.output, "step "));
+}
+
+TEST_CASE("ckpt verify: a missing path is 'not found', a dangling LATEST is flagged", "[unit][cli][ckpt]") {
+  // Issue 17, defect 9.
+  auto r = run("ckpt verify /nonexistent/mt-ckpt.h5");
+  CHECK(r.code == 4);
+  CHECK(contains(r.output, "/nonexistent/mt-ckpt.h5: not found"));
+  CHECK_FALSE(contains(r.output, "damaged"));
+
+  mt::test::TempDir dir("cli_latest");
+  const auto data = (dir.path() / "data").string(), ck = (dir.path() / "ck").string();
+  REQUIRE(run("gen-data " + data + " --train 256 --test 64").code == 0);
+  REQUIRE(run("train --model resnet8 --batch-size 32 --train-steps 2 --ckpt-every-steps 1 --data " + data +
+              " --ckpt-dir " + ck).code == 0);
+  r = run("ckpt verify " + ck);
+  CHECK(r.code == 0);
+  CHECK_FALSE(contains(r.output, "dangling"));
+  std::filesystem::remove(dir.path() / "ck" / "ckpt-0000000002.h5");
+  r = run("ckpt verify " + ck);
+  CHECK(r.code == 4);
+  CHECK(contains(r.output, "ok: "));  // step 1 is still fine
+  CHECK(contains(r.output, "dangling: "));
+  CHECK(contains(r.output, "names ckpt-0000000002.h5, which does not exist"));
 }
 
 TEST_CASE("gen-data then train end to end: progress lines and the summary", "[unit][cli]") {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 
 namespace mt {
@@ -158,6 +159,12 @@ std::vector<LoaderCursor> start_cursors(const TrainProgress& p, int workers) {
   for (const auto& c : saved) furthest = std::max(furthest, c[1] > 0 ? c[0] + 1 : c[0]);
   for (auto& c : out) c = LoaderCursor{furthest, 0};
   return out;
+}
+
+void check_checkpoint_dir(const TrainConfig& cfg) {
+  if (cfg.ckpt_dir.empty()) return;
+  if (const std::string why = probe_writable_directory(cfg.ckpt_dir); !why.empty())
+    throw DataError("--ckpt-dir: checkpoints cannot be written: " + why);
 }
 
 std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model,

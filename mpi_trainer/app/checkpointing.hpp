@@ -46,6 +46,10 @@ std::vector<LoaderCursor> start_cursors(const TrainProgress& p, int workers);
 std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model,
                                                    MetricsWriter& metrics, std::ostream& log);
 
+// --ckpt-dir must take durable files before any work is done (a read-only or full mount would
+// otherwise be found at the first checkpoint, after training). Throws DataError (exit 3).
+void check_checkpoint_dir(const TrainConfig& cfg);
+
 // Copies the state into a checkpoint (the in-memory snapshot). `reuse`, a checkpoint made by an
 // earlier call for the same model (ckpt::AsyncWriter::take_spare), is filled in place without
 // allocating; anything else is rebuilt.

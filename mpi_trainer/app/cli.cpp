@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "app/config.hpp"
@@ -237,16 +238,30 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
   cmd.add_flag("--synthetic-gradients", c.synthetic_gradients)->group("");
 }
 
-// `ckpt verify`: one line per file, exit 0 only when every file is valid.
+// `ckpt verify`: one line per file, exit 0 only when every file is valid (and, for a directory,
+// LATEST names an existing checkpoint).
 int verify_checkpoints(const std::string& path, std::ostream& out) {
-  std::vector<std::filesystem::path> files;
-  if (std::filesystem::is_directory(path)) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw CheckpointError(path + ": not found (no such file or directory)");
+  std::vector<fs::path> files;
+  bool all_ok = true;
+  if (fs::is_directory(path)) {
     files = ckpt::list(path);
     if (files.empty()) throw CheckpointError(path + ": no checkpoints (ckpt-*.h5) in this directory");
+    // LATEST is for scripts (readers do not depend on it): one that names a missing file misleads them.
+    if (std::ifstream latest(fs::path(path) / "LATEST"); latest) {
+      std::string name;
+      std::getline(latest, name);
+      if (!fs::is_regular_file(fs::path(path) / name, ec)) {
+        out << "dangling: " << (fs::path(path) / "LATEST").string() << " names " << name
+            << ", which does not exist\n";
+        all_ok = false;
+      }
+    }
   } else {
     files.push_back(path);
   }
-  bool all_ok = true;
   for (const auto& f : files) {
     const auto r = ckpt::verify(f);
     if (r.ok)

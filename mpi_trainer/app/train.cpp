@@ -120,6 +120,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     throw UsageError("--synthetic-gradients is a parameter-server benchmark mode (mpirun -np 2 or more)");
   const auto t_setup = Clock::now();
   const RunSetup setup = prepare_run(cfg);
+  check_checkpoint_dir(cfg);
   const ModelSpec& spec = setup.spec;
   const LrSchedule& schedule = setup.schedule;
   const bool nesterov = setup.nesterov, augment = setup.augment, transient = setup.transient;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "app/batch_ahead.hpp"
+#include "app/checkpointing.hpp"
 #include "app/device.hpp"
 #include "app/ps_report.hpp"
 #include "app/run_setup.hpp"
@@ -214,6 +215,7 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   install_notice_handlers();
   const RunSetup setup = prepare_run(c);
   worker_types(c, setup.prices, mpi.size() - c.num_ps);
+  if (mpi.rank() == 0) check_checkpoint_dir(c);  // shard 0 writes the checkpoints
   precise_naps(log);
   if (mpi.rank() < c.num_ps) return ps_role(c, setup, mpi.rank(), mpi.size(), std::move(plan), log);
   return worker_role(c, setup, MPI_COMM_WORLD, mpi.rank(), std::move(plan));

@@ -61,4 +61,20 @@ void write_file_atomically(const fs::path& path, std::string_view content) {
   }
 }
 
+std::string probe_writable_directory(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return dir.string() + ": cannot create the directory: " + ec.message();
+  const fs::path probe = dir / (".mt-write-probe-" + std::to_string(static_cast<long>(::getpid())));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return dir.string() + ": cannot create a file in it: " + errno_text(errno);
+  std::string failure;
+  const char byte = 0;
+  if (::write(fd, &byte, 1) != 1) failure = "write: " + errno_text(errno);
+  if (failure.empty() && ::fsync(fd) != 0) failure = "fsync: " + errno_text(errno);
+  if (::close(fd) != 0 && failure.empty()) failure = "close: " + errno_text(errno);
+  if (::unlink(probe.c_str()) != 0 && failure.empty()) failure = "remove: " + errno_text(errno);
+  return failure.empty() ? std::string() : dir.string() + ": " + failure;
+}
+
 }  // namespace mt

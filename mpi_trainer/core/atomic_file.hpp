@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 namespace mt {
@@ -18,5 +19,9 @@ void rename_durably(const std::filesystem::path& from, const std::filesystem::pa
 // Replaces `path` with `content` as described above; on failure the temporary file is removed
 // and `path` is untouched. Throws CheckpointError (exit 4).
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
+
+// Creates `dir` if missing and proves that it takes a durable file: creates, writes, fsyncs and
+// removes a probe file in it. Empty on success, else what failed (the path and errno's text).
+std::string probe_writable_directory(const std::filesystem::path& dir);
 
 }  // namespace mt
