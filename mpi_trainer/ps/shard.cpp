@@ -427,6 +427,8 @@ void Shard::poll_background() {
 
 PsResult Shard::run() {
   start_state();
+  // The reports' set-up (the background evaluator builds a network) before the clock starts.
+  if (lead()) events_.started(PsEvents::Started{start_step_, shards_, workers_, policy_.momentum(workers_)});
   t0_ = window_start_ = last_ckpt_ = Clock::now();
   for (int w = 0; w < workers_; ++w) {
     Member& m = members_.add(shards_ + w, MPI_COMM_WORLD, shards_ + w, w,
@@ -438,7 +440,6 @@ PsResult Shard::run() {
     irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
   }
   if (lead()) {
-    events_.started(PsEvents::Started{start_step_, shards_, workers_, policy_.momentum(workers_)});
     if (opts_.max_workers > 0) {
       joins_.emplace(opts_.port_file, nlohmann::ordered_json{{"model", model_.spec().name},
                                                              {"batch_size", opts_.batch_size},
