@@ -288,7 +288,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       "mpi_trainer: ResNet training for preemptible (spot) servers.\n"
       "Exit codes: 0 done, 1 internal error, 2 usage, 3 config/data error, 4 checkpoint error,\n"
       "10 parameter server lost (a worker), 75 stopped on SIGTERM/SIGUSR1 after a checkpoint: rerun\n"
-      "with --resume auto (docs/fault-model.md)."};
+      "with --resume auto, 130 a single process stopped by Ctrl-C after a checkpoint (a second Ctrl-C\n"
+      "ends it at once) (docs/fault-model.md)."};
   app.set_version_flag("--version", kVersion);
   app.require_subcommand(1);
   app.footer("Every train flag also reads an environment default MT_<FLAG>, e.g. MT_TRAIN_STEPS.\n"
@@ -363,7 +364,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       } else {
         if (!cfg.revoke.empty() || !cfg.revocation_model.empty())
           throw UsageError("--revoke and --revocation-model need the parameter server (several MPI processes)");
-        train(cfg, out);
+        const TrainResult r = train(cfg, out);
+        if (r.exit_code != kExitOk) return r.exit_code;  // stopped on a notice (75) or Ctrl-C (130)
       }
     } else if (*join_cmd) {
       MpiSession mpi(&argc, &argv, MPI_THREAD_SERIALIZED);

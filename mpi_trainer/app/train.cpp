@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <iomanip>
 #include <ostream>
@@ -15,6 +16,7 @@
 #include "app/checkpointing.hpp"
 #include "app/cost.hpp"
 #include "ckpt/async_writer.hpp"
+#include "ps/faults.hpp"
 #include "app/device.hpp"
 #include "app/metrics.hpp"
 #include "core/error.hpp"
@@ -118,6 +120,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
                      "--instance-type");
   if (cfg.synthetic_gradients)
     throw UsageError("--synthetic-gradients is a parameter-server benchmark mode (mpirun -np 2 or more)");
+  // Notices are caught from here on: SIGTERM/SIGUSR1 (a preemption notice) and SIGINT (Ctrl-C)
+  // stop training after the current step with a checkpoint; a second SIGINT ends it at once.
+  install_notice_handlers();
+  install_interrupt_handler();
   const auto t_setup = Clock::now();
   const RunSetup setup = prepare_run(cfg);
   check_checkpoint_dir(cfg);
@@ -311,13 +317,50 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       metrics.write(nlohmann::ordered_json{{"event", "eval"}, {"global_step", step + 1}, {"test_accuracy", ev.accuracy},
                      {"test_loss", ev.loss}});
     }
+    if (notice_signal()) break;
   }
 
   res.global_step = std::max(res.global_step, prev.global_step);
+  const int notice = notice_signal();
+  const auto stop_at = Clock::now();
+  if (notice) {
+    if (!cfg.quiet)
+      log << "mpi_trainer: " << signal_name(notice) << " at step " << res.global_step
+          << (writer ? ": checkpointing now" : ": stopping (no --ckpt-dir: nothing is saved)") << '\n' << std::flush;
+    metrics.write(nlohmann::ordered_json{{"event", "stop"}, {"reason", signal_name(notice)},
+                                         {"global_step", res.global_step}, {"active_workers", 1}});
+  }
   if (writer && res.global_step > prev.global_step) {
     checkpoint(res.global_step, schedule.lr_at(std::max<std::int64_t>(res.global_step - 1, 0)), train_seconds);
     writer->flush();
     report_written();
+    if (notice) {
+      const double dt = seconds_since(stop_at);
+      metrics.write(nlohmann::ordered_json{{"event", "stop_checkpoint_durable"}, {"global_step", res.global_step},
+                                           {"seconds_after_stop", dt}});
+      if (!cfg.quiet)
+        log << "mpi_trainer: checkpoint of step " << res.global_step << " durable " << std::setprecision(3) << dt
+            << " s after the " << signal_name(notice) << '\n' << std::flush;
+    }
+  }
+  if (notice) {
+    // Time is short after a notice: no evaluation. Exit 75 asks a launcher to rerun (resume);
+    // a user's Ctrl-C ends with 130, as an interrupted command does.
+    res.exit_code = notice == SIGINT ? 130 : kExitRequeue;
+    res.train_seconds = prev.train_seconds + train_seconds;
+    res.cost_usd = prev.cost_usd + setup.prices.cost_usd(cfg.instance_type, transient, train_seconds);
+    const nlohmann::ordered_json summary{
+        {"event", "summary"}, {"global_step", res.global_step}, {"train_seconds", res.train_seconds},
+        {"test_accuracy", nullptr}, {"cost_usd", res.cost_usd}, {"revocations", 0}, {"workers_start", 1},
+        {"workers_end", 1}, {"model", spec.name}, {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing},
+        {"attempts", prev.attempts}, {"resumed_from_step", prev.global_step},
+        {"stopped_by", signal_name(notice)}, {"exit_code", res.exit_code}};
+    metrics.write(summary);
+    if (!cfg.quiet)
+      log << "stopped early (" << signal_name(notice) << ") at step " << res.global_step << ": exit " << res.exit_code
+          << (writer ? ", rerun with --resume auto to continue from the checkpoint" : ", nothing was saved (no --ckpt-dir)")
+          << "\nsummary: " << summary.dump() << '\n' << std::flush;
+    return res;
   }
   to_host();
   const auto t_eval = Clock::now();

@@ -52,6 +52,7 @@ std::string signal_name(int signo) {
     case SIGKILL: return "SIGKILL";
     case SIGTERM: return "SIGTERM";
     case SIGUSR1: return "SIGUSR1";
+    case SIGINT: return "SIGINT";
     default: return "signal " + std::to_string(signo);
   }
 }
@@ -178,6 +179,15 @@ void install_notice_handlers() {
   sa.sa_flags = SA_RESTART;
   for (const int s : {SIGTERM, SIGUSR1})
     MT_CHECK_POSIX(sigaction(s, &sa, nullptr) == 0);
+}
+
+void install_interrupt_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_notice;
+  sigemptyset(&sa.sa_mask);
+  // The first SIGINT is a notice; the handler is then reset, so a second one ends the process.
+  sa.sa_flags = SA_RESTART | SA_RESETHAND;
+  MT_CHECK_POSIX(sigaction(SIGINT, &sa, nullptr) == 0);
 }
 
 int notice_signal() { return g_notice; }

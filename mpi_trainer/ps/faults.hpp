@@ -83,6 +83,9 @@ struct FaultPlan {
 
 // Preemption notices: SIGTERM and SIGUSR1 set a flag instead of ending the process.
 void install_notice_handlers();
+// SIGINT (Ctrl-C) as a notice too, once: a second SIGINT ends the process at once. For the
+// single-process trainer (under mpirun, Open MPI handles SIGINT itself).
+void install_interrupt_handler();
 // The notice signal received (0: none yet).
 int notice_signal();
 
