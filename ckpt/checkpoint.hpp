@@ -50,8 +50,8 @@ struct Checkpoint {
 std::string file_name(std::int64_t global_step);
 
 struct PublishStats {
-  double write_seconds = 0;    // HDF5 write and close
-  double sync_seconds = 0;     // fsync of file and directory, rename, LATEST
+  double write_seconds = 0;    // the HDF5 file built in memory, written and fsync'ed
+  double sync_seconds = 0;     // rename, fsync of the directory, LATEST
   std::int64_t bytes = 0;
 };
 
@@ -65,6 +65,9 @@ std::filesystem::path publish(const std::filesystem::path& dir, const Checkpoint
 // Damaged ones newer than the oldest kept one do not count and are left for inspection. So a
 // damaged file never takes the place of a valid one, and the newest valid one always stays.
 void retain(const std::filesystem::path& dir, int keep, const std::filesystem::path& written);
+
+// HDF5's metadata checksum (Bob Jenkins' lookup3 hashlittle, initial value 0) of `length` bytes.
+std::uint32_t hdf5_metadata_checksum(const void* data, std::size_t length);
 
 // Fault injection (`--revoke rank=0@ckpt=N`): called in the middle of every checkpoint write,
 // with half of the arrays written and the file not yet closed. None by default.

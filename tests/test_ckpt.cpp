@@ -112,6 +112,33 @@ TEST_CASE("checkpoint round trip keeps every attribute and array exactly", "[uni
   for (const auto& e : fs::directory_iterator(dir.path())) CHECK_FALSE(e.path().string().ends_with(".tmp"));
 }
 
+TEST_CASE("the metadata checksum is HDF5's own, so files built in memory publish valid", "[unit][ckpt]") {
+  // lookup3's published answers, and the checksum of a superblock HDF5 wrote itself.
+  CHECK(ckpt::hdf5_metadata_checksum("", 0) == 0xdeadbeefu);
+  CHECK(ckpt::hdf5_metadata_checksum("Four score and seven years ago", 30) == 0x17770551u);
+  test::TempDir dir("ckpt_lookup3");
+  const fs::path native = dir.path() / "native.h5";
+  const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  REQUIRE(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0);
+  const hid_t f = H5Fcreate(native.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  REQUIRE(f >= 0);
+  H5Fclose(f);
+  H5Pclose(fapl);
+  std::ifstream in(native, std::ios::binary);
+  std::vector<unsigned char> b(64);
+  in.read(reinterpret_cast<char*>(b.data()), 64);
+  REQUIRE(b[8] >= 2);  // superblock version 2 or 3: checksummed
+  const std::size_t len = 12 + 4 * std::size_t(b[9]);
+  const std::uint32_t stored = b[len] | b[len + 1] << 8 | b[len + 2] << 16 | std::uint32_t(b[len + 3]) << 24;
+  CHECK(ckpt::hdf5_metadata_checksum(b.data(), len) == stored);
+  // A published checkpoint (built in memory) opens in HDF5 itself.
+  const fs::path published = ckpt::publish(dir.path(), sample(7), 0);
+  CHECK(H5Fis_hdf5(published.c_str()) > 0);
+  const hid_t g = H5Fopen(published.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  CHECK(g >= 0);
+  if (g >= 0) H5Fclose(g);
+}
+
 TEST_CASE("retention keeps the newest checkpoints and the writer thread publishes in order",
           "[unit][ckpt]") {
   test::TempDir dir("ckpt_keep");
