@@ -20,18 +20,9 @@ AsyncWriter::~AsyncWriter() {
   thread_.join();
 }
 
-void AsyncWriter::rethrow_locked() {
-  if (error_) {
-    auto e = error_;
-    error_ = nullptr;
-    std::rethrow_exception(e);
-  }
-}
-
 void AsyncWriter::submit(Checkpoint&& snapshot) {
   {
     std::lock_guard lock(mutex_);
-    rethrow_locked();
     if (waiting_) spares_.push_back(std::move(*waiting_));
     waiting_ = std::move(snapshot);
   }
@@ -41,7 +32,6 @@ void AsyncWriter::submit(Checkpoint&& snapshot) {
 void AsyncWriter::flush() {
   std::unique_lock lock(mutex_);
   cv_.wait(lock, [&] { return !busy_ && !waiting_; });
-  rethrow_locked();
 }
 
 Checkpoint AsyncWriter::take_spare() {
@@ -74,20 +64,17 @@ void AsyncWriter::run() noexcept {
     busy_ = true;
     lock.unlock();
     Written w;
-    std::exception_ptr err;
+    w.global_step = c.global_step;
     try {
-      w.global_step = c.global_step;
       w.file = publish(dir_, c, keep_, &w.stats);
+    } catch (const std::exception& e) {
+      w.error = e.what();
     } catch (...) {
-      err = std::current_exception();
+      w.error = "checkpoint of global step " + std::to_string(c.global_step) + ": unknown error";
     }
     lock.lock();
     busy_ = false;
-    if (err) {
-      if (!error_) error_ = err;
-    } else {
-      written_.push_back(std::move(w));
-    }
+    written_.push_back(std::move(w));
     if (spares_.size() < 2) spares_.push_back(std::move(c));
     cv_.notify_all();
   }

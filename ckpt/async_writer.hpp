@@ -16,10 +16,15 @@
 
 namespace mt::ckpt {
 
+// A finished write: published (`error` empty), or failed (`error` says why: the file, the step
+// and the cause; nothing was published and its temporary file is gone). A failed write is a
+// result, not an exception: the trainer decides whether to go on.
 struct Written {
   std::int64_t global_step = 0;
   std::filesystem::path file;
   PublishStats stats;
+  std::string error;
+  bool ok() const { return error.empty(); }
 };
 
 class AsyncWriter {
@@ -30,11 +35,10 @@ class AsyncWriter {
   AsyncWriter(const AsyncWriter&) = delete;
   AsyncWriter& operator=(const AsyncWriter&) = delete;
 
-  // Rethrows the error of an earlier failed write, if any.
   void submit(Checkpoint&& snapshot);
-  // Blocks until nothing runs or waits; rethrows a write error.
+  // Blocks until nothing runs or waits.
   void flush();
-  // Writes finished since the last call.
+  // Writes finished (published or failed) since the last call.
   std::vector<Written> take_written();
 
   // Snapshot objects to fill in place (their arrays keep their memory), so a snapshot allocates
@@ -46,7 +50,6 @@ class AsyncWriter {
 
  private:
   void run() noexcept;
-  void rethrow_locked();
 
   std::filesystem::path dir_;
   int keep_;
@@ -55,7 +58,6 @@ class AsyncWriter {
   std::optional<Checkpoint> waiting_;
   bool busy_ = false;
   bool stop_ = false;
-  std::exception_ptr error_;
   std::vector<Written> written_;
   std::vector<Checkpoint> spares_;
   std::thread thread_;  // last: starts once the members above exist

@@ -14,6 +14,7 @@
 # `mpirun --enable-recovery` exits 0 whatever the ranks did (measured: docs/architecture.md,
 # "Measured facts the code relies on"):
 #   state done            -> exit 0
+#   state failed (4)      -> exit 4: a checkpoint write failed (disk full, read-only): no rerun
 #   state requeue (75)    -> rerun (a notice, or every worker revoked)
 #   state running/missing -> the parameter server was lost (killed): rerun
 #   exit 2, 3 or 4 from COMMAND with no status (usage, config, checkpoint error) -> no rerun
@@ -110,6 +111,9 @@ for ((attempt = 1; attempt <= attempts; attempt++)); do
   [[ -n "$step" && "$state" != running ]] && last_step=$step
   case "$state" in
     done) log "attempt $attempt finished training at global step $step"; exit 0 ;;
+    failed)
+      log "attempt $attempt ended with exit ${code:-4} at global step $step: a checkpoint write failed; not retrying (fix the disk, then rerun)"
+      exit "${code:-4}" ;;
     requeue) why="exit ${code:-75} ($(field stopped_by)) at global step $step" ;;
     *)
       if [[ $rc -eq 2 || $rc -eq 3 || $rc -eq 4 ]]; then

@@ -181,6 +181,13 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::Range(0, 1000000)),
       "MT_CKPT_KEEP");
+  env(cmd.add_option("--ckpt-fail", c.ckpt_fail,
+                     "When writing a checkpoint fails (disk full, I/O error): continue training and try "
+                     "again at the next interval, the previous checkpoints untouched, and exit 4 at the "
+                     "end (continue); or stop at once with exit 4 (stop)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"continue", "stop"})),
+      "MT_CKPT_FAIL");
   env(cmd.add_option("--resume", c.resume,
                      "auto: continue from the newest valid checkpoint in --ckpt-dir (falling back "
                      "past damaged ones) if there is one; never: start fresh; PATH: from that file")

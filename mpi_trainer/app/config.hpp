@@ -37,7 +37,8 @@ struct TrainConfig {
   std::string ckpt_dir;               // empty: no checkpoints
   std::int64_t ckpt_every_steps = 0;  // 0: only at the end
   double ckpt_every_seconds = 0;      // 0: off
-  int ckpt_keep = 3;                  // newest kept; 0: all
+  int ckpt_keep = 3;                  // newest valid ones kept; 0: all
+  std::string ckpt_fail = "continue"; // a failed write: continue (exit 4 at the end) | stop (exit 4 now)
   std::string resume = "auto";        // auto | never | PATH
   bool quiet = false;
   // Fault tolerance (docs/fault-model.md).

@@ -255,14 +255,30 @@ void PsReport::checkpoint(const Snapshot& s) {
 
 void PsReport::evaluate(const Snapshot& s) { eval_->start(s.global_step, s.params, s.bn_stats); }
 
-void PsReport::poll() {
+std::string PsReport::poll() {
   report_written();
   if (eval_) report_evals(eval_->take_done());
+  return ckpt_failures_ > 0 && cfg_.ckpt_fail == "stop" ? "a checkpoint write failed (--ckpt-fail stop)" : "";
 }
+
+int PsReport::exit_code(int runtime_code) const { return ckpt_failures_ > 0 ? kExitCheckpoint : runtime_code; }
 
 void PsReport::report_written() {
   if (!writer_) return;
   for (const auto& w : writer_->take_written()) {
+    if (!w.ok()) {
+      // The earlier checkpoints are untouched; training goes on unless --ckpt-fail stop.
+      ++ckpt_failures_;
+      log_ << "mpi_trainer: checkpoint failed: " << w.error
+           << (cfg_.ckpt_fail == "stop" ? "; stopping (--ckpt-fail stop)"
+                                        : "; training goes on and tries again at the next checkpoint")
+           << '\n'
+           << std::flush;
+      metrics_.write(
+          nlohmann::ordered_json{{"event", "checkpoint_failed"}, {"global_step", w.global_step}, {"error", w.error}});
+      continue;
+    }
+    durable_step_ = w.global_step;
     metrics_.write(nlohmann::ordered_json{{"event", "checkpoint"},
                                           {"global_step", w.global_step},
                                           {"file", w.file.string()},
@@ -390,25 +406,37 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
       {"joined_workers", e.joined},
       {"shared_memory_workers", e.shm_workers},
       {"stopped_by", or_null(e.stop_reason)},
-      {"exit_code", e.exit_code}};
+      {"checkpoint_failures", ckpt_failures_},
+      {"exit_code", exit_code(e.exit_code)}};
   if (cfg_.synthetic_gradients) summary["synthetic_gradients"] = true;
   metrics_.write(summary);
   if (!cfg_.quiet) {
-    log_ << "done: " << s.global_step << " global steps in " << std::fixed << std::setprecision(1) << train_seconds
-         << " s by " << e.workers_start + e.joined << " worker(s) and " << e.shards << " PS shard(s), "
-         << e.images_per_second << " img/s";
+    log_ << (e.stopped_early ? "stopped: " : "done: ") << s.global_step << " global steps in " << std::fixed
+         << std::setprecision(1) << train_seconds << " s by " << e.workers_start + e.joined << " worker(s) and "
+         << e.shards << " PS shard(s), " << e.images_per_second << " img/s";
     if (ev) log_ << ", test accuracy " << std::setprecision(2) << 100.0 * ev->accuracy << "%";
     log_ << ", cost $" << std::setprecision(4) << cost_usd_ << " (" << cfg_.pricing << ")";
     if (revocations > 0) log_ << ", " << revocations << " revocation(s)";
     log_ << '\n';
     if (e.stopped_early)
-      log_ << "stopped early (" << e.stop_reason << "): exit " << e.exit_code
-           << (writer_ ? ", rerun with --resume auto to continue from the checkpoint"
-                       : ", nothing was saved (no --ckpt-dir)")
+      log_ << "stopped early (" << e.stop_reason << "): exit " << exit_code(e.exit_code)
+           << (ckpt_failures_ > 0 ? ", make --ckpt-dir writable (see above), then rerun with --resume auto"
+               : writer_          ? ", rerun with --resume auto to continue from the checkpoint"
+                                  : ", nothing was saved (no --ckpt-dir)")
            << '\n';
     log_ << "summary: " << summary.dump() << '\n' << std::flush;
   }
-  write_status(e.stopped_early ? "requeue" : "done", s.global_step, e.exit_code, revocations);
+  if (ckpt_failures_ > 0)
+    log_ << "mpi_trainer: " << ckpt_failures_ << " checkpoint write(s) failed; "
+         << (durable_step_ >= 0 ? "the newest checkpoint written by this run is step " + std::to_string(durable_step_)
+                                : std::string("this run wrote no checkpoint"))
+         << " in " << cfg_.ckpt_dir << "; exit " << kExitCheckpoint << '\n'
+         << std::flush;
+  // "failed": a rerun cannot help until the disk is fixed, so launchers do not retry.
+  write_status(ckpt_failures_ > 0 ? "failed"
+               : e.stopped_early  ? "requeue"
+                                  : "done",
+               s.global_step, exit_code(e.exit_code), revocations);
   return ev;
 }
 

@@ -43,11 +43,13 @@ class PsReport final : public PsEvents, public SnapshotSink {
   bool eval_busy() override { return eval_ && eval_->busy(); }
   void checkpoint(const Snapshot& s) override;
   void evaluate(const Snapshot& s) override;
-  void poll() override;
+  std::string poll() override;
 
   // What earlier attempts did (a resume), and the totals once finished.
   const TrainProgress& previous() const { return prev_; }
   double cost_usd() const { return cost_usd_; }
+  // The job's exit code: the runtime's, or 4 when a checkpoint write failed.
+  int exit_code(int runtime_code) const;
 
  private:
   bool lead() const { return shard_ == 0; }
@@ -77,6 +79,8 @@ class PsReport final : public PsEvents, public SnapshotSink {
   std::string stop_reason_;
   bool stop_durable_reported_ = false;
   double cost_usd_ = 0;
+  int ckpt_failures_ = 0;
+  std::int64_t durable_step_ = -1;
 };
 
 }  // namespace mt

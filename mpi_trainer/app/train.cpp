@@ -243,14 +243,31 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     metrics.write(nlohmann::ordered_json{{"event", "checkpoint_snapshot"}, {"global_step", step},
                                          {"stall_seconds", stall}});
   };
+  // A failed write leaves the earlier checkpoints as they are: one line, an event, and training
+  // goes on (the next interval tries again) unless --ckpt-fail stop; the run then ends with exit 4.
+  int ckpt_failures = 0;
+  std::int64_t durable_step = -1;
   auto report_written = [&] {
     if (!writer) return;
-    for (const auto& w : writer->take_written())
+    for (const auto& w : writer->take_written()) {
+      if (!w.ok()) {
+        ++ckpt_failures;
+        log << "mpi_trainer: checkpoint failed: " << w.error
+            << (cfg.ckpt_fail == "stop" ? "; stopping (--ckpt-fail stop)"
+                                        : "; training goes on and tries again at the next checkpoint")
+            << '\n' << std::flush;
+        metrics.write(nlohmann::ordered_json{
+            {"event", "checkpoint_failed"}, {"global_step", w.global_step}, {"error", w.error}});
+        continue;
+      }
+      durable_step = w.global_step;
       metrics.write(nlohmann::ordered_json{
           {"event", "checkpoint"}, {"global_step", w.global_step}, {"file", w.file.string()},
           {"write_seconds", w.stats.write_seconds}, {"sync_seconds", w.stats.sync_seconds},
           {"bytes", w.stats.bytes}});
+    }
   };
+  const auto stop_on_failure = [&] { return ckpt_failures > 0 && cfg.ckpt_fail == "stop"; };
 
   TrainResult res;
   double train_seconds = 0;
@@ -317,36 +334,48 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       metrics.write(nlohmann::ordered_json{{"event", "eval"}, {"global_step", step + 1}, {"test_accuracy", ev.accuracy},
                      {"test_loss", ev.loss}});
     }
-    if (notice_signal()) break;
+    report_written();
+    if (notice_signal() || stop_on_failure()) break;
   }
 
   res.global_step = std::max(res.global_step, prev.global_step);
   const int notice = notice_signal();
+  const std::string stop_reason = notice             ? signal_name(notice)
+                                  : stop_on_failure() ? std::string("a checkpoint write failed (--ckpt-fail stop)")
+                                                      : std::string();
   const auto stop_at = Clock::now();
-  if (notice) {
+  if (!stop_reason.empty()) {
     if (!cfg.quiet)
-      log << "mpi_trainer: " << signal_name(notice) << " at step " << res.global_step
+      log << "mpi_trainer: " << stop_reason << " at step " << res.global_step
           << (writer ? ": checkpointing now" : ": stopping (no --ckpt-dir: nothing is saved)") << '\n' << std::flush;
-    metrics.write(nlohmann::ordered_json{{"event", "stop"}, {"reason", signal_name(notice)},
+    metrics.write(nlohmann::ordered_json{{"event", "stop"}, {"reason", stop_reason},
                                          {"global_step", res.global_step}, {"active_workers", 1}});
   }
   if (writer && res.global_step > prev.global_step) {
     checkpoint(res.global_step, schedule.lr_at(std::max<std::int64_t>(res.global_step - 1, 0)), train_seconds);
     writer->flush();
     report_written();
-    if (notice) {
+    if (!stop_reason.empty() && durable_step == res.global_step) {
       const double dt = seconds_since(stop_at);
       metrics.write(nlohmann::ordered_json{{"event", "stop_checkpoint_durable"}, {"global_step", res.global_step},
                                            {"seconds_after_stop", dt}});
       if (!cfg.quiet)
         log << "mpi_trainer: checkpoint of step " << res.global_step << " durable " << std::setprecision(3) << dt
-            << " s after the " << signal_name(notice) << '\n' << std::flush;
+            << " s after the " << stop_reason << '\n' << std::flush;
     }
   }
-  if (notice) {
+  // Work that could not be saved is said plainly, with the newest checkpoint that is on disk.
+  const auto report_failures = [&] {
+    if (ckpt_failures == 0) return;
+    log << "mpi_trainer: " << ckpt_failures << " checkpoint write(s) failed; "
+        << (durable_step >= 0 ? "the newest checkpoint written by this run is step " + std::to_string(durable_step)
+                              : std::string("this run wrote no checkpoint"))
+        << " in " << cfg.ckpt_dir << "; exit " << kExitCheckpoint << '\n' << std::flush;
+  };
+  if (!stop_reason.empty()) {
     // Time is short after a notice: no evaluation. Exit 75 asks a launcher to rerun (resume);
-    // a user's Ctrl-C ends with 130, as an interrupted command does.
-    res.exit_code = notice == SIGINT ? 130 : kExitRequeue;
+    // a user's Ctrl-C ends with 130, as an interrupted command does; a failed checkpoint is 4.
+    res.exit_code = ckpt_failures > 0 ? kExitCheckpoint : notice == SIGINT ? 130 : kExitRequeue;
     res.train_seconds = prev.train_seconds + train_seconds;
     res.cost_usd = prev.cost_usd + setup.prices.cost_usd(cfg.instance_type, transient, train_seconds);
     const nlohmann::ordered_json summary{
@@ -354,11 +383,14 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
         {"test_accuracy", nullptr}, {"cost_usd", res.cost_usd}, {"revocations", 0}, {"workers_start", 1},
         {"workers_end", 1}, {"model", spec.name}, {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing},
         {"attempts", prev.attempts}, {"resumed_from_step", prev.global_step},
-        {"stopped_by", signal_name(notice)}, {"exit_code", res.exit_code}};
+        {"stopped_by", stop_reason}, {"checkpoint_failures", ckpt_failures}, {"exit_code", res.exit_code}};
     metrics.write(summary);
+    report_failures();
     if (!cfg.quiet)
-      log << "stopped early (" << signal_name(notice) << ") at step " << res.global_step << ": exit " << res.exit_code
-          << (writer ? ", rerun with --resume auto to continue from the checkpoint" : ", nothing was saved (no --ckpt-dir)")
+      log << "stopped early (" << stop_reason << ") at step " << res.global_step << ": exit " << res.exit_code
+          << (ckpt_failures > 0 ? ", make --ckpt-dir writable (see above), then rerun with --resume auto"
+              : writer          ? ", rerun with --resume auto to continue from the checkpoint"
+                                : ", nothing was saved (no --ckpt-dir)")
           << "\nsummary: " << summary.dump() << '\n' << std::flush;
     return res;
   }
@@ -383,8 +415,11 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       {"images_per_second", res.images_per_second}, {"test_loss", res.test_loss},
       {"data_wait_seconds", res.data_wait_seconds}, {"model", spec.name},
       {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing},
-      {"attempts", prev.attempts},   {"resumed_from_step", prev.global_step}};
+      {"attempts", prev.attempts},   {"resumed_from_step", prev.global_step},
+      {"checkpoint_failures", ckpt_failures}, {"exit_code", ckpt_failures > 0 ? kExitCheckpoint : kExitOk}};
   metrics.write(summary);
+  if (ckpt_failures > 0) res.exit_code = kExitCheckpoint;
+  report_failures();
   if (!cfg.quiet) {
     log << "done: " << res.global_step << " steps in " << std::setprecision(1) << res.train_seconds
         << " s (" << format_eta(res.train_seconds) << "), " << res.images_per_second

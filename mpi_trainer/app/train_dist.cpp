@@ -153,7 +153,7 @@ TrainResult ps_role(const TrainConfig& cfg, const RunSetup& setup, int rank, int
   res.global_step = r.global_step;
   res.train_seconds = report.previous().train_seconds + r.run_seconds;
   res.images_per_second = r.images_per_second;
-  res.exit_code = r.exit_code;
+  res.exit_code = report.exit_code(r.exit_code);
   res.cost_usd = report.cost_usd();
   if (r.evaluated) {
     res.test_accuracy = r.evaluated->accuracy;

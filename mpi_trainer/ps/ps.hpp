@@ -103,8 +103,9 @@ class SnapshotSink {
   // Copy what is needed before returning: the snapshot's memory is reused.
   virtual void checkpoint(const Snapshot& s) = 0;
   virtual void evaluate(const Snapshot& s) = 0;
-  // Called often from the update loop: report what finished in the background.
-  virtual void poll() = 0;
+  // Called often from the update loop: report what finished in the background. Non-empty: why
+  // training must stop now (the shard stops as on a notice).
+  virtual std::string poll() = 0;
 };
 
 // What the runtime reports. Shard 0 calls everything; the other shards only `stopping` and `log`.

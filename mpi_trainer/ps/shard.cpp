@@ -422,7 +422,7 @@ void Shard::poll_background() {
   if (sink_.checkpoints() && opts_.ckpt_every_seconds > 0 && !gather_->gathering() && step_ < opts_.train_steps &&
       since(last_ckpt_) >= opts_.ckpt_every_seconds)
     request_snapshot(kForCheckpoint);
-  sink_.poll();
+  if (const std::string why = sink_.poll(); !why.empty() && !stop_at_) begin_stop(why);
 }
 
 PsResult Shard::run() {
