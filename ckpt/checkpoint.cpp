@@ -391,23 +391,42 @@ std::string file_name(std::int64_t global_step) {
 
 namespace {
 
-// Whether a published checkpoint verifies, remembered per file (path, size, modification time):
-// retention runs after every publish and would otherwise read every kept file again.
-bool verifies(const fs::path& file) {
-  static std::mutex mutex;
-  static std::map<std::string, std::pair<std::uintmax_t, fs::file_time_type>> valid;
-  std::error_code ec;
-  const auto size = fs::file_size(file, ec);
-  const auto mtime = fs::last_write_time(file, ec);
-  if (ec) return false;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto it = valid.find(file.string());
-    if (it != valid.end() && it->second == std::make_pair(size, mtime)) return true;
+// Checkpoint files known to be valid, by path, with the size and modification time they had:
+// retention runs after every publish and would otherwise read every kept file again. A file that
+// changed since (another size or time) is verified anew.
+struct KnownValid {
+  std::mutex mutex;
+  std::map<std::string, std::pair<std::uintmax_t, fs::file_time_type>> files;
+
+  static std::optional<std::pair<std::uintmax_t, fs::file_time_type>> identity(const fs::path& file) {
+    std::error_code ec;
+    const auto size = fs::file_size(file, ec);
+    const auto mtime = fs::last_write_time(file, ec);
+    if (ec) return std::nullopt;
+    return std::make_pair(size, mtime);
   }
+  void remember(const fs::path& file) {
+    if (const auto id = identity(file)) {
+      std::lock_guard<std::mutex> lock(mutex);
+      files[file.string()] = *id;
+    }
+  }
+  bool known(const fs::path& file) {
+    const auto id = identity(file);
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = files.find(file.string());
+    return id && it != files.end() && it->second == *id;
+  }
+};
+KnownValid& known_valid() {
+  static KnownValid k;
+  return k;
+}
+
+bool verifies(const fs::path& file) {
+  if (known_valid().known(file)) return true;
   if (!verify(file).ok) return false;
-  std::lock_guard<std::mutex> lock(mutex);
-  valid[file.string()] = {size, mtime};
+  known_valid().remember(file);
   return true;
 }
 
@@ -457,6 +476,7 @@ fs::path publish(const fs::path& dir, const Checkpoint& input, int keep, Publish
   }
   // LATEST names the newest checkpoint, for scripts; readers do not depend on it.
   write_file_atomically(dir / "LATEST", final_path.filename().string() + '\n');
+  const auto t2 = std::chrono::steady_clock::now();  // durable and published
   retain(dir, keep, final_path);
   // Leftovers of an interrupted earlier write are never valid; remove those older than us.
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -467,7 +487,6 @@ fs::path publish(const fs::path& dir, const Checkpoint& input, int keep, Publish
     }
   }
   if (stats) {
-    const auto t2 = std::chrono::steady_clock::now();
     stats->write_seconds = std::chrono::duration<double>(t1 - t0).count();
     stats->sync_seconds = std::chrono::duration<double>(t2 - t1).count();
     stats->bytes = static_cast<std::int64_t>(fs::file_size(final_path, ec));

@@ -51,7 +51,7 @@ std::string file_name(std::int64_t global_step);
 
 struct PublishStats {
   double write_seconds = 0;    // the HDF5 file built in memory, written and fsync'ed
-  double sync_seconds = 0;     // rename, fsync of the directory, LATEST
+  double sync_seconds = 0;     // rename, fsync of the directory, LATEST (retention not included)
   std::int64_t bytes = 0;
 };
 
