@@ -161,6 +161,37 @@ std::vector<LoaderCursor> start_cursors(const TrainProgress& p, int workers) {
   return out;
 }
 
+std::vector<ckpt::Written> CheckpointTally::report(std::vector<ckpt::Written> done, const TrainConfig& cfg,
+                                                   MetricsWriter& metrics, std::ostream& log) {
+  std::vector<ckpt::Written> published;
+  for (auto& w : done) {
+    if (!w.ok()) {
+      ++failures;
+      log << "mpi_trainer: checkpoint failed: " << w.error
+          << (cfg.ckpt_fail == "stop" ? "; stopping (--ckpt-fail stop)"
+                                      : "; training goes on and tries again at the next checkpoint")
+          << '\n' << std::flush;
+      metrics.write(nlohmann::ordered_json{
+          {"event", "checkpoint_failed"}, {"global_step", w.global_step}, {"error", w.error}});
+      continue;
+    }
+    durable_step = w.global_step;
+    metrics.write(nlohmann::ordered_json{{"event", "checkpoint"}, {"global_step", w.global_step},
+                                         {"file", w.file.string()}, {"write_seconds", w.stats.write_seconds},
+                                         {"sync_seconds", w.stats.sync_seconds}, {"bytes", w.stats.bytes}});
+    published.push_back(std::move(w));
+  }
+  return published;
+}
+
+void CheckpointTally::summarize(const TrainConfig& cfg, std::ostream& log) const {
+  if (failures == 0) return;
+  log << "mpi_trainer: " << failures << " checkpoint write(s) failed; "
+      << (durable_step >= 0 ? "the newest checkpoint written by this run is step " + std::to_string(durable_step)
+                            : std::string("this run wrote no checkpoint"))
+      << " in " << cfg.ckpt_dir << "; exit " << kExitCheckpoint << '\n' << std::flush;
+}
+
 void check_checkpoint_dir(const TrainConfig& cfg) {
   if (cfg.ckpt_dir.empty()) return;
   if (const std::string why = probe_writable_directory(cfg.ckpt_dir); !why.empty())

@@ -13,6 +13,7 @@
 
 #include "app/config.hpp"
 #include "app/metrics.hpp"
+#include "ckpt/async_writer.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "data/loader.hpp"
 #include "nn/params.hpp"
@@ -49,6 +50,21 @@ std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const
 // --ckpt-dir must take durable files before any work is done (a read-only or full mount would
 // otherwise be found at the first checkpoint, after training). Throws DataError (exit 3).
 void check_checkpoint_dir(const TrainConfig& cfg);
+
+// What became of this run's checkpoint writes (both trainers).
+struct CheckpointTally {
+  int failures = 0;
+  std::int64_t durable_step = -1;  // the newest checkpoint this run published
+  // Reports the writer's finished writes: a `checkpoint` event for each published one; for each
+  // failed one a line on `log` and a `checkpoint_failed` event (the earlier checkpoints are
+  // untouched, and training goes on unless --ckpt-fail stop). Returns the published ones.
+  std::vector<ckpt::Written> report(std::vector<ckpt::Written> done, const TrainConfig& cfg,
+                                    MetricsWriter& metrics, std::ostream& log);
+  // --ckpt-fail stop and a write failed: training stops now.
+  bool stop(const TrainConfig& cfg) const { return failures > 0 && cfg.ckpt_fail == "stop"; }
+  // The closing line after failures: how many, and the newest checkpoint on disk.
+  void summarize(const TrainConfig& cfg, std::ostream& log) const;
+};
 
 // Copies the state into a checkpoint (the in-memory snapshot). `reuse`, a checkpoint made by an
 // earlier call for the same model (ckpt::AsyncWriter::take_spare), is filled in place without

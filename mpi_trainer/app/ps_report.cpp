@@ -258,33 +258,14 @@ void PsReport::evaluate(const Snapshot& s) { eval_->start(s.global_step, s.param
 std::string PsReport::poll() {
   report_written();
   if (eval_) report_evals(eval_->take_done());
-  return ckpt_failures_ > 0 && cfg_.ckpt_fail == "stop" ? "a checkpoint write failed (--ckpt-fail stop)" : "";
+  return tally_.stop(cfg_) ? "a checkpoint write failed (--ckpt-fail stop)" : "";
 }
 
-int PsReport::exit_code(int runtime_code) const { return ckpt_failures_ > 0 ? kExitCheckpoint : runtime_code; }
+int PsReport::exit_code(int runtime_code) const { return tally_.failures > 0 ? kExitCheckpoint : runtime_code; }
 
 void PsReport::report_written() {
   if (!writer_) return;
-  for (const auto& w : writer_->take_written()) {
-    if (!w.ok()) {
-      // The earlier checkpoints are untouched; training goes on unless --ckpt-fail stop.
-      ++ckpt_failures_;
-      log_ << "mpi_trainer: checkpoint failed: " << w.error
-           << (cfg_.ckpt_fail == "stop" ? "; stopping (--ckpt-fail stop)"
-                                        : "; training goes on and tries again at the next checkpoint")
-           << '\n'
-           << std::flush;
-      metrics_.write(
-          nlohmann::ordered_json{{"event", "checkpoint_failed"}, {"global_step", w.global_step}, {"error", w.error}});
-      continue;
-    }
-    durable_step_ = w.global_step;
-    metrics_.write(nlohmann::ordered_json{{"event", "checkpoint"},
-                                          {"global_step", w.global_step},
-                                          {"file", w.file.string()},
-                                          {"write_seconds", w.stats.write_seconds},
-                                          {"sync_seconds", w.stats.sync_seconds},
-                                          {"bytes", w.stats.bytes}});
+  for (const auto& w : tally_.report(writer_->take_written(), cfg_, metrics_, log_)) {
     if (stop_at_ && !stop_durable_reported_ && w.global_step >= stop_step_) {
       // The stop's checkpoint is on disk (fsync'ed and published): the figure the cloud's grace
       // period (30 s on GCE, 2 min on EC2) must cover.
@@ -406,7 +387,7 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
       {"joined_workers", e.joined},
       {"shared_memory_workers", e.shm_workers},
       {"stopped_by", or_null(e.stop_reason)},
-      {"checkpoint_failures", ckpt_failures_},
+      {"checkpoint_failures", tally_.failures},
       {"exit_code", exit_code(e.exit_code)}};
   if (cfg_.synthetic_gradients) summary["synthetic_gradients"] = true;
   metrics_.write(summary);
@@ -420,22 +401,17 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
     log_ << '\n';
     if (e.stopped_early)
       log_ << "stopped early (" << e.stop_reason << "): exit " << exit_code(e.exit_code)
-           << (ckpt_failures_ > 0 ? ", make --ckpt-dir writable (see above), then rerun with --resume auto"
-               : writer_          ? ", rerun with --resume auto to continue from the checkpoint"
-                                  : ", nothing was saved (no --ckpt-dir)")
+           << (tally_.failures > 0 ? ", make --ckpt-dir writable (see above), then rerun with --resume auto"
+               : writer_           ? ", rerun with --resume auto to continue from the checkpoint"
+                                   : ", nothing was saved (no --ckpt-dir)")
            << '\n';
     log_ << "summary: " << summary.dump() << '\n' << std::flush;
   }
-  if (ckpt_failures_ > 0)
-    log_ << "mpi_trainer: " << ckpt_failures_ << " checkpoint write(s) failed; "
-         << (durable_step_ >= 0 ? "the newest checkpoint written by this run is step " + std::to_string(durable_step_)
-                                : std::string("this run wrote no checkpoint"))
-         << " in " << cfg_.ckpt_dir << "; exit " << kExitCheckpoint << '\n'
-         << std::flush;
+  tally_.summarize(cfg_, log_);
   // "failed": a rerun cannot help until the disk is fixed, so launchers do not retry.
-  write_status(ckpt_failures_ > 0 ? "failed"
-               : e.stopped_early  ? "requeue"
-                                  : "done",
+  write_status(tally_.failures > 0 ? "failed"
+               : e.stopped_early   ? "requeue"
+                                   : "done",
                s.global_step, exit_code(e.exit_code), revocations);
   return ev;
 }

@@ -79,8 +79,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
   std::string stop_reason_;
   bool stop_durable_reported_ = false;
   double cost_usd_ = 0;
-  int ckpt_failures_ = 0;
-  std::int64_t durable_step_ = -1;
+  CheckpointTally tally_;
 };
 
 }  // namespace mt

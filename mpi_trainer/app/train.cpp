@@ -243,31 +243,12 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     metrics.write(nlohmann::ordered_json{{"event", "checkpoint_snapshot"}, {"global_step", step},
                                          {"stall_seconds", stall}});
   };
-  // A failed write leaves the earlier checkpoints as they are: one line, an event, and training
-  // goes on (the next interval tries again) unless --ckpt-fail stop; the run then ends with exit 4.
-  int ckpt_failures = 0;
-  std::int64_t durable_step = -1;
+  // A failed write leaves the earlier checkpoints as they are and training goes on (the next
+  // interval tries again) unless --ckpt-fail stop; the run then ends with exit 4.
+  CheckpointTally tally;
   auto report_written = [&] {
-    if (!writer) return;
-    for (const auto& w : writer->take_written()) {
-      if (!w.ok()) {
-        ++ckpt_failures;
-        log << "mpi_trainer: checkpoint failed: " << w.error
-            << (cfg.ckpt_fail == "stop" ? "; stopping (--ckpt-fail stop)"
-                                        : "; training goes on and tries again at the next checkpoint")
-            << '\n' << std::flush;
-        metrics.write(nlohmann::ordered_json{
-            {"event", "checkpoint_failed"}, {"global_step", w.global_step}, {"error", w.error}});
-        continue;
-      }
-      durable_step = w.global_step;
-      metrics.write(nlohmann::ordered_json{
-          {"event", "checkpoint"}, {"global_step", w.global_step}, {"file", w.file.string()},
-          {"write_seconds", w.stats.write_seconds}, {"sync_seconds", w.stats.sync_seconds},
-          {"bytes", w.stats.bytes}});
-    }
+    if (writer) tally.report(writer->take_written(), cfg, metrics, log);
   };
-  const auto stop_on_failure = [&] { return ckpt_failures > 0 && cfg.ckpt_fail == "stop"; };
 
   TrainResult res;
   double train_seconds = 0;
@@ -335,13 +316,13 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
                      {"test_loss", ev.loss}});
     }
     report_written();
-    if (notice_signal() || stop_on_failure()) break;
+    if (notice_signal() || tally.stop(cfg)) break;
   }
 
   res.global_step = std::max(res.global_step, prev.global_step);
   const int notice = notice_signal();
   const std::string stop_reason = notice             ? signal_name(notice)
-                                  : stop_on_failure() ? std::string("a checkpoint write failed (--ckpt-fail stop)")
+                                  : tally.stop(cfg) ? std::string("a checkpoint write failed (--ckpt-fail stop)")
                                                       : std::string();
   const auto stop_at = Clock::now();
   if (!stop_reason.empty()) {
@@ -355,7 +336,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     checkpoint(res.global_step, schedule.lr_at(std::max<std::int64_t>(res.global_step - 1, 0)), train_seconds);
     writer->flush();
     report_written();
-    if (!stop_reason.empty() && durable_step == res.global_step) {
+    if (!stop_reason.empty() && tally.durable_step == res.global_step) {
       const double dt = seconds_since(stop_at);
       metrics.write(nlohmann::ordered_json{{"event", "stop_checkpoint_durable"}, {"global_step", res.global_step},
                                            {"seconds_after_stop", dt}});
@@ -364,18 +345,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
             << " s after the " << stop_reason << '\n' << std::flush;
     }
   }
-  // Work that could not be saved is said plainly, with the newest checkpoint that is on disk.
-  const auto report_failures = [&] {
-    if (ckpt_failures == 0) return;
-    log << "mpi_trainer: " << ckpt_failures << " checkpoint write(s) failed; "
-        << (durable_step >= 0 ? "the newest checkpoint written by this run is step " + std::to_string(durable_step)
-                              : std::string("this run wrote no checkpoint"))
-        << " in " << cfg.ckpt_dir << "; exit " << kExitCheckpoint << '\n' << std::flush;
-  };
   if (!stop_reason.empty()) {
     // Time is short after a notice: no evaluation. Exit 75 asks a launcher to rerun (resume);
     // a user's Ctrl-C ends with 130, as an interrupted command does; a failed checkpoint is 4.
-    res.exit_code = ckpt_failures > 0 ? kExitCheckpoint : notice == SIGINT ? 130 : kExitRequeue;
+    res.exit_code = tally.failures > 0 ? kExitCheckpoint : notice == SIGINT ? 130 : kExitRequeue;
     res.train_seconds = prev.train_seconds + train_seconds;
     res.cost_usd = prev.cost_usd + setup.prices.cost_usd(cfg.instance_type, transient, train_seconds);
     const nlohmann::ordered_json summary{
@@ -383,12 +356,12 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
         {"test_accuracy", nullptr}, {"cost_usd", res.cost_usd}, {"revocations", 0}, {"workers_start", 1},
         {"workers_end", 1}, {"model", spec.name}, {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing},
         {"attempts", prev.attempts}, {"resumed_from_step", prev.global_step},
-        {"stopped_by", stop_reason}, {"checkpoint_failures", ckpt_failures}, {"exit_code", res.exit_code}};
+        {"stopped_by", stop_reason}, {"checkpoint_failures", tally.failures}, {"exit_code", res.exit_code}};
     metrics.write(summary);
-    report_failures();
+    tally.summarize(cfg, log);
     if (!cfg.quiet)
       log << "stopped early (" << stop_reason << ") at step " << res.global_step << ": exit " << res.exit_code
-          << (ckpt_failures > 0 ? ", make --ckpt-dir writable (see above), then rerun with --resume auto"
+          << (tally.failures > 0 ? ", make --ckpt-dir writable (see above), then rerun with --resume auto"
               : writer          ? ", rerun with --resume auto to continue from the checkpoint"
                                 : ", nothing was saved (no --ckpt-dir)")
           << "\nsummary: " << summary.dump() << '\n' << std::flush;
@@ -416,10 +389,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       {"data_wait_seconds", res.data_wait_seconds}, {"model", spec.name},
       {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing},
       {"attempts", prev.attempts},   {"resumed_from_step", prev.global_step},
-      {"checkpoint_failures", ckpt_failures}, {"exit_code", ckpt_failures > 0 ? kExitCheckpoint : kExitOk}};
+      {"checkpoint_failures", tally.failures}, {"exit_code", tally.failures > 0 ? kExitCheckpoint : kExitOk}};
   metrics.write(summary);
-  if (ckpt_failures > 0) res.exit_code = kExitCheckpoint;
-  report_failures();
+  if (tally.failures > 0) res.exit_code = kExitCheckpoint;
+  tally.summarize(cfg, log);
   if (!cfg.quiet) {
     log << "done: " << res.global_step << " steps in " << std::setprecision(1) << res.train_seconds
         << " s (" << format_eta(res.train_seconds) << "), " << res.images_per_second
