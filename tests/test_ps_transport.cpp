@@ -1,6 +1,12 @@
 // ps/transport against a fake peer: this process itself over MPI_COMM_SELF (a singleton MPI, no
 // launcher). Sends and receives with deadlines, a peer that never answers, shared payloads.
+#include <fcntl.h>
 #include <mpi.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
 
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
@@ -72,6 +78,30 @@ TEST_CASE("transport: a shared payload travels outside the message, the header i
   CHECK(shm_reply_offset(50) % 16 == 0);
   CHECK(shm_reply_offset(50) >= 50);
   seg->unlink();
+}
+
+TEST_CASE("shared memory: names left by dead processes are removed, live ones kept", "[mpi][ps][fault]") {
+  // A worker killed between creating its segment and the shard mapping it leaves the name.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  REQUIRE(waitpid(child, nullptr, 0) == child);  // a pid that no longer exists
+  char host[64] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string h(host);
+  for (auto& c : h)
+    if (c == '/' || c == '.') c = '_';
+  const std::string dead = "/mt-ps-" + h.substr(0, 24) + "-" + std::to_string(child) + "-0-1";
+  const std::string live = "/mt-ps-" + h.substr(0, 24) + "-" + std::to_string(getpid()) + "-99-1";
+  for (const auto& n : {dead, live}) {
+    const int fd = shm_open(n.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    REQUIRE(fd >= 0);
+    close(fd);
+  }
+  CHECK(unlink_stale_segments() >= 1);
+  CHECK(access(("/dev/shm" + dead).c_str(), F_OK) != 0);
+  CHECK(access(("/dev/shm" + live).c_str(), F_OK) == 0);
+  shm_unlink(live.c_str());
 }
 
 TEST_CASE("transport: backoff naps follow how long waits usually last", "[mpi][ps]") {

@@ -1,6 +1,8 @@
 #include "ps/shm.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,18 +29,46 @@ std::set<std::string>& pending() {
   return names;
 }
 
-}  // namespace
-
-std::shared_ptr<ShmSegment> ShmSegment::create(std::size_t bytes) {
-  static std::atomic<unsigned> counter{0};
-  std::random_device rd;
+// "mt-ps-<host>-": this host's segment names (the host shortened, '/' and '.' replaced).
+std::string host_prefix() {
   char host[64] = {};
   gethostname(host, sizeof(host) - 1);
   std::string h(host);
   for (auto& c : h)
     if (c == '/' || c == '.') c = '_';
-  const std::string name = "/mt-ps-" + h.substr(0, 24) + "-" + std::to_string(getpid()) + "-" +
-                           std::to_string(counter++) + "-" + std::to_string(rd());
+  return "mt-ps-" + h.substr(0, 24) + "-";
+}
+
+}  // namespace
+
+int unlink_stale_segments() {
+  const std::string prefix = host_prefix();
+  DIR* d = opendir("/dev/shm");
+  if (!d) return 0;
+  int removed = 0;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());  // "<pid>-<counter>-<random>"
+    char* end = nullptr;
+    const long pid = std::strtol(rest.c_str(), &end, 10);
+    if (pid <= 0 || end == rest.c_str() || *end != '-') continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    if (shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  return removed;
+}
+
+std::shared_ptr<ShmSegment> ShmSegment::create(std::size_t bytes) {
+  static std::atomic<unsigned> counter{0};
+  // A process killed between creating its segment and its peer mapping it (SIGKILL, MPI_Abort of
+  // the job) leaves the name behind: the first segment a process creates clears such leftovers.
+  static const int stale = unlink_stale_segments();
+  (void)stale;
+  std::random_device rd;
+  std::string name = "/";  // appended, not "/" + ...: GCC 12 warns falsely (-Wrestrict) on that form
+  name += host_prefix() + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + std::to_string(rd());
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   MT_CHECK_POSIX(fd >= 0);
   {

@@ -45,6 +45,11 @@ class ShmSegment {
 // destructors (std::_Exit on a lost parameter server): unlink_pending_segments() removes them.
 void unlink_pending_segments() noexcept;
 
+// Unlinks this host's segment names (/dev/shm/mt-ps-<host>-<pid>-...) whose creating process no
+// longer exists; returns how many. A process whose pid was reused by a live one is left alone.
+// ShmSegment::create calls it once per process.
+int unlink_stale_segments();
+
 // false when MT_PS_SHM=0: workers then offer no segment and shards accept none (plain messages,
 // for comparisons).
 bool shm_transport_enabled();
