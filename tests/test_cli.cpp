@@ -146,6 +146,30 @@ TEST_CASE("ckpt verify: a missing path is 'not found', a dangling LATEST is flag
   CHECK(contains(r.output, "names ckpt-0000000002.h5, which does not exist"));
 }
 
+TEST_CASE("flags that would be ignored are refused or named (issue 17, bad input)", "[unit][cli]") {
+  mt::test::TempDir dir("cli_ignored");
+  const auto data = (dir.path() / "data").string();
+  REQUIRE(run("gen-data " + data + " --train 256 --test 64").code == 0);
+  const std::string train = "train --model resnet8 --batch-size 32 --train-steps 2 --data " + data;
+  // Checkpoint flags without --ckpt-dir would save nothing: exit 2 before any work.
+  for (const std::string flag : {"--ckpt-every-steps 5", "--ckpt-every-seconds 60", "--ckpt-keep 1", "--ckpt-fail stop"}) {
+    auto r = run(train + " " + flag);
+    CHECK(r.code == 2);
+    CHECK(contains(r.output, flag.substr(0, flag.find(' ')) + " needs --ckpt-dir"));
+    CHECK_FALSE(contains(r.output, "step "));
+  }
+  auto r = run(train + " --ckpt-every-steps 5", "MT_CKPT_DIR=" + (dir.path() / "ck").string());
+  CHECK(r.code == 0);  // the directory from the environment counts
+  // More threads than cores: capped, with a warning.
+  r = run(train + " --threads 4096");
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "--threads 4096 is more than the"));
+  // --num-ps in a single process: said, not silently ignored.
+  r = run(train + " --num-ps 2");
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "--num-ps 2 applies to parameter-server runs"));
+}
+
 TEST_CASE("gen-data then train end to end: progress lines and the summary", "[unit][cli]") {
   mt::test::TempDir dir("cli_e2e");
   const auto data = (dir.path() / "data").string();

@@ -371,6 +371,9 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       } else {
         if (!cfg.revoke.empty() || !cfg.revocation_model.empty())
           throw UsageError("--revoke and --revocation-model need the parameter server (several MPI processes)");
+        if (cfg.num_ps != 1)
+          err << "mpi_trainer: warning: --num-ps " << cfg.num_ps
+              << " applies to parameter-server runs (mpirun -np 2 or more); this single process trains alone\n";
         const TrainResult r = train(cfg, out);
         if (r.exit_code != kExitOk) return r.exit_code;  // stopped on a notice (75) or Ctrl-C (130)
       }

@@ -1,11 +1,14 @@
 #include "app/train.hpp"
 #include "app/run_setup.hpp"
 
+#include <sched.h>
+
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <iomanip>
+#include <iostream>
 #include <ostream>
 #include <sstream>
 #include <filesystem>
@@ -86,7 +89,25 @@ EvalResult evaluate_test_set(Network& net, const Dataset& test, const LoaderOpti
   return {double(correct) / double(test.count), loss / double(test.count)};
 }
 
+// The cores this process may run on (its CPU affinity), at least 1.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 RunSetup prepare_run(const TrainConfig& cfg) {
+  // Checkpoint flags do nothing without a directory: say so instead of silently training unsaved.
+  if (cfg.ckpt_dir.empty()) {
+    for (const auto& [flag, given] : {std::pair<const char*, bool>{"--ckpt-every-steps", cfg.ckpt_every_steps > 0},
+                                      {"--ckpt-every-seconds", cfg.ckpt_every_seconds > 0},
+                                      {"--ckpt-keep", cfg.ckpt_keep != TrainConfig{}.ckpt_keep},
+                                      {"--ckpt-fail", cfg.ckpt_fail != TrainConfig{}.ckpt_fail}})
+      if (given)
+        throw UsageError(std::string(flag) + " needs --ckpt-dir (the directory the checkpoints go to); without it "
+                                             "nothing is saved");
+  }
   RunSetup r;
   r.spec = parse_model(cfg.model);
   r.t2t = r.spec.kind == BlockKind::kPreActivation;
@@ -100,7 +121,14 @@ RunSetup prepare_run(const TrainConfig& cfg) {
   r.prices = PriceTable::load(cfg.prices);
   if (cfg.worker_types.empty()) r.prices.at(cfg.instance_type);  // else checked per worker
   r.device = resolve_device(cfg.device);
-  r.threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = usable_cores();
+  r.threads = cfg.threads > 0 ? cfg.threads : cores;
+  if (r.threads > cores) {
+    // More threads than cores only makes OpenMP's barriers wait on each other.
+    std::cerr << "mpi_trainer: warning: --threads " << r.threads << " is more than the " << cores
+              << " core(s) this process may use: using " << cores << '\n';
+    r.threads = cores;
+  }
   r.data_dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;
   r.data = load_dataset(r.data_dir);
   r.loader.batch_size = cfg.batch_size;
