@@ -172,23 +172,25 @@ double sampled_lifetime_seconds(const RevocationModel& model, std::uint64_t seed
   return h < 0 ? -1 : h * 3600.0 / time_scale;
 }
 
-void install_notice_handlers() {
+namespace {
+
+void catch_notice(int signo, int flags) {
   struct sigaction sa {};
   sa.sa_handler = on_notice;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (const int s : {SIGTERM, SIGUSR1})
-    MT_CHECK_POSIX(sigaction(s, &sa, nullptr) == 0);
+  sa.sa_flags = SA_RESTART | flags;
+  MT_CHECK_POSIX(sigaction(signo, &sa, nullptr) == 0);
 }
 
-void install_interrupt_handler() {
-  struct sigaction sa {};
-  sa.sa_handler = on_notice;
-  sigemptyset(&sa.sa_mask);
-  // The first SIGINT is a notice; the handler is then reset, so a second one ends the process.
-  sa.sa_flags = SA_RESTART | SA_RESETHAND;
-  MT_CHECK_POSIX(sigaction(SIGINT, &sa, nullptr) == 0);
+}  // namespace
+
+void install_notice_handlers() {
+  for (const int s : {SIGTERM, SIGUSR1})
+    catch_notice(s, 0);
 }
+
+// The first SIGINT is a notice; the handler is then reset, so a second one ends the process.
+void install_interrupt_handler() { catch_notice(SIGINT, SA_RESETHAND); }
 
 int notice_signal() { return g_notice; }
 
@@ -196,14 +198,6 @@ std::string worker_label(int rank) {
   return rank >= 0 ? "worker rank " + std::to_string(rank)
                    : "joined worker (pid " + std::to_string(static_cast<long>(getpid())) + ")";
 }
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 FaultPlan FaultPlan::make(const std::string& revoke, const std::string& model, std::uint64_t seed, double time_scale,
                           int num_ps, int rank, int size) {
@@ -224,7 +218,7 @@ FaultPlan FaultPlan::make(const std::string& revoke, const std::string& model, s
 }
 
 void FaultPlan::fire(int rank, int signo, const std::string& why) {
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = unix_now();
   std::cout << std::flush;
   std::cerr << "mpi_trainer: " << (rank >= 0 ? "rank " + std::to_string(rank) : worker_label(rank)) << ": revoked ("
             << why << "): " << signal_name(signo) << " to itself at unix " << std::fixed << std::setprecision(3) << now
@@ -247,7 +241,7 @@ void FaultPlan::at_step(int rank, std::int64_t step) {
 }
 
 void FaultPlan::at_time(int rank) {
-  const double t = seconds_since(start);
+  const double t = since(start);
   for (auto& e : entries)
     if (e.seconds >= 0 && t >= e.seconds) {
       e.seconds = -1;

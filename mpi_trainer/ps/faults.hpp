@@ -6,11 +6,12 @@
 //  - the notice signals (SIGTERM, SIGUSR1) that cloud shutdown hooks and Slurm deliver.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "ps/clock.hpp"
 
 namespace mt {
 
@@ -61,7 +62,7 @@ std::string worker_label(int rank);
 struct FaultPlan {
   std::vector<RevokeEntry> entries;  // this rank's, each fired once
   double lifetime_seconds = -1;      // sampled from the model (workers); negative: none
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  Clock::time_point start = Clock::now();
 
   // This rank's entries of `revoke` and, for a worker, a lifetime drawn from `model` (empty: none)
   // with `seed` (each attempt of launch/restart_loop.sh, MT_RESTART_ATTEMPT, draws anew).

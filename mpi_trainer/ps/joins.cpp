@@ -50,7 +50,7 @@ void accept_joins(std::shared_ptr<JoinListener::Queue> q) {
 }  // namespace
 
 JoinListener::JoinListener(const std::string& port_file, const std::string& about_json)
-    : port_file_(port_file), queue_(std::make_shared<Queue>()) {
+    : queue_(std::make_shared<Queue>()) {
   char port[MPI_MAX_PORT_NAME] = {};
   MT_MPI(MPI_Open_port(MPI_INFO_NULL, port));
   queue_->port = port;

@@ -23,12 +23,10 @@ class JoinListener {
   // The connections accepted since the last call; `error` is set when accepting failed (no more
   // joins will come).
   std::vector<MPI_Comm> take(std::string* error);
-  const std::string& port_file() const { return port_file_; }
 
   struct Queue;
 
  private:
-  std::string port_file_;
   // Shared with the accept thread, which is never joined: it stays blocked in MPI_Comm_accept
   // until the process ends (MPI_Finalize returns with it blocked, measured with Open MPI 4.1;
   // connecting to one's own port to wake it hangs), so what it uses outlives the listener.

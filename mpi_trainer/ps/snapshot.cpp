@@ -41,19 +41,23 @@ void SnapshotGather::send_start(const FlatTensors& params, const FlatTensors& mo
   }
 }
 
+void SnapshotGather::post(int k, const MsgHeader& h, bool blocking) {
+  const auto i = static_cast<std::size_t>(k - 1);
+  wait(&request_reqs_[i], k);  // the previous one, a header-only message sent long ago
+  Buffer& b = requests_[i];
+  b.header() = h;
+  if (blocking)
+    MT_MPI(MPI_Send(b.data.data(), b.count(), MPI_FLOAT, k, kTagControl, MPI_COMM_WORLD));
+  else
+    isend(b, 0, k, kTagControl, &request_reqs_[i]);
+}
+
 void SnapshotGather::send_control(MsgKind kind, std::int32_t end, bool blocking) {
-  for (int k = 1; k < part_.shards(); ++k) {
-    const auto i = static_cast<std::size_t>(k - 1);
-    wait(&request_reqs_[i], k);  // a header-only message sent long ago
-    Buffer& b = requests_[i];
-    b.header() = MsgHeader{};
-    b.header().kind = kind;
-    b.header().end = end;
-    if (blocking)
-      MT_MPI(MPI_Send(b.data.data(), b.count(), MPI_FLOAT, k, kTagControl, MPI_COMM_WORLD));
-    else
-      isend(b, 0, k, kTagControl, &request_reqs_[i]);
-  }
+  MsgHeader h;
+  h.kind = kind;
+  h.end = end;
+  for (int k = 1; k < part_.shards(); ++k)
+    post(k, h, blocking);
 }
 
 void SnapshotGather::begin(unsigned purposes, std::span<const float> params0, std::span<const float> velocity0,
@@ -67,13 +71,12 @@ void SnapshotGather::begin(unsigned purposes, std::span<const float> params0, st
   part_.unpack(0, velocity0, velocity_);
   std::copy_n(stats.flat().data(), stats.flat().numel(), stats_.flat().data());
   meta_ = std::move(meta);
+  MsgHeader request;
+  request.kind = MsgKind::kSnapshotRequest;
+  request.request_id = id_;
   for (int k = 1; k < part_.shards(); ++k) {
     const auto i = static_cast<std::size_t>(k - 1);
-    wait(&request_reqs_[i], k);
-    requests_[i].header() = MsgHeader{};
-    requests_[i].header().kind = MsgKind::kSnapshotRequest;
-    requests_[i].header().request_id = id_;
-    isend(requests_[i], 0, k, kTagControl, &request_reqs_[i]);
+    post(k, request, /*blocking=*/false);
     irecv(parts_[i], k, kTagSnapshot, &part_reqs_[i]);
   }
 }

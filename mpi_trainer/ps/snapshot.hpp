@@ -65,6 +65,8 @@ class SnapshotGather {
 
  private:
   void wait(MPI_Request* req, int k) const;
+  // A control message to shard k, once the previous one to it has left.
+  void post(int k, const MsgHeader& h, bool blocking);
   const Partition& part_;
   const double deadline_;
   FlatTensors params_, velocity_, stats_;

@@ -14,8 +14,6 @@
 
 namespace mt {
 
-double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
-
 void nap_microseconds(long us) {
   timespec ts{0, us * 1000};
   nanosleep(&ts, nullptr);

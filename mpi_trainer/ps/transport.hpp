@@ -7,24 +7,17 @@
 
 #include <mpi.h>
 
-#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
 #include <vector>
 
+#include "ps/clock.hpp"
 #include "ps/protocol.hpp"
 #include "ps/shm.hpp"
 
 namespace mt {
 
-using Clock = std::chrono::steady_clock;
-
-inline double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-inline double since(Clock::time_point t0) { return seconds_between(t0, Clock::now()); }
-double unix_now();
 void nap_microseconds(long us);
 
 // Waiting for messages without spinning (MPI's blocking waits poll and would take the core from

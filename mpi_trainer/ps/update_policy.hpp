@@ -36,7 +36,6 @@ class UpdatePolicy {
     return std::max(0.0, momentum_ - (1.0 - 1.0 / active));
   }
   const LrSchedule& schedule() const { return schedule_; }
-  LrScaling scaling() const { return scaling_; }
 
  private:
   const LrSchedule& schedule_;
