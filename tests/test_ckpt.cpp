@@ -255,11 +255,11 @@ TEST_CASE("a checkpoint of another model is refused and the previous one used", 
   model.init_params(params, stats, 1);
   TrainProgress p;
   p.global_step = 5;
-  ckpt::publish(dir.path(), make_checkpoint(model, params, mom, stats, p, "{}"), 0);
+  ckpt::publish(dir.path(), make_checkpoint(model, params, mom, stats, p, "{}", {}), 0);
   const Model other(parse_model("resnet8-t2t"));
   FlatTensors op(other.params()), om(other.params()), os(other.stats());
   p.global_step = 9;
-  ckpt::publish(dir.path(), make_checkpoint(other, op, om, os, p, "{}"), 0);
+  ckpt::publish(dir.path(), make_checkpoint(other, op, om, os, p, "{}", {}), 0);
   std::vector<std::string> skipped;
   const auto found = ckpt::load_latest_valid(
       dir.path(), [&](const ckpt::Checkpoint& c) { check_compatible(c, model); }, &skipped);

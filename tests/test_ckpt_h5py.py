@@ -3,6 +3,7 @@
 
 Usage: test_ckpt_h5py.py MPI_TRAINER
 """
+import json
 import subprocess
 import sys
 import tempfile
@@ -34,4 +35,12 @@ with tempfile.TemporaryDirectory() as tmp:
         total = sum(v.size for v in weights.values())
         assert total == f.attrs["param_count"], (total, f.attrs["param_count"])
         assert np.all(np.isfinite(np.concatenate([v.ravel() for v in weights.values()])))
+        # What it takes to use the model from the checkpoint alone: the input's normalization
+        # and the labels' names.
+        assert f.attrs["input_normalization"] == "channel-stats", f.attrs["input_normalization"]
+        mean, std = json.loads(f.attrs["input_mean"]), json.loads(f.attrs["input_std"])
+        assert len(mean) == 3 and len(std) == 3 and all(0 < m < 1 for m in mean) and all(s > 0 for s in std)
+        assert json.loads(f.attrs["label_names"])[0] == "airplane"
+        assert f.attrs["batch_size"] == 16
+        assert f.attrs["data"].startswith("cifar10 train=128 test=32 fingerprint="), f.attrs["data"]
 print("h5py read the checkpoint: ok")

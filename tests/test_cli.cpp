@@ -123,6 +123,34 @@ TEST_CASE("a checkpoint directory that cannot take files is refused before train
   CHECK_FALSE(contains(r.output, "step "));
 }
 
+TEST_CASE("a resume checks that it is the same job; --resume-override accepts a field, exit 4 otherwise",
+          "[unit][cli][ckpt]") {
+  // Issue 17, defect 7: a checkpoint trained at batch 8 on generated data resumed silently on
+  // other data at batch 32.
+  mt::test::TempDir dir("cli_same_job");
+  const auto a = (dir.path() / "a").string(), b = (dir.path() / "b").string();
+  REQUIRE(run("gen-data " + a + " --train 256 --test 64 --seed 1").code == 0);
+  REQUIRE(run("gen-data " + b + " --train 256 --test 64 --seed 2").code == 0);
+  const std::string train =
+      "train --quiet --model resnet8 --ckpt-every-steps 4 --ckpt-dir " + (dir.path() / "ck").string() + " ";
+  REQUIRE(run(train + "--batch-size 8 --data " + a + " --train-steps 8").code == 0);
+  auto r = run(train + "--batch-size 32 --data " + a + " --train-steps 12");
+  CHECK(r.code == 4);
+  CHECK(contains(r.output, "is of another job: its batch_size is '8', this run's is '32'"));
+  r = run(train + "--batch-size 8 --data " + b + " --train-steps 12");
+  CHECK(r.code == 4);
+  CHECK(contains(r.output, "its data is 'cifar10 train=256 test=64 fingerprint="));
+  r = run(train + "--batch-size 8 --data " + a + " --train-steps 12 --lr-schedule cosine:12");
+  CHECK(r.code == 4);
+  CHECK(contains(r.output, "its lr_schedule is"));
+  r = run(train + "--batch-size 8 --data " + b + " --train-steps 12 --resume-override data");
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "as --resume-override asks"));
+  r = run(train + "--batch-size 8 --data " + a + " --train-steps 16", "MT_RESUME_OVERRIDE=model");
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "a checkpoint of another model cannot be resumed"));
+}
+
 TEST_CASE("ckpt verify: a missing path is 'not found', a dangling LATEST is flagged", "[unit][cli][ckpt]") {
   // Issue 17, defect 9.
   auto r = run("ckpt verify /nonexistent/mt-ckpt.h5");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +71,26 @@ void restore_group(const ckpt::Checkpoint& c, const std::string& group, FlatTens
   }
 }
 
+// A resume at another batch size (--resume-override batch_size): the data cursors count batches
+// of the checkpoint's size; each becomes the batch of the new size that holds the same image.
+void rescale_cursors(ckpt::Checkpoint& c, std::int64_t batch_size) {
+  const auto saved = c.ints.find("batch_size");
+  if (saved == c.ints.end() || saved->second <= 0 || saved->second == batch_size || batch_size <= 0) return;
+  const std::int64_t from = saved->second;
+  const auto rescale = [&](std::int64_t position) { return position * from / batch_size; };
+  if (auto p = c.ints.find("data_cursor_position"); p != c.ints.end()) p->second = rescale(p->second);
+  if (auto it = c.strings.find("data_cursors"); it != c.strings.end()) {
+    auto cursors = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+    if (cursors.is_array()) {
+      for (auto& cur : cursors)
+        if (cur.is_array() && cur.size() == 2 && cur[1].is_number_integer())
+          cur[1] = rescale(cur[1].get<std::int64_t>());
+      it->second = cursors.dump();
+    }
+  }
+  saved->second = batch_size;
+}
+
 }  // namespace
 
 std::string array_path(const std::string& group, const std::string& dotted_name) {
@@ -80,7 +102,7 @@ std::string array_path(const std::string& group, const std::string& dotted_name)
 ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
                                  const FlatTensors& momentum, const FlatTensors& bn_stats,
                                  const TrainProgress& p, const std::string& config_json,
-                                 ckpt::Checkpoint&& reuse) {
+                                 const JobIdentity& job, ckpt::Checkpoint&& reuse) {
   const std::vector<std::pair<const char*, const FlatTensors*>> groups = {
       {kParams, &params}, {kMomentum, &momentum}, {kBnStats, &bn_stats}};
   ckpt::Checkpoint c;
@@ -100,9 +122,69 @@ ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
   c.reals["train_seconds"] = p.train_seconds;
   c.reals["cost_usd"] = p.cost_usd;
   c.reals["lr"] = p.lr;
+  c.strings["data"] = job.data;
+  c.ints["batch_size"] = job.batch_size;
+  c.strings["lr_schedule"] = job.lr_schedule;
+  c.strings["input_normalization"] = job.normalization;
+  c.strings["input_mean"] = nlohmann::json(job.stats.mean).dump();
+  c.strings["input_std"] = nlohmann::json(job.stats.std).dump();
+  c.strings["label_names"] = nlohmann::json(job.labels).dump();
   std::size_t next = 0;
   for (const auto& [group, flat] : groups) add_group(c, &next, group, *flat);
   return c;
+}
+
+std::vector<std::string> parse_resume_override(const std::string& text) {
+  std::vector<std::string> fields;
+  std::stringstream ss(text);
+  for (std::string f; std::getline(ss, f, ',');) {
+    if (f.empty()) continue;
+    if (std::find_if(std::begin(kOverridableFields), std::end(kOverridableFields),
+                     [&](const char* k) { return f == k; }) == std::end(kOverridableFields)) {
+      std::string valid;
+      for (const char* k : kOverridableFields) valid += (valid.empty() ? "" : ", ") + std::string(k);
+      throw UsageError("--resume-override: '" + f + "' is not a field a resume checks; use " + valid +
+                       (f == "model" ? " (a checkpoint of another model cannot be resumed at all)" : ""));
+    }
+    fields.push_back(f);
+  }
+  return fields;
+}
+
+void check_same_job(const ckpt::Checkpoint& c, const std::string& file, const JobIdentity& now,
+                    const std::vector<std::string>& overrides, std::ostream& log) {
+  const auto text = [&](const char* key) -> std::optional<std::string> {
+    if (const auto it = c.strings.find(key); it != c.strings.end() && !it->second.empty()) return it->second;
+    return std::nullopt;
+  };
+  const auto batch = c.ints.find("batch_size");
+  const std::optional<std::string> saved_batch =
+      batch == c.ints.end() || batch->second <= 0 ? std::nullopt : std::optional(std::to_string(batch->second));
+  const std::vector<std::tuple<const char*, std::optional<std::string>, std::string>> fields = {
+      {"data", text("data"), now.data},
+      {"batch_size", saved_batch, std::to_string(now.batch_size)},
+      {"lr_schedule", text("lr_schedule"), now.lr_schedule}};
+  std::vector<std::string> unrecorded;
+  for (const auto& [name, saved, here] : fields) {
+    if (!saved) {
+      unrecorded.push_back(name);
+      continue;
+    }
+    if (*saved == here) continue;
+    if (std::find(overrides.begin(), overrides.end(), name) != overrides.end()) {
+      log << "mpi_trainer: warning: resuming " << file << " with " << name << " '" << here << "' (it was trained with '"
+          << *saved << "'), as --resume-override asks\n";
+      continue;
+    }
+    throw CheckpointError(file + " is of another job: its " + name + " is '" + *saved + "', this run's is '" + here +
+                          "'; run with the job's flags, or add --resume-override " + name + " to resume anyway");
+  }
+  if (!unrecorded.empty()) {
+    std::string list;
+    for (const auto& f : unrecorded) list += (list.empty() ? "" : ", ") + f;
+    log << "mpi_trainer: warning: " << file << " does not record its " << list
+        << " (written by an older version): not checked against this run\n";
+  }
 }
 
 void check_compatible(const ckpt::Checkpoint& c, const Model& model) {
@@ -198,7 +280,7 @@ void check_checkpoint_dir(const TrainConfig& cfg) {
     throw DataError("--ckpt-dir: checkpoints cannot be written: " + why);
 }
 
-std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model,
+std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
                                                    MetricsWriter& metrics, std::ostream& log) {
   namespace fs = std::filesystem;
   const bool have_dir = !cfg.ckpt_dir.empty() && fs::is_directory(cfg.ckpt_dir);
@@ -212,6 +294,8 @@ std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const
   if (cfg.resume != "auto") {
     ckpt::Checkpoint c = ckpt::read(cfg.resume);
     check_compatible(c, model);
+    check_same_job(c, cfg.resume, job, parse_resume_override(cfg.resume_override), log);
+    rescale_cursors(c, job.batch_size);
     return ckpt::Loaded{std::move(c), cfg.resume};
   }
   if (!have_dir) return std::nullopt;
@@ -227,6 +311,10 @@ std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const
     throw CheckpointError(cfg.ckpt_dir + ": none of its " + std::to_string(skipped.size()) +
                           " checkpoints can be resumed (reasons above); use another "
                           "--ckpt-dir, or move them away to start fresh");
+  if (found) {
+    check_same_job(found->checkpoint, found->file.string(), job, parse_resume_override(cfg.resume_override), log);
+    rescale_cursors(found->checkpoint, job.batch_size);
+  }
   return found;
 }
 

@@ -21,6 +21,32 @@
 
 namespace mt {
 
+// What a checkpoint records of the job that wrote it, so that a resume can check it is the same
+// job (data, batch size, learning-rate schedule; the model is checked by its arrays), and of its
+// input, so that the checkpoint alone is enough to use the model (docs/checkpoint-format.md):
+// attributes data, batch_size, lr_schedule, input_normalization, input_mean, input_std (JSON
+// lists, per channel), label_names (JSON list, labels 0..9).
+struct JobIdentity {
+  std::string data;  // dataset_identity(): format, sizes, fingerprint
+  std::int64_t batch_size = 0;
+  std::string lr_schedule;    // LrSchedule::describe()
+  std::string normalization;  // normalization_name()
+  ChannelStats stats;         // per channel, of pixel / 255 (channel-stats normalization)
+  std::vector<std::string> labels;
+};
+
+// The fields a resume may be told to accept when they differ (--resume-override).
+inline constexpr const char* kOverridableFields[] = {"data", "batch_size", "lr_schedule"};
+// Parses "data,batch_size"; throws UsageError naming the flag and the valid fields.
+std::vector<std::string> parse_resume_override(const std::string& text);
+
+// Throws CheckpointError (exit 4) when `c` (read from `file`) was written by another job: the
+// first field that differs and its two values, unless `overrides` names it (then a warning on
+// `log`). A checkpoint without these attributes (written before they existed) is not checked,
+// and says so on `log`.
+void check_same_job(const ckpt::Checkpoint& c, const std::string& file, const JobIdentity& now,
+                    const std::vector<std::string>& overrides, std::ostream& log);
+
 struct TrainProgress {
   std::int64_t global_step = 0;
   std::int64_t epoch = 0;             // data cursor
@@ -44,7 +70,8 @@ std::vector<LoaderCursor> start_cursors(const TrainProgress& p, int workers);
 // checkpoint of this model in the directory, falling back past damaged ones (each reported on
 // `log` and as a checkpoint_skipped event); never refuses a directory that already holds
 // checkpoints; a PATH is read and checked. Empty: start fresh. Throws CheckpointError.
-std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model,
+// The checkpoint found must be of this job (check_same_job against `job`, --resume-override).
+std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
                                                    MetricsWriter& metrics, std::ostream& log);
 
 // --ckpt-dir must take durable files before any work is done (a read-only or full mount would
@@ -72,7 +99,7 @@ struct CheckpointTally {
 ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
                                  const FlatTensors& momentum, const FlatTensors& bn_stats,
                                  const TrainProgress& progress, const std::string& config_json,
-                                 ckpt::Checkpoint&& reuse = {});
+                                 const JobIdentity& job, ckpt::Checkpoint&& reuse = {});
 
 // Throws CheckpointError unless `c` holds exactly this model's arrays.
 void check_compatible(const ckpt::Checkpoint& c, const Model& model);

@@ -193,6 +193,13 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "past damaged ones) if there is one; never: start fresh; PATH: from that file")
           ->capture_default_str(),
       "MT_RESUME");
+  env(cmd.add_option("--resume-override", c.resume_override,
+                     "A resume checks that the checkpoint is of this job: the same data (format, sizes, "
+                     "fingerprint), --batch-size and learning-rate schedule, and stops with exit 4 naming "
+                     "the field that differs. FIELDS (comma-separated: data, batch_size, lr_schedule) are "
+                     "accepted when they differ, with a warning")
+          ->type_name("FIELDS"),
+      "MT_RESUME_OVERRIDE");
   env(cmd.add_option("--failure-timeout", c.failure_timeout,
                      "Fault tolerance: a worker silent this long (no push, no heartbeat; workers send "
                      "one every timeout/5 s) is dropped as revoked, and a worker whose parameter server "
@@ -362,11 +369,16 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
         try {
           const TrainResult r = train_distributed(cfg, mpi, out);
           return mpi.finalize(r.exit_code, r.finalize_timeout_s);
-        } catch (const Error& e) {
-          // One rank's error ends the job: the others may be waiting for this one.
-          err << "mpi_trainer: error (rank " << mpi.rank() << "): " << e.what() << '\n' << std::flush;
-          MPI_Abort(MPI_COMM_WORLD, e.exit_code());
-          return e.exit_code();
+        } catch (...) {
+          // No MPI_Abort (a banner per rank, and a worker's error must not end the job): a
+          // parameter server that failed has told its workers (run_ps); a worker that failed is
+          // dropped by the parameter server as lost. One line, then this rank's exit code.
+          const ErrorReport e = describe_error(std::current_exception());
+          // One write: the ranks' lines must not interleave.
+          err << "mpi_trainer: error (" + std::string(mpi.rank() < cfg.num_ps ? "parameter server" : "worker") +
+                     ", rank " + std::to_string(mpi.rank()) + "): " + e.what + '\n'
+              << std::flush;
+          return mpi.finalize(e.exit_code, kShortFinalizeSeconds);
         }
       } else {
         if (!cfg.revoke.empty() || !cfg.revocation_model.empty())

@@ -7,10 +7,9 @@
 int main(int argc, char** argv) {
   try {
     return mt::run_cli(argc, argv, std::cout, std::cerr);
-  } catch (const std::bad_alloc&) {
-    std::cerr << "mpi_trainer: error: out of memory (lower --batch-size)\n";
-  } catch (const std::exception& e) {
-    std::cerr << "mpi_trainer: error: " << e.what() << '\n';
+  } catch (...) {
+    const mt::ErrorReport e = mt::describe_error(std::current_exception());
+    std::cerr << "mpi_trainer: error: " << e.what << '\n';
+    return e.exit_code;
   }
-  return mt::kExitInternal;
 }

@@ -31,14 +31,12 @@ PsReport::PsReport(const TrainConfig& cfg, const RunSetup& setup, const Model& m
       shard_(shard),
       log_(log),
       metrics_(shard == 0 ? cfg.metrics : std::string()),
-      status_path_(!cfg.status_file.empty() ? cfg.status_file
-                   : cfg.ckpt_dir.empty()   ? std::string()
-                                            : (std::filesystem::path(cfg.ckpt_dir) / "run-status.json").string()) {}
+      status_path_(lead() ? run_status_path(cfg) : std::string()) {}
 
 void PsReport::log(const std::string& line) { log_ << line << '\n' << std::flush; }
 
 PsStart PsReport::restore(FlatTensors& params, FlatTensors& momentum, FlatTensors& bn_stats, int slots) {
-  if (auto found = find_resume_checkpoint(cfg_, model_, metrics_, log_)) {
+  if (auto found = find_resume_checkpoint(cfg_, model_, setup_.job, metrics_, log_)) {
     prev_ = restore_checkpoint(found->checkpoint, model_, params, momentum, bn_stats);
     prev_.attempts += 1;
     if (!cfg_.quiet)
@@ -53,7 +51,7 @@ PsStart PsReport::restore(FlatTensors& params, FlatTensors& momentum, FlatTensor
   if (!cfg_.ckpt_dir.empty()) {
     writer_.emplace(cfg_.ckpt_dir, cfg_.ckpt_keep);
     // The first snapshot's memory, allocated now rather than in the first checkpoint's stall.
-    writer_->give_spare(make_checkpoint(model_, params, momentum, bn_stats, prev_, config_json_));
+    writer_->give_spare(make_checkpoint(model_, params, momentum, bn_stats, prev_, config_json_, setup_.job));
   }
   return PsStart{prev_.global_step, start_cursors(prev_, slots)};
 }
@@ -250,7 +248,7 @@ TrainProgress PsReport::progress_of(const Snapshot& s) const {
 
 void PsReport::checkpoint(const Snapshot& s) {
   writer_->submit(
-      make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, writer_->take_spare()));
+      make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, setup_.job, writer_->take_spare()));
 }
 
 void PsReport::evaluate(const Snapshot& s) { eval_->start(s.global_step, s.params, s.bn_stats); }
@@ -298,24 +296,49 @@ void PsReport::report_evals(const std::vector<BackgroundEval::Done>& done) {
   }
 }
 
-void PsReport::write_status(const std::string& state, std::int64_t global_step, int exit_code, int revocations) {
-  if (!lead() || status_path_.empty()) return;
+std::string run_status_path(const TrainConfig& cfg) {
+  if (!cfg.status_file.empty()) return cfg.status_file;
+  if (cfg.ckpt_dir.empty()) return {};
+  return (std::filesystem::path(cfg.ckpt_dir) / "run-status.json").string();
+}
+
+void write_run_status(const std::string& path, nlohmann::ordered_json fields) {
+  if (path.empty()) return;
   std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(status_path_).parent_path(), ec);
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  const nlohmann::ordered_json j{
-      {"state", state},
-      {"exit_code", state == "running" ? nlohmann::ordered_json() : nlohmann::ordered_json(exit_code)},
-      {"global_step", global_step},
-      {"train_steps", cfg_.train_steps},
-      {"attempt", prev_.attempts},
-      {"stopped_by", or_null(stop_reason_)},
-      {"revocations", revocations},
-      {"pid", static_cast<long>(getpid())},
-      {"host", host},
-      {"unix_time", unix_now()}};
-  write_file_atomically(status_path_, j.dump() + '\n');
+  fields["pid"] = static_cast<long>(getpid());
+  fields["host"] = host;
+  fields["unix_time"] = unix_now();
+  write_file_atomically(path, fields.dump() + '\n');
+}
+
+void PsReport::write_status(const std::string& state, std::int64_t global_step, int exit_code, int revocations,
+                            const std::string& error) {
+  if (!lead()) return;
+  write_run_status(status_path_,
+                   nlohmann::ordered_json{
+                       {"state", state},
+                       {"exit_code", state == "running" ? nlohmann::ordered_json() : nlohmann::ordered_json(exit_code)},
+                       {"global_step", global_step},
+                       {"train_steps", cfg_.train_steps},
+                       {"attempt", prev_.attempts},
+                       {"stopped_by", or_null(stop_reason_)},
+                       {"revocations", revocations},
+                       {"error", or_null(error)}});
+}
+
+// The runtime failed (an error, not a checkpoint write: those end through `finished`): the status
+// says so with the error's code, so that a launcher retries only what a rerun can fix.
+void PsReport::failed(std::int64_t global_step, int exit_code, const std::string& what) {
+  if (writer_) {
+    writer_->flush();
+    report_written();
+  }
+  write_status("failed", global_step, exit_code, 0, what);
+  metrics_.write(nlohmann::ordered_json{
+      {"event", "error"}, {"global_step", global_step}, {"exit_code", exit_code}, {"error", what}});
 }
 
 std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
@@ -325,7 +348,7 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
   if (writer_ && s.global_step > e.start_step && s.global_step != e.last_snapshot_step) {
     const auto t = Clock::now();
     writer_->submit(
-        make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, writer_->take_spare()));
+        make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, setup_.job, writer_->take_spare()));
     snapshot_taken(s.global_step, since(t), 0, /*final=*/true);
   }
   if (writer_) {

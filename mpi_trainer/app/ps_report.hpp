@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "app/background_eval.hpp"
 #include "app/checkpointing.hpp"
 #include "app/config.hpp"
@@ -18,6 +20,13 @@
 #include "ps/transport.hpp"
 
 namespace mt {
+
+// The status file launchers read (docs/fault-model.md, "Exit codes and the status file"):
+// --status-file, else <ckpt-dir>/run-status.json, else none ("").
+std::string run_status_path(const TrainConfig& cfg);
+// Writes `fields` (state, exit_code, ...) plus pid, host and unix_time, replacing the file
+// atomically; nothing for an empty path.
+void write_run_status(const std::string& path, nlohmann::ordered_json fields);
 
 class PsReport final : public PsEvents, public SnapshotSink {
  public:
@@ -35,6 +44,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
   void eval_skipped(std::int64_t global_step) override;
   void snapshot_taken(std::int64_t global_step, double stall_seconds, double gather_seconds, bool final) override;
   std::optional<Evaluated> finished(const Finished& e) override;
+  void failed(std::int64_t global_step, int exit_code, const std::string& what) override;
 
   // SnapshotSink
   PsStart restore(FlatTensors& params, FlatTensors& momentum, FlatTensors& bn_stats, int slots) override;
@@ -57,7 +67,8 @@ class PsReport final : public PsEvents, public SnapshotSink {
   // earlier attempts.
   double cost(double run_seconds, const std::vector<WorkerUsage>& workers) const;
   TrainProgress progress_of(const Snapshot& s) const;
-  void write_status(const std::string& state, std::int64_t global_step, int exit_code, int revocations);
+  void write_status(const std::string& state, std::int64_t global_step, int exit_code, int revocations,
+                    const std::string& error = {});
   void report_written();
   void report_evals(const std::vector<BackgroundEval::Done>& done);
 

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "app/checkpointing.hpp"
 #include "app/config.hpp"
 #include "app/cost.hpp"
 #include "app/device.hpp"
@@ -27,6 +28,7 @@ struct RunSetup {
   DataSplit data;
   LoaderOptions loader;
   PriceTable prices;
+  JobIdentity job;  // what checkpoints record and a resume checks
 };
 
 // Validates the recipe flags and loads the data. Throws UsageError / DataError.

@@ -136,6 +136,13 @@ RunSetup prepare_run(const TrainConfig& cfg) {
   r.loader.normalization = parse_normalization(cfg.normalize, r.t2t);
   r.loader.stats = compute_channel_stats(r.data.train);
   r.loader.seed = cfg.seed;
+  parse_resume_override(cfg.resume_override);  // a bad field name is a usage error before any work
+  r.job.data = dataset_identity(r.data);
+  r.job.batch_size = cfg.batch_size;
+  r.job.lr_schedule = r.schedule.describe();
+  r.job.normalization = normalization_name(r.loader.normalization);
+  if (r.loader.normalization == Normalization::kChannelStats) r.job.stats = r.loader.stats;
+  r.job.labels = label_names(r.data.format);
   if (r.data.train.count < cfg.batch_size)
     throw DataError(r.data_dir + ": " + std::to_string(r.data.train.count) +
                     " training images is fewer than one batch of " + std::to_string(cfg.batch_size));
@@ -227,7 +234,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   // Resume: the newest valid checkpoint of this model, falling back past damaged ones.
   TrainProgress prev;
   std::string resumed_from;
-  if (auto found = find_resume_checkpoint(cfg, model, metrics, log)) {
+  if (auto found = find_resume_checkpoint(cfg, model, setup.job, metrics, log)) {
     prev = restore_checkpoint(found->checkpoint, model, params, sgd.velocity(), stats);
     prev.attempts += 1;
     resumed_from = found->file.string();
@@ -246,7 +253,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   if (!cfg.ckpt_dir.empty()) {
     writer.emplace(cfg.ckpt_dir, cfg.ckpt_keep);
     // The first snapshot's memory, allocated now rather than in the first checkpoint's stall.
-    writer->give_spare(make_checkpoint(model, params, sgd.velocity(), stats, prev, config_json));
+    writer->give_spare(make_checkpoint(model, params, sgd.velocity(), stats, prev, config_json, setup.job));
   }
   auto last_ckpt = Clock::now();
   // Each step stages the next batch while the device computes: checkpoints take the cursor
@@ -265,7 +272,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     p.train_seconds = prev.train_seconds + run_seconds;
     p.cost_usd = prev.cost_usd + setup.prices.cost_usd(cfg.instance_type, transient, run_seconds);
     p.lr = lr;
-    writer->submit(make_checkpoint(model, params, sgd.velocity(), stats, p, config_json, writer->take_spare()));
+    writer->submit(make_checkpoint(model, params, sgd.velocity(), stats, p, config_json, setup.job, writer->take_spare()));
     last_ckpt = Clock::now();
     const double stall = seconds_since(t0);
     metrics.write(nlohmann::ordered_json{{"event", "checkpoint_snapshot"}, {"global_step", step},

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <iostream>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -134,16 +136,15 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   });
   TrainResult res;
   res.global_step = w.pushes;
+  res.exit_code = w.exit_code;  // non-zero: the parameter server failed (its message says why)
   // The end of a clean run may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
   if (w.clean_end) res.finalize_timeout_s = kCleanEndFinalizeSeconds;
   return res;
 }
 
-TrainResult ps_role(const TrainConfig& cfg, const RunSetup& setup, int rank, int size, FaultPlan plan,
-                    std::ostream& log) {
-  const Model model(setup.spec);
+TrainResult ps_role(const TrainConfig& cfg, const RunSetup& setup, const Model& model, PsReport& report, int rank,
+                    int size, FaultPlan plan) {
   const PsOptions opts = ps_options(cfg, setup, worker_types(cfg, setup.prices, size - cfg.num_ps));
-  PsReport report(cfg, setup, model, opts.worker_types, rank, log);
   // The optimizer update on host buffers: one thread is plenty.
   auto update = make_host_backend(setup.device, 1);
   if (rank == 0)
@@ -161,6 +162,53 @@ TrainResult ps_role(const TrainConfig& cfg, const RunSetup& setup, int rank, int
   }
   if (r.clean_end) res.finalize_timeout_s = kCleanEndFinalizeSeconds;
   return res;
+}
+
+// The status file of a job that did not start (launchers do not retry 2, 3 or 4). Best effort:
+// the error may be that the directory cannot take a file.
+void write_failed_start(const TrainConfig& cfg, int exit_code, const std::string& what) {
+  try {
+    write_run_status(run_status_path(cfg), nlohmann::ordered_json{{"state", "failed"},
+                                                                  {"exit_code", exit_code},
+                                                                  {"global_step", nullptr},
+                                                                  {"train_steps", cfg.train_steps},
+                                                                  {"error", what}});
+  } catch (...) {
+  }
+}
+
+// Whether every rank is ready to train (`mine`: this rank's error, exit code 0 when none); the
+// job's exit code. A failed rank prints its error in one line, except when every rank failed with
+// the same message (bad data on a shared file system): then rank 0 alone prints it, once. Shard
+// 0 writes the status file. A rank that never gets here (killed) is waited for as long as workers
+// wait for the parameter server at start; then the others go on.
+int agree_on_start(const TrainConfig& cfg, MpiSession& mpi, const ErrorReport& mine, std::ostream& log) {
+  const int hash = mine.exit_code == kExitOk ? 0 : static_cast<int>(std::hash<std::string>{}(mine.what) & 0x3fffffff);
+  const std::vector<int> v = max_over_ranks({mine.exit_code, -mine.exit_code, hash, -hash}, MPI_COMM_WORLD,
+                                            std::max(60.0, 10 * cfg.failure_timeout))
+                                 .value_or(std::vector<int>{mine.exit_code, -mine.exit_code, hash, -hash});
+  const int job = v[0];
+  if (job == kExitOk) return kExitOk;
+  const bool everywhere_same = -v[1] != kExitOk && v[2] == -v[3];
+  std::string line;
+  if (mine.exit_code != kExitOk && (!everywhere_same || mpi.rank() == 0)) {
+    line = "mpi_trainer: error (" +
+           (everywhere_same ? std::string("every process")
+                            : (mpi.rank() < cfg.num_ps ? "parameter server" : "worker") + std::string(", rank ") +
+                                  std::to_string(mpi.rank())) +
+           "): " + mine.what + "\n";
+    std::cerr << line << std::flush;
+  }
+  if (mpi.rank() == 0) {
+    std::string what = mine.what;
+    if (mine.exit_code == kExitOk) {
+      what = "another process of the job failed before training (exit " + std::to_string(job) +
+             "; its message is above)";
+      log << "mpi_trainer: " << what << '\n' << std::flush;
+    }
+    write_failed_start(cfg, job, what);
+  }
+  return job;
 }
 
 // Which roles share this node (MPI_COMM_TYPE_SHARED), counted once at start.
@@ -209,16 +257,36 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     c.threads = std::max(1, (cores - here.shards) / std::max(1, here.workers));
   }
-  // Every rank validates before any work; notices are caught from here on.
-  FaultPlan plan =
-      FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, mpi.rank(), mpi.size());
-  install_notice_handlers();
-  const RunSetup setup = prepare_run(c);
-  worker_types(c, setup.prices, mpi.size() - c.num_ps);
-  if (mpi.rank() == 0) check_checkpoint_dir(c);  // shard 0 writes the checkpoints
+  // Every rank validates before any work; notices are caught from here on. Then the ranks agree
+  // that every one of them is ready: a rank that failed (its data, its device, the checkpoint
+  // directory) prints its error and the whole job ends with its code, no rank waiting for it.
+  std::optional<FaultPlan> plan;
+  std::optional<RunSetup> setup;
+  std::optional<Model> model;
+  std::optional<PsReport> report;
+  std::exception_ptr error;
+  try {
+    plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, mpi.rank(), mpi.size());
+    install_notice_handlers();
+    setup.emplace(prepare_run(c));
+    const auto types = worker_types(c, setup->prices, mpi.size() - c.num_ps);
+    if (mpi.rank() == 0) check_checkpoint_dir(c);  // shard 0 writes the checkpoints
+    if (mpi.rank() < c.num_ps) {
+      model.emplace(setup->spec);
+      report.emplace(c, *setup, *model, types, mpi.rank(), log);
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  const ErrorReport mine = error ? describe_error(error) : ErrorReport{kExitOk, {}};
+  if (const int job = agree_on_start(c, mpi, mine, log); job != kExitOk) {
+    TrainResult r;
+    r.exit_code = job;
+    return r;
+  }
   precise_naps(log);
-  if (mpi.rank() < c.num_ps) return ps_role(c, setup, mpi.rank(), mpi.size(), std::move(plan), log);
-  return worker_role(c, setup, MPI_COMM_WORLD, mpi.rank(), std::move(plan));
+  if (mpi.rank() < c.num_ps) return ps_role(c, *setup, *model, *report, mpi.rank(), mpi.size(), std::move(*plan));
+  return worker_role(c, *setup, MPI_COMM_WORLD, mpi.rank(), std::move(*plan));
 }
 
 int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize_timeout_s) {
@@ -237,7 +305,12 @@ int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize
   const MPI_Comm ps = connect_to_parameter_server(file);
   if (!c.quiet) log << "mpi_trainer join: connected to the parameter server (" << file << ")\n" << std::flush;
   const TrainResult r = worker_role(c, setup, ps, -1, std::move(plan));
-  if (!c.quiet) log << "mpi_trainer join: done after " << r.global_step << " pushes\n" << std::flush;
+  if (r.exit_code != kExitOk)
+    log << "mpi_trainer join: the job's parameter server failed (exit " << r.exit_code << ", see its log) after "
+        << r.global_step << " pushes from this worker\n"
+        << std::flush;
+  else if (!c.quiet)
+    log << "mpi_trainer join: done after " << r.global_step << " pushes\n" << std::flush;
   if (finalize_timeout_s) *finalize_timeout_s = r.finalize_timeout_s;
   return r.exit_code;
 }

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 namespace mt {
 
@@ -20,6 +21,20 @@ LibraryError::LibraryError(const std::string& library, const std::string& detail
 
 void check_posix(bool ok, const char* call, const char* file, int line) {
   if (!ok) throw LibraryError("POSIX", std::strerror(errno), call, file, line);
+}
+
+ErrorReport describe_error(const std::exception_ptr& error) noexcept {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return {e.exit_code(), e.what()};
+  } catch (const std::bad_alloc&) {
+    return {kExitInternal, "out of memory (lower --batch-size)"};
+  } catch (const std::exception& e) {
+    return {kExitInternal, e.what()};
+  } catch (...) {
+    return {kExitInternal, "unknown error"};
+  }
 }
 
 }  // namespace mt

@@ -1,6 +1,7 @@
 // Typed errors and the exit codes main() maps them to (docs/architecture.md, "Outputs and exit codes").
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -49,6 +50,14 @@ class LibraryError : public Error {
   LibraryError(const std::string& library, const std::string& detail, const char* call,
                const char* file, int line, const std::string& hint = {});
 };
+
+// Any exception as an exit code and a message: mt::Error's own code; out of memory, other
+// standard exceptions and unknown ones are internal errors (exit 1).
+struct ErrorReport {
+  int exit_code = kExitInternal;
+  std::string what;
+};
+ErrorReport describe_error(const std::exception_ptr& error) noexcept;
 
 // Throws LibraryError("POSIX", strerror(errno)) when `ok` is false.
 void check_posix(bool ok, const char* call, const char* file, int line);

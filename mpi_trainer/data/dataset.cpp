@@ -438,6 +438,28 @@ fs::path default_data_dir() {
   return fallback;
 }
 
+std::string dataset_identity(const DataSplit& data) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a 64
+  const auto mix = [&h](std::uint64_t byte) {
+    h ^= byte;
+    h *= 1099511628211ull;
+  };
+  for (const Dataset* d : {&data.train, &data.test}) {
+    for (const std::int32_t label : d->labels) mix(static_cast<std::uint64_t>(label & 0xff));
+    for (std::size_t i = 0; i < d->images.size(); i += 61) mix(d->images[i]);
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return data.format + " train=" + std::to_string(data.train.count) + " test=" + std::to_string(data.test.count) +
+         " fingerprint=" + hex;
+}
+
+std::vector<std::string> label_names(const std::string& format) {
+  if (format == "fashion-mnist")
+    return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+  return {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
+}
+
 ChannelStats compute_channel_stats(const Dataset& data) {
   MT_ASSERT(data.images.size() == static_cast<std::size_t>(data.count * kImageBytes),
             "dataset image buffer does not match its count");

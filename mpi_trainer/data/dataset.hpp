@@ -45,6 +45,15 @@ DataSplit load_dataset(const std::filesystem::path& dir);
 // dataset-fashion-mnist); DataError when neither is available.
 std::filesystem::path default_data_dir();
 
+// What a checkpoint records of the data it was trained on (a resume on other data is refused):
+// "<format> train=<count> test=<count> fingerprint=<16 hex digits>", the fingerprint an FNV-1a
+// hash of every label and every 61st pixel byte of both sets (cheap: ~3 MB of CIFAR-10's 180).
+std::string dataset_identity(const DataSplit& data);
+
+// The class names of a format's labels 0..9 ("cifar10": airplane..truck; "fashion-mnist":
+// T-shirt/top..Ankle boot).
+std::vector<std::string> label_names(const std::string& format);
+
 struct ChannelStats {
   std::array<float, 3> mean{0.0f, 0.0f, 0.0f};
   std::array<float, 3> std{1.0f, 1.0f, 1.0f};

@@ -41,6 +41,7 @@ struct Member {
   std::optional<Clock::time_point> last_heard;  // any message or heartbeat
   std::optional<Clock::time_point> joined_at;   // its join was answered
   Clock::time_point last_reply{};
+  bool owes_reply = false;  // its last message was taken and not answered yet
   double active_seconds = 0;  // billed seconds, fixed once it is no longer live
   LoaderCursor cursor;        // after its last applied push
   std::int64_t pushes = 0, dropped = 0;

@@ -14,7 +14,8 @@
 //   worker -> shard  kPush   gradients [+ BN batch stats] computed on model_version; data
 //                            cursor after the batch, loss, correct, batch: one global step
 //   shard -> worker  kStop   (no payload) training is over; end = kCleanEnd when no rank is
-//                            known lost
+//                            known lost, kFailedEnd when the parameter server failed (an error
+//                            it cannot recover from): exit_code is the job's exit code
 //   worker -> shard  kStop   (no payload) leaving: another shard said stop
 //   worker -> shard  kLeave  (no payload) leaving on a preemption notice; signal = its signal
 //   worker -> shard  kHeartbeat on kTagHeartbeat (no payload): alive (a thread, every
@@ -37,7 +38,7 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::uint16_t kProtocolVersion = 4;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
@@ -50,6 +51,8 @@ inline constexpr std::int32_t kShmAccepted = 0x414d4853;  // "SHMA"
 // In `end` of a kStop that ends training while no rank is known lost: the receiver may wait
 // long in MPI_Finalize, where Open MPI makes it wait for shard 0's final checkpoint and evaluation.
 inline constexpr std::int32_t kCleanEnd = 0x444e4543;  // "CEND"
+// In `end` of a kStop from a parameter server that failed: the job ends with `exit_code`.
+inline constexpr std::int32_t kFailedEnd = 0x4c494146;  // "FAIL"
 
 enum class MsgKind : std::uint16_t {
   kJoin = 1,
@@ -81,9 +84,11 @@ struct MsgHeader {
   std::int32_t slots = 0;            // reply to a join: the number of data slots
   std::int32_t signal = 0;           // leave: the notice signal
   std::int32_t shm = 0;              // join: kShmOffer; its reply: kShmAccepted
-  std::int32_t end = 0;              // stop: kCleanEnd
+  std::int32_t end = 0;              // stop: kCleanEnd or kFailedEnd
+  std::int32_t exit_code = 0;        // stop with kFailedEnd: the job's exit code
+  std::int32_t reserved = 0;         // zero (keeps the header a whole number of 8-byte words)
 };
-static_assert(sizeof(MsgHeader) == 96, "header is 96 bytes = 24 floats");
+static_assert(sizeof(MsgHeader) == 104, "header is 104 bytes = 26 floats");
 inline constexpr std::int64_t kHeaderFloats = sizeof(MsgHeader) / sizeof(float);
 
 // A message buffer: header then payload.

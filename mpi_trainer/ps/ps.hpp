@@ -187,6 +187,11 @@ class PsEvents {
     double accuracy = 0, loss = 0;
   };
   virtual std::optional<Evaluated> finished(const Finished& e) = 0;
+
+  // Shard 0, instead of `finished`: the parameter server failed at `global_step` (an error it
+  // cannot recover from: bad data, a checkpoint it cannot read, an MPI or library failure). The
+  // workers have been told to stop; `run_ps` rethrows the error after this.
+  virtual void failed(std::int64_t global_step, int exit_code, const std::string& what) = 0;
 };
 
 struct PsResult {
@@ -199,7 +204,11 @@ struct PsResult {
 };
 
 // This rank's shard. `update` computes the optimizer update on host buffers; `sink` is used on
-// shard 0 only. Throws mt::Error (exit 10 when another shard is lost).
+// shard 0 only. Throws mt::Error (exit 10 when another shard is lost). On any error, from the
+// start (a resume) to the end (the final evaluation), the shard first answers every worker's
+// join or push with a stop that carries the error's exit code (kFailedEnd), so that the job ends
+// at once with a defined code instead of an MPI_Abort; shard 0 reports `PsEvents::failed`; then
+// the error is rethrown.
 PsResult run_ps(const PsOptions& opts, const Model& model, const LrSchedule& schedule, Backend& update, FaultPlan plan,
                 PsEvents& events, SnapshotSink& sink);
 
@@ -231,6 +240,7 @@ struct WorkerOptions {
 struct WorkerResult {
   std::int64_t pushes = 0;
   bool clean_end = false;  // stopped by shards that knew of no lost rank
+  int exit_code = 0;       // non-zero: the parameter server failed with this code (kFailedEnd)
 };
 
 // A worker: `ps` holds the shards at ranks 0..S-1 (MPI_COMM_WORLD, or the intercommunicator of a

@@ -104,8 +104,13 @@ bool Shard::reply(Member& m, MsgKind kind) {
   } else if (kind == MsgKind::kStop && members_.lost() == 0) {
     h.end = kCleanEnd;
   }
+  if (kind == MsgKind::kStop && failure_code_ != 0) {
+    h.end = kFailedEnd;
+    h.exit_code = failure_code_;
+  }
   isend(m.send, h.payload, m.peer, kTagToWorker, &m.sreq, m.comm);
   m.last_reply = Clock::now();
+  m.owes_reply = false;
   return true;
 }
 
@@ -175,6 +180,12 @@ void Shard::handle_worker(Member& m) {
     throw Error(kExitInternal, "parameter server: malformed message from rank " + std::to_string(m.rank) + ": " + bad);
   const auto now = Clock::now();
   Membership::heard(m, now);
+  m.owes_reply = h.kind == MsgKind::kJoin || h.kind == MsgKind::kPush;
+  if (failure_code_ != 0 && (h.kind == MsgKind::kJoin || h.kind == MsgKind::kPush)) {
+    // The parameter server failed: the join or push is answered with the failure.
+    if (reply(m, MsgKind::kStop)) Membership::finished(m, now);
+    return;
+  }
   switch (h.kind) {
     case MsgKind::kJoin:
       if (h.param_count != model_.param_count() || h.batch != opts_.batch_size) {
@@ -301,17 +312,24 @@ void Shard::take_joins() {
   if (!error.empty()) events_.log("mpi_trainer: warning: " + error);
   for (const MPI_Comm comm : comms) {
     const auto slot = members_.free_slot();
-    if (stop_at_ || members_.live() >= opts_.max_workers || !slot) {
+    if (stop_at_ || failure_code_ != 0 || members_.live() >= opts_.max_workers || !slot) {
       // Full (or stopping): the joiner's join is answered with stop.
       Buffer b(0);
       b.header() = MsgHeader{};
       b.header().kind = MsgKind::kStop;
+      if (failure_code_ != 0) {
+        b.header().end = kFailedEnd;
+        b.header().exit_code = failure_code_;
+      }
       MPI_Request req = MPI_REQUEST_NULL;
       isend(b, 0, 0, kTagToWorker, &req, comm);
       MT_MPI(MPI_Request_free(&req));
       abandon(std::move(b));
       events_.log(std::string("mpi_trainer: a worker asked to join, but ") +
-                  (stop_at_ ? "the job is stopping" : "every slot is taken") + " (--max-workers " +
+                  (failure_code_ != 0 ? "the parameter server failed"
+                   : stop_at_         ? "the job is stopping"
+                                      : "every slot is taken") +
+                  " (--max-workers " +
                   std::to_string(opts_.max_workers) + ")");
       continue;
     }
@@ -417,7 +435,7 @@ void Shard::finish_gather() {
 }
 
 void Shard::poll_background() {
-  if (!lead()) return;
+  if (!lead() || failure_code_ != 0) return;
   if (shards_ > 1 && gather_->gathering() && gather_->arrived()) finish_gather();
   if (sink_.checkpoints() && opts_.ckpt_every_seconds > 0 && !gather_->gathering() && step_ < opts_.train_steps &&
       since(last_ckpt_) >= opts_.ckpt_every_seconds)
@@ -426,21 +444,26 @@ void Shard::poll_background() {
 }
 
 PsResult Shard::run() {
-  start_state();
-  // The reports' set-up (the background evaluator builds a network) before the clock starts.
-  if (lead()) events_.started(PsEvents::Started{start_step_, shards_, workers_, policy_.momentum(workers_)});
-  t0_ = window_start_ = last_ckpt_ = Clock::now();
-  for (int w = 0; w < workers_; ++w) {
-    Member& m = members_.add(shards_ + w, MPI_COMM_WORLD, shards_ + w, w,
-                             opts_.worker_types.at(static_cast<std::size_t>(w)), t0_);
-    m.recv = Buffer(mine_ + stats_floats_);
-    m.send = Buffer(mine_);
-    if (lead()) m.cursor = slot_cursors_[static_cast<std::size_t>(w)];
-    irecv(m.recv, m.peer, kTagToPs, &m.rreq, m.comm);
-    irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
-  }
-  if (lead()) {
-    if (opts_.max_workers > 0) {
+  try {
+    // The workers' receives first: an error from here on (a resume that fails) still answers
+    // every worker's join, with a stop that carries the error.
+    t0_ = Clock::now();
+    for (int w = 0; w < workers_; ++w) {
+      Member& m = members_.add(shards_ + w, MPI_COMM_WORLD, shards_ + w, w,
+                               opts_.worker_types.at(static_cast<std::size_t>(w)), t0_);
+      m.recv = Buffer(mine_ + stats_floats_);
+      m.send = Buffer(mine_);
+      irecv(m.recv, m.peer, kTagToPs, &m.rreq, m.comm);
+      irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
+    }
+    start_state();
+    if (lead())
+      for (auto& m : members_.members())
+        m.cursor = slot_cursors_[static_cast<std::size_t>(m.slot)];
+    // The reports' set-up (the background evaluator builds a network) before the clock starts.
+    if (lead()) events_.started(PsEvents::Started{start_step_, shards_, workers_, policy_.momentum(workers_)});
+    t0_ = window_start_ = last_ckpt_ = Clock::now();
+    if (lead() && opts_.max_workers > 0) {
       joins_.emplace(opts_.port_file, nlohmann::ordered_json{{"model", model_.spec().name},
                                                              {"batch_size", opts_.batch_size},
                                                              {"max_workers", opts_.max_workers}}
@@ -450,8 +473,15 @@ PsResult Shard::run() {
                     " workers: `mpi_trainer join --port-file " + opts_.port_file +
                     "` (under mpirun --ompi-server, docs/fault-model.md)");
     }
+    serve();
+    settle_members();
+    return finish();
+  } catch (...) {
+    end_after_failure(std::current_exception());
   }
-  serve();
+}
+
+void Shard::settle_members() {
   for (auto& m : members_.members()) {
     if (m.state == MemberState::kLost) continue;
     if (!wait_for(&m.sreq, opts_.failure_timeout)) abandon(std::move(m.send));
@@ -460,7 +490,51 @@ PsResult Shard::run() {
       if (!wait_for(&m.hbreq, opts_.failure_timeout)) abandon(std::move(m.hb));
     }
   }
-  return finish();
+}
+
+// An error the parameter server cannot recover from. Every worker still here is answered (its
+// join or its next push) with a stop carrying the exit code, the other shards are told to stop
+// and, on shard 0, to hand in their final state, so that every process ends with a defined code
+// and nothing waits for an MPI_Abort; shard 0 reports the failure (the status file); then the
+// error goes on to the caller. A second error on this path stops the answering: the workers left
+// find the parameter server lost (--failure-timeout) and exit 10.
+void Shard::end_after_failure(const std::exception_ptr& error) {
+  const ErrorReport e = describe_error(error);
+  failure_code_ = e.exit_code;
+  exit_code_ = e.exit_code;
+  stop_reason_ = "an error";
+  // No --drain-deadline here (stop_at_ stays unset): a worker still loading its data keeps the
+  // start-up grace to send its join and get the answer.
+  members_.drain();
+  try {
+    if (lead() && !finals_collected_ && shards_ > 1) gather_->send_control(MsgKind::kDrain);
+    // A message the error interrupted: its answer is the failure, or (answered already) the
+    // worker's next message is taken, to be answered so.
+    for (auto& m : members_.members()) {
+      if (!m.live() || m.rreq != MPI_REQUEST_NULL) continue;
+      if (!m.owes_reply) {
+        irecv(m.recv, m.peer, kTagToPs, &m.rreq, m.comm);
+      } else if (reply(m, MsgKind::kStop)) {
+        Membership::finished(m, Clock::now());
+      }
+    }
+    serve();
+    settle_members();
+    if (lead() && !finals_collected_ && shards_ > 1) {
+      finals_collected_ = true;
+      gather_->collect_final(full_, velocity_full_);
+      gather_->send_control(MsgKind::kStop, 0, /*blocking=*/true);
+      gather_->settle();
+    }
+  } catch (...) {
+  }
+  if (lead()) {
+    try {
+      events_.failed(step_, e.exit_code, e.what);
+    } catch (...) {
+    }
+  }
+  std::rethrow_exception(error);
 }
 
 // Workers' messages, their heartbeats, then (shards > 0) the control channel from shard 0, until
@@ -477,7 +551,8 @@ void Shard::serve() {
   auto next_slow_poll = Clock::now();
   auto& ms = members_.members();
   // With --max-workers the parameter server also waits, with no worker at all, for joins.
-  while (members_.live() > 0 || (opts_.max_workers > 0 && !stop_at_ && step_ < opts_.train_steps)) {
+  while (members_.live() > 0 ||
+         (opts_.max_workers > 0 && !stop_at_ && failure_code_ == 0 && step_ < opts_.train_steps)) {
     if (joins_ && joins_->pending()) take_joins();
     const std::size_t nw = ms.size();  // grows when workers join
     const bool slow_poll = Clock::now() >= next_slow_poll;
@@ -512,6 +587,9 @@ void Shard::serve() {
     for (std::size_t i = 0; i < nh; ++i)
       ms[i].hbreq = rreqs[nw + nc + i];
     if (n == MPI_UNDEFINED) n = 0;
+    // Taken, to be answered (an error before then answers them with the failure).
+    for (int k = 0; k < n; ++k)
+      if (const auto i = static_cast<std::size_t>(ready[static_cast<std::size_t>(k)]); i < nw) ms[i].owes_reply = true;
     int pushes = 0;
     for (int k = 0; k < n; ++k) {
       const auto i = static_cast<std::size_t>(ready[static_cast<std::size_t>(k)]);
@@ -560,6 +638,7 @@ PsResult Shard::finish() {
   // Shard 0: the final state of every shard, then no more requests.
   part_.unpack(0, current(), full_);
   part_.unpack(0, velocity_, velocity_full_);
+  finals_collected_ = true;
   gather_->collect_final(full_, velocity_full_);
   gather_->send_control(MsgKind::kStop, members_.lost() == 0 ? kCleanEnd : 0, /*blocking=*/true);
   gather_->settle();

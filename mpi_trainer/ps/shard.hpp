@@ -56,6 +56,8 @@ class Shard {
   void finish_gather();
   void poll_background();
   PsResult finish();
+  void settle_members();  // the last sends completed (or abandoned), heartbeat receives cancelled
+  [[noreturn]] void end_after_failure(const std::exception_ptr& error);
 
   const PsOptions& opts_;
   const Model& model_;
@@ -91,6 +93,8 @@ class Shard {
   std::string stop_reason_;
   int notice_ = 0;
   int exit_code_ = 0;
+  int failure_code_ = 0;           // non-zero: the shard failed; joins and pushes are answered with it
+  bool finals_collected_ = false;  // shard 0 asked the other shards for their final state
 
   std::int64_t start_step_ = 0, step_ = 0, last_snapshot_step_ = -1;
   Clock::time_point t0_, window_start_, last_ckpt_;

@@ -4,12 +4,14 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <ostream>
 
+#include "core/error.hpp"
 #include "ps/mpi_env.hpp"
 
 namespace mt {
@@ -69,6 +71,18 @@ void isend(Buffer& buf, std::int64_t payload, int dest, int tag, MPI_Request* re
 
 void irecv(Buffer& buf, int source, int tag, MPI_Request* req, MPI_Comm comm) {
   MT_MPI(MPI_Irecv(buf.data.data(), buf.count(), MPI_FLOAT, source, tag, comm, req));
+}
+
+std::optional<std::vector<int>> max_over_ranks(const std::vector<int>& values, MPI_Comm comm, double seconds) {
+  // Static: MPI may still write to them after a timeout.
+  static std::array<int, 8> in{}, out{};
+  MT_ASSERT(values.size() <= in.size(), "at most 8 values");
+  std::copy(values.begin(), values.end(), in.begin());
+  const int n = static_cast<int>(values.size());
+  MPI_Request req = MPI_REQUEST_NULL;
+  MT_MPI(MPI_Iallreduce(in.data(), out.data(), n, MPI_INT, MPI_MAX, comm, &req));
+  if (!wait_for(&req, seconds)) return std::nullopt;
+  return std::vector<int>(out.begin(), out.begin() + n);
 }
 
 void abandon(Buffer&& buf) {

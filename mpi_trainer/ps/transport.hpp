@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ps/clock.hpp"
@@ -52,6 +53,11 @@ void precise_naps(std::ostream& log);
 // Polls `req` with naps until it completes or `seconds` pass. False: it did not complete; the
 // peer is presumed lost, and the caller abandons the request and its buffer.
 bool wait_for(MPI_Request* req, double seconds);
+
+// The largest of each of `values` over every rank of `comm` (MPI_Iallreduce; at most 8), or
+// nothing when not every rank took part within `seconds` (one died before getting here): then
+// the request is left pending and `comm` must see no other collective.
+std::optional<std::vector<int>> max_over_ranks(const std::vector<int>& values, MPI_Comm comm, double seconds);
 
 // A message buffer of header + `payload` floats; or, once shared with a same-node peer, the
 // header alone here and the payload in the pair's segment.

@@ -157,6 +157,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   }
   std::vector<std::shared_ptr<ShmSegment>> offered(static_cast<std::size_t>(shards));  // until the join's reply
   bool clean_end = true;  // every stop so far said no rank was lost
+  int failed_code = 0;    // a shard said it failed, with this exit code
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(2 * shards), MPI_REQUEST_NULL);
   std::vector<std::int64_t> version(static_cast<std::size_t>(shards), 0);
   std::int64_t global_step = 0;
@@ -205,6 +206,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
         throw Error(kExitInternal, "worker: malformed reply from shard " + std::to_string(s) + ": " + bad);
       stop = stop || r.header().kind == MsgKind::kStop;
       if (r.header().kind == MsgKind::kStop) clean_end = clean_end && r.header().end == kCleanEnd;
+      if (r.header().kind == MsgKind::kStop && r.header().end == kFailedEnd) failed_code = r.header().exit_code;
     }
     if (stop) {
       // Shards count their own steps and may disagree on which push is the last: those that
@@ -279,6 +281,9 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   }
   WorkerResult res;
   if (!round_trip(MsgKind::kJoin)) {
+    res.exit_code = failed_code;
+    // The parameter server's own message says what failed; a worker of the job adds nothing.
+    if (failed_code != 0) return res;
     if (!opts.quiet)
       std::cerr << "mpi_trainer: " << worker_label(rank) << ": the parameter server did not take this worker "
                 << "(training over, no free slot, or another model or batch size)\n"
@@ -323,7 +328,8 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     ++res.pushes;
     if (!round_trip(MsgKind::kPush)) {
       // The end: a clean one may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
-      res.clean_end = clean_end;
+      res.clean_end = clean_end && failed_code == 0;
+      res.exit_code = failed_code;
       break;
     }
     if (leave_if_noticed()) break;
