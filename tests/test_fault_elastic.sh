@@ -8,6 +8,22 @@ source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
 ompi_server=$(dirname "$mpiexec")/ompi-server
 [[ -x $ompi_server ]] || ompi_server=ompi-server
 steps=240
+
+# A joiner that gets a notice while it waits for a parameter server leaves at once with exit 0
+# (issue 17, defect 9: it ignored SIGTERM and exited 10 after 60 s).
+t0=$SECONDS
+"$mpiexec" -np 1 "$trainer" join --model resnet8 --batch-size 32 --data "$dir/data" --port-file "$dir/no-port" \
+  > "$dir/join-term.txt" 2>&1 &
+joiner=$!
+sleep 2
+pkill -TERM -f "^$trainer join .*$dir/no-port" || true
+rc=0
+wait $joiner || rc=$?
+if [[ $rc -ne 0 ]] || ((SECONDS - t0 > 15)) || ! grep -q "SIGTERM before joining the job: leaving; exit 0" "$dir/join-term.txt"; then
+  echo "FAIL: a joiner given SIGTERM: exit $rc after $((SECONDS - t0)) s"; cat "$dir/join-term.txt"; exit 1
+fi
+echo "ok: a joiner given SIGTERM while waiting left in $((SECONDS - t0)) s with exit 0"
+
 for scaling in active-workers none; do
   rm -rf "$dir/ck" "$dir/m.jsonl" "$dir/uri"
   "$ompi_server" --no-daemonize -r "$dir/uri" &

@@ -295,7 +295,6 @@ int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize
     throw UsageError("mpi_trainer join: --revoke names ranks of the training job; use --revocation-model");
   const std::string file = join_port_file(cfg);
   TrainConfig c = cfg;
-  if (c.threads == 0) c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // A lifetime of its own, if a model is given (drawn with its pid: joiners differ).
   const int self = c.num_ps + static_cast<int>(getpid() % 1000000);
   FaultPlan plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, self, self + 1);
@@ -303,6 +302,12 @@ int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize
   const RunSetup setup = prepare_run(c);
   precise_naps(log);
   const MPI_Comm ps = connect_to_parameter_server(file);
+  if (ps == MPI_COMM_NULL) {
+    log << "mpi_trainer join: " << signal_name(notice_signal()) << " before joining the job: leaving; exit "
+        << kExitOk << '\n'
+        << std::flush;
+    return kExitOk;
+  }
   if (!c.quiet) log << "mpi_trainer join: connected to the parameter server (" << file << ")\n" << std::flush;
   const TrainResult r = worker_role(c, setup, ps, -1, std::move(plan));
   if (r.exit_code != kExitOk)

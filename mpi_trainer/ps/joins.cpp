@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -14,6 +15,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "ps/faults.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/transport.hpp"
 
@@ -78,6 +80,7 @@ std::vector<MPI_Comm> JoinListener::take(std::string* error) {
 MPI_Comm connect_to_parameter_server(const std::string& file) {
   std::string port;
   for (const auto t0 = Clock::now();; nap_microseconds(100000)) {
+    if (notice_signal()) return MPI_COMM_NULL;
     std::ifstream in(file);
     nlohmann::json j;
     if (in && (in >> j) && j.contains("port")) {
@@ -93,11 +96,27 @@ MPI_Comm connect_to_parameter_server(const std::string& file) {
   const std::string lock_path = file + ".lock";
   const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
   MT_CHECK_POSIX(lock >= 0);
-  MT_CHECK_POSIX(::flock(lock, LOCK_EX) == 0);
+  while (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    MT_CHECK_POSIX(errno == EWOULDBLOCK || errno == EINTR);
+    if (notice_signal()) {
+      ::close(lock);
+      return MPI_COMM_NULL;
+    }
+    nap_microseconds(20000);
+  }
+  // MPI_Comm_connect blocks: a watchdog ends the process when no parameter server answers, or
+  // when a notice arrives meanwhile (this worker has not joined: nothing is lost).
   std::atomic<bool> connected{false};
   std::thread watchdog([&] {
-    for (int i = 0; i < 600 && !connected; ++i)
+    for (int i = 0; i < 600 && !connected; ++i) {
+      if (const int sig = notice_signal(); sig && !connected) {
+        std::cerr << "mpi_trainer join: " << signal_name(sig) << " while connecting: leaving before joining; exit "
+                  << kExitOk << '\n'
+                  << std::flush;
+        std::_Exit(kExitOk);
+      }
       nap_microseconds(100000);
+    }
     if (connected) return;
     std::cerr << "mpi_trainer join: no parameter server answered at the port in " << file << " within 60 s; exit "
               << kExitPsLost << '\n'
@@ -107,12 +126,20 @@ MPI_Comm connect_to_parameter_server(const std::string& file) {
   MPI_Comm ps = MPI_COMM_NULL;
   std::vector<char> p(port.begin(), port.end());
   p.push_back('\0');
+  MT_MPI(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));  // a stale or bad port is an error, not an abort
   const int rc = MPI_Comm_connect(p.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &ps);
   connected = true;
   watchdog.join();
   ::flock(lock, LOCK_UN);
   ::close(lock);
-  MT_MPI(rc);
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    throw Error(kExitPsLost, "cannot connect to the parameter server at the port in " + file + " (" +
+                                 std::string(text, static_cast<std::size_t>(len)) +
+                                 "): is the job running, and were both started with the same --ompi-server?");
+  }
   MT_MPI(MPI_Comm_set_errhandler(ps, MPI_ERRORS_RETURN));
   return ps;
 }
