@@ -20,13 +20,15 @@
 #                     cluster: a restarted parameter server may land on another host)
 #
 # mpirun runs with --enable-recovery (a dead worker does not end the job) and
-# odls_base_sigkill_timeout 30 (a SIGTERM reaches the ranks 30 s before SIGKILL). SIGTERM or
-# SIGUSR1 to this script checkpoints and stops with exit 75; rerun the same command to resume.
-# Exit: 0 done, 75 stopped (resume by rerunning), 2 usage, else the trainer's code.
+# odls_base_sigkill_timeout 30 (when mpirun itself is signalled, its ranks get SIGCONT at once,
+# which the trainer takes as the notice, SIGTERM 30 s later and SIGKILL 60 s later). SIGTERM or
+# SIGUSR1 to this script or its process group checkpoints and stops with exit 75, SIGINT (Ctrl-C)
+# with 130; rerun the same command to resume (docs/fault-model.md, "Signals").
+# Exit: 0 done, 75 stopped (resume by rerunning), 130 interrupted, 2 usage, else the trainer's code.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 hostfile="" np="" attempts=3 iface="" oversub=0 root=0 dry=0 trainer="$here/../build/release/mpi_trainer"
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "mpirun.sh: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in

@@ -18,21 +18,23 @@
 #                            that cannot be written or read: disk full, read-only): no rerun
 #   state failed, other   -> rerun (an MPI or library error may not come back)
 #   state requeue (75)    -> rerun (a notice, or every worker revoked)
+#   state interrupted     -> exit 130: stopped by a SIGINT (Ctrl-C) after a checkpoint: no rerun
 #   state running/missing -> the parameter server was lost (killed): rerun
 #   exit 2, 3 or 4 from COMMAND with no status (usage, config, checkpoint error) -> no rerun
 # Each attempt gets MT_RESTART_ATTEMPT=1,2,... in its environment (counting on across Slurm
 # requeues: SLURM_RESTART_COUNT * N + attempt). Once the status is final and
 # COMMAND still runs after --grace seconds (mpirun can hang when a node's daemon died), COMMAND
-# is ended. SIGTERM or SIGUSR1 to this script reaches COMMAND as SIGUSR1 (Open MPI's mpirun
-# forwards USR1 to every rank, while it SIGKILLs the ranks 1 s after forwarding a TERM; the
-# trainer treats both as a notice), SIGINT as SIGINT; the loop then ends with 75 (Slurm
-# --requeue resubmits).
-# Exit: 0 done; 75 attempts used up after a requeue/loss (rerun later to continue); else the
-# failing attempt's code.
+# is ended. COMMAND runs in a session of its own; SIGTERM, SIGUSR1 and SIGINT to this script
+# (or its process group) reach it as SIGUSR1, which Open MPI's mpirun and srun forward to every
+# rank at once (a TERM or INT to mpirun reaches the ranks only 30 s later); the parameter server
+# checkpoints and stops, and the loop ends with 75 (Slurm --requeue resubmits), or 130 after a
+# SIGINT (a user's Ctrl-C: not restarted). A second SIGINT is passed on as SIGINT.
+# Exit: 0 done; 75 attempts used up after a requeue/loss (rerun later to continue), or stopped
+# on a notice; 130 interrupted; else the failing attempt's code.
 set -uo pipefail
 
 attempts=3 status="" delay=1 grace=30
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --attempts) attempts="${2:?}"; shift 2 ;;
@@ -81,9 +83,18 @@ EOF
 pmix_noise='PMIX ERROR: BAD-PARAM in file ../../../src/event/pmix_event_notification.c'
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/restart_loop.XXXXXX") || { echo "restart_loop: cannot create a temporary directory" >&2; exit 1; }
 trap 'rm -rf "$tmp"' EXIT
-child=0 stop_signal=""
-forward() { stop_signal="$1"; [[ $child -gt 0 ]] && kill "-$1" "$child" 2>/dev/null; }
-trap 'forward USR1' TERM
+child=0 stop_signal="" interrupts=0
+# Every notice reaches the command as SIGUSR1: mpirun forwards it to every rank at once (a TERM
+# or INT to mpirun reaches the ranks only after odls_base_sigkill_timeout; docs/fault-model.md),
+# srun forwards it to every task. The parameter server checkpoints and stops. A second Ctrl-C is
+# passed on as SIGINT (mpirun, srun: end the job now).
+forward() {
+  [[ -z $stop_signal || $1 != INT ]] && stop_signal="$1"
+  [[ $child -gt 0 ]] || return 0
+  if [[ $1 == INT ]] && ((interrupts++ > 0)); then kill -INT "$child" 2>/dev/null; return 0; fi
+  kill -USR1 "$child" 2>/dev/null
+}
+trap 'forward TERM' TERM
 trap 'forward USR1' USR1
 trap 'forward INT' INT
 
@@ -101,7 +112,10 @@ for ((attempt = 1; attempt <= attempts; attempt++)); do
   mkfifo "$fifo"
   (trap '' INT TERM USR1 USR2 HUP; exec grep --line-buffered -v -F "$pmix_noise" <"$fifo" >&2) &
   filter=$!
-  MT_RESTART_ATTEMPT=$((${SLURM_RESTART_COUNT:-0} * attempts + attempt)) "$@" 2>"$fifo" &
+  # In a session of its own: a signal to this script's process group (a terminal's Ctrl-C, a
+  # scheduler or a shutdown script signalling the group) reaches the command only as forwarded
+  # above, never straight to mpirun.
+  MT_RESTART_ATTEMPT=$((${SLURM_RESTART_COUNT:-0} * attempts + attempt)) setsid "$@" 2>"$fifo" &
   child=$!
   final_since=""
   while kill -0 "$child" 2>/dev/null; do
@@ -141,6 +155,9 @@ for ((attempt = 1; attempt <= attempts; attempt++)); do
       esac
       why="the parameter server failed with exit $code: $err" ;;
     requeue) why="exit ${code:-75} ($(field stopped_by)) at global step $step" ;;
+    interrupted)
+      log "attempt $attempt was interrupted (SIGINT) at global step $step after a checkpoint: not restarting; rerun the same command to continue"
+      exit 130 ;;
     *)
       if [[ $rc -eq 2 || $rc -eq 3 || $rc -eq 4 ]]; then
         log "attempt $attempt failed with exit $rc before training (usage, config or checkpoint error): not retrying"
@@ -148,8 +165,11 @@ for ((attempt = 1; attempt <= attempts; attempt++)); do
       fi
       why="the parameter server was lost (command exit $rc, status '${state:-missing}')" ;;
   esac
-  if [[ -n "$stop_signal" ]]; then
-    log "stopping on a notice (forwarded as SIG$stop_signal) after attempt $attempt: $why"
+  if [[ $stop_signal == INT ]]; then
+    log "interrupted (SIGINT, forwarded as SIGUSR1) after attempt $attempt: $why; not restarting: rerun the same command to continue"
+    exit 130
+  elif [[ -n "$stop_signal" ]]; then
+    log "stopping on a notice (SIG$stop_signal, forwarded as SIGUSR1) after attempt $attempt: $why"
     exit 75
   fi
   log "attempt $attempt ended: $why"

@@ -3,11 +3,13 @@
 
 #include <array>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include "ckpt/checkpoint.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -149,6 +151,29 @@ TEST_CASE("a resume checks that it is the same job; --resume-override accepts a 
   r = run(train + "--batch-size 8 --data " + a + " --train-steps 16", "MT_RESUME_OVERRIDE=model");
   CHECK(r.code == 2);
   CHECK(contains(r.output, "a checkpoint of another model cannot be resumed"));
+}
+
+TEST_CASE("a diverging single-process run stops with exit 3 before checkpointing its state", "[unit][cli]") {
+  // Issue 17, bad input: --lr 1000 stopped only at a NaN loss (step 37), exit 1, after checkpoints
+  // full of NaN were written.
+  mt::test::TempDir dir("cli_diverge");
+  const auto data = (dir.path() / "data").string(), ck = (dir.path() / "ck").string();
+  REQUIRE(run("gen-data " + data + " --train 256 --test 64").code == 0);
+  auto r = run("train --model resnet8 --batch-size 16 --train-steps 200 --lr 1000 --ckpt-every-steps 2 --data " + data +
+               " --ckpt-dir " + ck + " --log-every-steps 1000");
+  CHECK(r.code == 3);
+  CHECK(contains(r.output, "training diverged at global step "));
+  CHECK(contains(r.output, "nothing of this state was checkpointed"));
+  CHECK_FALSE(contains(r.output, "summary: {"));
+  for (const auto& e : std::filesystem::directory_iterator(ck)) {
+    if (e.path().extension() != ".h5") continue;
+    const mt::ckpt::Checkpoint c = mt::ckpt::read(e.path());
+    for (const auto& a : c.arrays)
+      for (const float v : a.data) REQUIRE(std::isfinite(v));
+  }
+  // 0: only a non-finite loss stops it (the documented rule).
+  r = run("train --model resnet8 --batch-size 16 --train-steps 4 --data " + data + " --max-loss 0");
+  CHECK(r.code == 0);
 }
 
 TEST_CASE("ckpt verify: a missing path is 'not found', a dangling LATEST is flagged", "[unit][cli][ckpt]") {

@@ -77,6 +77,6 @@ rc=0
 wait $loop || rc=$?
 cat "$dir/loop.txt"
 [[ $rc -eq 75 ]] || { echo "loop exit $rc, expected 75"; exit 1; }
-grep -q "stopping on a notice (forwarded as SIGUSR1) after attempt 1" "$dir/loop.txt"
+grep -q "stopping on a notice (SIGTERM, forwarded as SIGUSR1) after attempt 1" "$dir/loop.txt"
 grep -q '"state":"requeue"' "$dir/ck/run-status.json"
 echo "ok: SIGTERM to the loop: checkpoint, exit 75, no rerun"

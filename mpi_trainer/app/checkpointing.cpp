@@ -1,6 +1,7 @@
 #include "app/checkpointing.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -129,6 +130,16 @@ ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
   c.strings["input_mean"] = nlohmann::json(job.stats.mean).dump();
   c.strings["input_std"] = nlohmann::json(job.stats.std).dump();
   c.strings["label_names"] = nlohmann::json(job.labels).dump();
+  // A checkpoint never holds non-finite state: it would be resumed as the newest valid one.
+  for (const auto& [group, flat] : groups) {
+    const float* v = flat->flat().data();
+    const std::int64_t n = flat->flat().numel();
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(v[i]))
+        throw DataError("training diverged by global step " + std::to_string(p.global_step) + ": /" +
+                        std::string(group) + " holds a value that is not finite; not checkpointed (the newest "
+                        "checkpoint holds the last good state): lower --lr, then rerun");
+  }
   std::size_t next = 0;
   for (const auto& [group, flat] : groups) add_group(c, &next, group, *flat);
   return c;

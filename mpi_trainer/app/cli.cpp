@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "app/config.hpp"
+#include "app/ps_report.hpp"
 #include "app/train.hpp"
 #include "app/train_dist.hpp"
 #include "ps/mpi_env.hpp"
@@ -77,6 +78,13 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40)),
       "MT_MAX_STALENESS");
+  env(cmd.add_option("--max-loss", c.max_loss,
+                     "A step whose training loss is not finite or above this has diverged: the run stops "
+                     "with exit 3 before anything of that state is checkpointed (cross-entropy over 10 "
+                     "classes starts near 2.3; 0: stop only on a non-finite loss)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "MT_MAX_LOSS");
   env(cmd.add_option("--device", c.device,
                      "cpu, cuda or auto (auto: a GPU when this build has the CUDA backend and the "
                      "runtime sees one). Each process takes GPU <node-local rank> mod <GPUs visible>, "
@@ -295,6 +303,39 @@ ckpt::Checkpoint load_for_inspect(const std::string& path) {
   return std::move(found->checkpoint);
 }
 
+// This process's rank as the MPI launcher announced it, before MPI starts (-1: not launched by one).
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
+  return -1;
+}
+
+// A command line that does not parse, under a launcher: the status file (found in the arguments
+// as the restart loop finds it) says so, when there is one.
+void write_usage_error_status(int argc, char** argv, const std::string& what) {
+  TrainConfig c;
+  const auto value = [&](int i, const std::string& flag, std::string& into) {
+    const std::string a = argv[i];
+    if (a == flag && i + 1 < argc) into = argv[i + 1];
+    if (a.rfind(flag + "=", 0) == 0) into = a.substr(flag.size() + 1);
+  };
+  for (int i = 1; i < argc; ++i) {
+    value(i, "--ckpt-dir", c.ckpt_dir);
+    value(i, "--status-file", c.status_file);
+  }
+  if (c.ckpt_dir.empty())
+    if (const char* v = std::getenv("MT_CKPT_DIR")) c.ckpt_dir = v;
+  if (c.status_file.empty())
+    if (const char* v = std::getenv("MT_STATUS_FILE")) c.status_file = v;
+  try {
+    write_run_status(run_status_path(c), nlohmann::ordered_json{{"state", "failed"},
+                                                                {"exit_code", kExitUsage},
+                                                                {"global_step", nullptr},
+                                                                {"error", what}});
+  } catch (...) {
+  }
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -302,8 +343,9 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       "mpi_trainer: ResNet training for preemptible (spot) servers.\n"
       "Exit codes: 0 done, 1 internal error, 2 usage, 3 config/data error, 4 checkpoint error,\n"
       "10 parameter server lost (a worker), 75 stopped on SIGTERM/SIGUSR1 after a checkpoint: rerun\n"
-      "with --resume auto, 130 a single process stopped by Ctrl-C after a checkpoint (a second Ctrl-C\n"
-      "ends it at once) (docs/fault-model.md)."};
+      "with --resume auto, 130 stopped by Ctrl-C (SIGINT) after a checkpoint: rerun the same command\n"
+      "(a second Ctrl-C ends it at once). Under mpirun a parameter server that fails stops its workers\n"
+      "with its own code; <ckpt-dir>/run-status.json says how the run ended (docs/fault-model.md)."};
   app.set_version_flag("--version", kVersion);
   app.require_subcommand(1);
   app.footer("Every train flag also reads an environment default MT_<FLAG>, e.g. MT_TRAIN_STEPS.\n"
@@ -356,8 +398,13 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
     out << kVersion << '\n';
     return 0;
   } catch (const CLI::ParseError& e) {
-    // Subcommand help goes through the subcommand's own formatter.
-    err << "mpi_trainer: " << e.what() << "\nRun 'mpi_trainer --help' or 'mpi_trainer <command> --help'.\n";
+    // Under an MPI launcher every rank parses the same flags: rank 0 alone says what is wrong,
+    // and writes the status file a launcher reads (mpirun --enable-recovery exits 0 whatever
+    // the ranks did, so without it the restart loop would rerun a bad command line).
+    const int rank = launcher_rank();
+    if (rank <= 0)
+      err << "mpi_trainer: " << e.what() << "\nRun 'mpi_trainer --help' or 'mpi_trainer <command> --help'.\n";
+    if (rank == 0) write_usage_error_status(argc, argv, e.what());
     return kExitUsage;
   }
 

@@ -15,6 +15,7 @@ struct TrainConfig {
   std::string lr_scaling = "active-workers";  // none | active-workers | staleness
   std::string momentum_correction = "implicit";  // implicit | none (PS: momentum lowered for asynchrony)
   std::int64_t max_staleness = -1;  // PS drops pushes staler than this (-1: no bound)
+  double max_loss = 1000;           // a step's loss above this (or not finite) stops the run: diverged (0: only non-finite)
   std::string device = "auto";  // cpu | cuda | auto
   int threads = 0;              // 0: every core
   std::uint64_t seed = 1;

@@ -18,7 +18,9 @@ ResolvedDevice resolve_device(const std::string& requested) {
     return {"cuda", "requested; " + std::to_string(gpus) + " GPU(s) visible"};
   }
   if (gpus > 0) return {"cuda", std::to_string(gpus) + " GPU(s) visible"};
-  return {"cpu", "no GPU (" + why + ")"};
+  // The CUDA runtime's reason ("driver version is insufficient" on a machine without one) is
+  // noise on a CPU run; --device cuda reports it as an error.
+  return {"cpu", "no GPU found"};
 }
 
 int local_rank() {

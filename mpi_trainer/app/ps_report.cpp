@@ -432,9 +432,10 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
   }
   tally_.summarize(cfg_, log_);
   // "failed": a rerun cannot help until the disk is fixed, so launchers do not retry.
-  write_status(tally_.failures > 0 ? "failed"
-               : e.stopped_early   ? "requeue"
-                                   : "done",
+  write_status(tally_.failures > 0                      ? "failed"
+               : exit_code(e.exit_code) == kExitInterrupted ? "interrupted"
+               : e.stopped_early                         ? "requeue"
+                                                         : "done",
                s.global_step, exit_code(e.exit_code), revocations);
   return ev;
 }

@@ -299,10 +299,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
                                         step + 1 < cfg.train_steps ? std::function<void()>([&] { ahead.advance(); })
                                                                    : nullptr);
     trained_cursor = batch.cursor;
-    if (!std::isfinite(st.loss))
-      throw Error(kExitInternal, "training diverged: loss " + std::to_string(st.loss) +
-                                     " at step " + std::to_string(step + 1) +
-                                     " (lower --lr or check the data)");
+    check_divergence(st.loss, cfg.max_loss, step + 1);
     model.update_running_stats(stats, batch_stats, net.bn_counts());
     if (on_device)
       dsgd->step(*backend, dparams, dgrads, lr);
@@ -383,7 +380,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   if (!stop_reason.empty()) {
     // Time is short after a notice: no evaluation. Exit 75 asks a launcher to rerun (resume);
     // a user's Ctrl-C ends with 130, as an interrupted command does; a failed checkpoint is 4.
-    res.exit_code = tally.failures > 0 ? kExitCheckpoint : notice == SIGINT ? 130 : kExitRequeue;
+    res.exit_code = tally.failures > 0 ? kExitCheckpoint : notice == SIGINT ? kExitInterrupted : kExitRequeue;
     res.train_seconds = prev.train_seconds + train_seconds;
     res.cost_usd = prev.cost_usd + setup.prices.cost_usd(cfg.instance_type, transient, train_seconds);
     const nlohmann::ordered_json summary{

@@ -70,6 +70,7 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.weight_decay = cfg.weight_decay;
   o.nesterov = setup.nesterov;
   o.max_staleness = cfg.max_staleness;
+  o.max_loss = cfg.max_loss;
   o.failure_timeout = cfg.failure_timeout;
   o.drain_deadline = cfg.drain_deadline;
   o.ckpt_every_steps = cfg.ckpt_every_steps;
@@ -268,6 +269,8 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   try {
     plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, mpi.rank(), mpi.size());
     install_notice_handlers();
+    install_interrupt_handler();
+    install_job_end_handler();
     setup.emplace(prepare_run(c));
     const auto types = worker_types(c, setup->prices, mpi.size() - c.num_ps);
     if (mpi.rank() == 0) check_checkpoint_dir(c);  // shard 0 writes the checkpoints
@@ -299,6 +302,8 @@ int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize
   const int self = c.num_ps + static_cast<int>(getpid() % 1000000);
   FaultPlan plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, self, self + 1);
   install_notice_handlers();
+  install_interrupt_handler();
+  install_job_end_handler();
   const RunSetup setup = prepare_run(c);
   precise_naps(log);
   const MPI_Comm ps = connect_to_parameter_server(file);

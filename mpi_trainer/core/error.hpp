@@ -16,6 +16,7 @@ enum ExitCode : int {
   kExitCheckpoint = 4, // checkpoint could not be read or written
   kExitPsLost = 10,    // worker side: the parameter server vanished
   kExitRequeue = 75,   // checkpointed on a signal: rerun with --resume auto
+  kExitInterrupted = 130,  // checkpointed on SIGINT (Ctrl-C): rerun the same command to continue
 };
 
 class Error : public std::runtime_error {

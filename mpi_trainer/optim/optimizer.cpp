@@ -1,5 +1,10 @@
 #include "optim/optimizer.hpp"
 
+#include <cmath>
+#include <sstream>
+
+#include "core/error.hpp"
+
 namespace mt {
 
 Sgd::Sgd(const ParamLayout& layout, SgdConfig config, Backend& memory)
@@ -29,6 +34,20 @@ void Sgd::step(Backend& backend, FlatTensors& params, const FlatTensors& grads, 
     SgdSpec spec{lr, config_.momentum, r.decay ? config_.weight_decay : 0.f, config_.nesterov};
     backend.sgd_update(p.subspan(b, n), g.subspan(b, n), v.subspan(b, n), spec);
   }
+}
+
+void check_divergence(double loss, double max_loss, std::int64_t global_step) {
+  const bool finite = std::isfinite(loss);
+  if (finite && (max_loss <= 0 || loss <= max_loss)) return;
+  std::ostringstream why;
+  why << "training diverged at global step " << global_step << ": loss " << loss;
+  if (finite)
+    why << " is above --max-loss " << max_loss;
+  else
+    why << " is not finite";
+  why << "; nothing of this state was checkpointed (the newest checkpoint holds the last good one): lower --lr "
+         "(or raise --max-loss), then rerun";
+  throw DataError(why.str());
 }
 
 }  // namespace mt

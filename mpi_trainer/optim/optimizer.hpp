@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -41,5 +42,10 @@ class Sgd {
   FlatTensors velocity_;
   std::vector<Run> runs_;
 };
+
+// Divergence, one rule for both trainers: a step's training loss that is not finite, or above
+// `max_loss` (> 0; --max-loss), means the run diverged. Throws DataError (exit 3) naming the
+// global step and the loss, before the step's state can reach a checkpoint.
+void check_divergence(double loss, double max_loss, std::int64_t global_step);
 
 }  // namespace mt

@@ -46,6 +46,7 @@ struct PsOptions {
   double weight_decay = 1e-4;
   bool nesterov = false;
   std::int64_t max_staleness = -1;  // pushes staler than this are not applied (-1: no bound)
+  double max_loss = 1000;           // a push whose loss is not finite or above this: diverged (0: non-finite only)
   // Fault tolerance (docs/fault-model.md).
   double failure_timeout = 1.5;  // a worker silent this long is lost (s)
   double drain_deadline = 10;    // after a notice: workers stop within this (s)

@@ -1,12 +1,14 @@
 #include "ps/shard.hpp"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.hpp"
 #include "core/error.hpp"
+#include "optim/optimizer.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/ulfm.hpp"
 
@@ -210,6 +212,9 @@ void Shard::handle_worker(Member& m) {
         Membership::finished(m, Clock::now());
         return;  // no new receive
       }
+      // A diverged push ends the run (the failure path: workers stopped, exit 3) before it is
+      // applied, so no checkpoint holds its state.
+      if (lead()) check_divergence(h.loss, opts_.max_loss, step_ + 1);
       if (opts_.max_staleness >= 0 && step_ - h.model_version > opts_.max_staleness) {
         // Too stale: not applied; the worker gets the current parameters and computes again.
         ++m.dropped;
@@ -270,6 +275,8 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
   e.lr_divisor = policy_.lr_divisor(live);
   e.momentum = policy_.momentum(live);
   events_.departure(e);
+  // The workers may have left on a notice that reached this process too: that is the reason.
+  if (live == 0 && !stop_at_) check_notice();
   if (live == 0 && step_ < opts_.train_steps && !stop_at_) {
     if (opts_.max_workers > 0)
       events_.log("mpi_trainer: no worker left at global step " + std::to_string(step_) +
@@ -289,7 +296,8 @@ void Shard::check_notice() {
   if (notice_) return;
   if (const int sig = notice_signal()) {
     notice_ = sig;
-    if (!stop_at_) begin_stop(signal_name(sig));
+    if (!stop_at_) begin_stop(sig == SIGCONT ? "SIGCONT (mpirun is ending the job)" : signal_name(sig));
+    if (sig == SIGINT) exit_code_ = kExitInterrupted;
   }
 }
 
