@@ -176,6 +176,26 @@ TEST_CASE("a diverging single-process run stops with exit 3 before checkpointing
   CHECK(r.code == 0);
 }
 
+TEST_CASE("environment defaults: the command line wins unread, an error names the variable", "[unit][cli]") {
+  // Issue 17, bad input: MT_TRAIN_STEPS=abc failed even with --train-steps given, and the message
+  // named the flag; model-info ignored MT_MODEL.
+  mt::test::TempDir dir("cli_env");
+  const auto data = (dir.path() / "data").string();
+  REQUIRE(run("gen-data " + data + " --train 64 --test 16").code == 0);
+  const std::string train = "train --quiet --model resnet8 --batch-size 8 --data " + data;
+  auto r = run(train + " --train-steps 2", "MT_TRAIN_STEPS=abc");
+  CHECK(r.code == 0);
+  r = run(train, "MT_TRAIN_STEPS=abc");
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "MT_TRAIN_STEPS (the environment default of --train-steps): 'abc' is not a number"));
+  r = run(train + " --train-steps=abc");
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "--train-steps: 'abc' is not a number"));
+  r = run("model-info", "MT_MODEL=resnet8");
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "model: resnet8\n"));
+}
+
 TEST_CASE("ckpt verify: a missing path is 'not found', a dangling LATEST is flagged", "[unit][cli][ckpt]") {
   // Issue 17, defect 9.
   auto r = run("ckpt verify /nonexistent/mt-ckpt.h5");

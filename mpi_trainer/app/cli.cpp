@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "app/config.hpp"
 #include "app/ps_report.hpp"
@@ -34,8 +37,32 @@ std::string number_check(const std::string& s, bool allow_zero) {
 const CLI::Validator kPositive([](std::string& s) { return number_check(s, false); }, "POSITIVE", "POSITIVE");
 const CLI::Validator kNonNegative([](std::string& s) { return number_check(s, true); }, "NONNEGATIVE", "NONNEGATIVE");
 
+// The command line's tokens, and the options whose value comes from their environment variable
+// (flag -> variable), for the messages about them.
+std::vector<std::string> g_args;
+std::map<std::string, std::string> g_from_env;
+
+// Every train flag reads an environment default MT_<FLAG>, unless the flag is on the command line:
+// then the variable is not read at all (an invalid value there is no error).
+void env_default(CLI::Option* o, const char* name) {
+  for (const auto& l : o->get_lnames()) {
+    const std::string flag = "--" + l;
+    for (const auto& a : g_args)
+      if (a == flag || a.rfind(flag + "=", 0) == 0) return;
+  }
+  o->envname(name);
+  if (std::getenv(name) && !o->get_lnames().empty()) g_from_env["--" + o->get_lnames().front()] = name;
+}
+
+// A parse error about a value that came from the environment names the variable.
+std::string name_the_variable(std::string what) {
+  for (const auto& [flag, var] : g_from_env)
+    if (what.rfind(flag + ":", 0) == 0) return var + " (the environment default of " + flag + ")" + what.substr(flag.size());
+  return what;
+}
+
 void add_train_options(CLI::App& cmd, TrainConfig& c) {
-  auto env = [](CLI::Option* o, const char* name) { o->envname(name); };
+  const auto env = env_default;
   env(cmd.add_option("--data", c.data,
                      "Data directory: CIFAR-10 binary (data_batch_1..5.bin, test_batch.bin) or "
                      "Fashion-MNIST IDX (*-idx3-ubyte[.gz]). Default: $MT_CIFAR10_DIR if set, "
@@ -339,6 +366,8 @@ void write_usage_error_status(int argc, char** argv, const std::string& what) {
 }  // namespace
 
 int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  g_args.assign(argv + 1, argv + argc);
+  g_from_env.clear();
   CLI::App app{
       "mpi_trainer: ResNet training for preemptible (spot) servers.\n"
       "Exit codes: 0 done, 1 internal error, 2 usage, 3 config/data error, 4 checkpoint error,\n"
@@ -366,7 +395,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
 
   std::string info_model = "resnet32";
   auto* info_cmd = app.add_subcommand("model-info", "Print a model's layers and parameter count");
-  info_cmd->add_option("--model", info_model, "Model: " + model_choices())->capture_default_str();
+  env_default(info_cmd->add_option("--model", info_model, "Model: " + model_choices())->capture_default_str(),
+              "MT_MODEL");
 
   std::string gen_dir;
   std::int64_t gen_train = 5000, gen_test = 1000;
@@ -402,9 +432,9 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
     // and writes the status file a launcher reads (mpirun --enable-recovery exits 0 whatever
     // the ranks did, so without it the restart loop would rerun a bad command line).
     const int rank = launcher_rank();
-    if (rank <= 0)
-      err << "mpi_trainer: " << e.what() << "\nRun 'mpi_trainer --help' or 'mpi_trainer <command> --help'.\n";
-    if (rank == 0) write_usage_error_status(argc, argv, e.what());
+    const std::string what = name_the_variable(e.what());
+    if (rank <= 0) err << "mpi_trainer: " << what << "\nRun 'mpi_trainer --help' or 'mpi_trainer <command> --help'.\n";
+    if (rank == 0) write_usage_error_status(argc, argv, what);
     return kExitUsage;
   }
 

@@ -1,12 +1,30 @@
 #include "app/metrics.hpp"
 
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.hpp"
 
 namespace mt {
+
+std::string format_eta(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto s = static_cast<long long>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  return buf;
+}
+
+std::string format_progress(const ProgressLine& p) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "step %lld/%lld  loss %.4f  train_acc %.3f  lr %.4f  img/s %.1f  workers %d  staleness %.1f  eta %s",
+                static_cast<long long>(p.step), static_cast<long long>(p.train_steps), p.loss, p.train_accuracy, p.lr,
+                p.images_per_second, p.workers, p.staleness, format_eta(p.eta_seconds).c_str());
+  return buf;
+}
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (path.empty()) return;

@@ -108,14 +108,10 @@ void PsReport::first_step(std::int64_t global_step, double seconds_since_start) 
 
 void PsReport::progress(const Progress& e) {
   if (!cfg_.quiet) {
-    log_ << "step " << e.global_step << "/" << cfg_.train_steps << "  loss " << std::fixed << std::setprecision(4)
-         << e.loss << "  lr " << e.lr << "  img/s " << std::setprecision(1) << e.images_per_second << "  workers "
-         << e.active_workers << "  staleness " << e.mean_staleness << "  eta ";
-    if (e.eta_seconds >= 0)
-      log_ << static_cast<long long>(e.eta_seconds + 0.5) << " s";
-    else
-      log_ << '?';
-    log_ << '\n' << std::flush;
+    log_ << format_progress(ProgressLine{e.global_step, cfg_.train_steps, e.loss, e.train_accuracy, e.lr,
+                                         e.images_per_second, e.active_workers, e.mean_staleness, e.eta_seconds})
+         << '\n'
+         << std::flush;
   }
   nlohmann::ordered_json per_worker = nlohmann::ordered_json::array();
   for (const auto& w : e.workers)
@@ -274,7 +270,7 @@ void PsReport::report_written() {
                                             {"seconds_after_stop", dt},
                                             {"file", w.file.string()}});
       if (!cfg_.quiet)
-        log_ << "mpi_trainer: checkpoint of global step " << w.global_step << " durable " << std::setprecision(3) << dt
+        log_ << "mpi_trainer: checkpoint of global step " << w.global_step << " durable " << std::fixed << std::setprecision(3) << dt
              << " s after the " << stop_reason_ << '\n'
              << std::flush;
     }
@@ -284,7 +280,7 @@ void PsReport::report_written() {
 void PsReport::report_evals(const std::vector<BackgroundEval::Done>& done) {
   for (const auto& d : done) {
     if (!cfg_.quiet)
-      log_ << "eval step " << d.step << "  test_acc " << std::setprecision(4) << d.result.accuracy << "  test_loss "
+      log_ << "eval step " << d.step << "  test_acc " << std::fixed << std::setprecision(4) << d.result.accuracy << "  test_loss "
            << d.result.loss << "  (" << std::setprecision(1) << d.seconds << " s, in the background)\n"
            << std::flush;
     metrics_.write(nlohmann::ordered_json{{"event", "eval"},

@@ -39,14 +39,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::string format_eta(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const auto s = static_cast<long long>(seconds + 0.5);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
-  return buf;
-}
-
 bool on_off(const std::string& flag, const std::string& value, bool dflt) {
   if (value == "default") return dflt;
   if (value == "on") return true;
@@ -321,10 +313,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       const double eta = double(cfg.train_steps - step - 1) * (window_seconds / double(window_steps));
       res.final_train_loss = mean_loss;
       if (!cfg.quiet) {
-        log << "step " << step + 1 << "/" << cfg.train_steps << "  loss " << std::setprecision(4)
-            << mean_loss << "  train_acc " << std::setprecision(3) << acc << "  lr "
-            << std::setprecision(4) << lr << "  img/s " << std::setprecision(1) << ips
-            << "  workers 1  eta " << format_eta(eta) << '\n'
+        log << format_progress(ProgressLine{step + 1, cfg.train_steps, mean_loss, acc, lr, ips, 1, 0.0, eta}) << '\n'
             << std::flush;
       }
       metrics.write(nlohmann::ordered_json{{"event", "progress"}, {"global_step", step + 1}, {"loss", mean_loss},
