@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "ckpt/checkpoint.hpp"
 #include "test_util.hpp"
 
@@ -194,6 +196,37 @@ TEST_CASE("environment defaults: the command line wins unread, an error names th
   r = run("model-info", "MT_MODEL=resnet8");
   CHECK(r.code == 0);
   CHECK(contains(r.output, "model: resnet8\n"));
+}
+
+TEST_CASE("eval: a checkpoint's test accuracy and loss, as training measured them", "[unit][cli][ckpt]") {
+  mt::test::TempDir dir("cli_eval");
+  const auto data = (dir.path() / "data").string(), ck = (dir.path() / "ck").string();
+  const auto metrics = (dir.path() / "m.jsonl").string();
+  REQUIRE(run("gen-data " + data + " --train 256 --test 100").code == 0);
+  REQUIRE(run("train --quiet --model resnet8 --batch-size 16 --train-steps 20 --data " + data + " --ckpt-dir " + ck +
+              " --metrics " + metrics)
+              .code == 0);
+  std::ifstream in(metrics);
+  std::string line, summary;
+  while (std::getline(in, line))
+    if (contains(line, "\"event\":\"summary\"")) summary = line;
+  const auto s = nlohmann::json::parse(summary);
+  // A directory means its newest valid checkpoint: the final state.
+  auto r = run("eval --json --ckpt " + ck + " --data " + data);
+  REQUIRE(r.code == 0);
+  const auto e = nlohmann::json::parse(r.output);
+  CHECK(e["global_step"] == 20);
+  CHECK(e["test_images"] == 100);
+  CHECK(e["trained_on_this_data"] == true);
+  CHECK(e["normalization_from_checkpoint"] == true);
+  CHECK(e["test_accuracy"].get<double>() == Approx(s["test_accuracy"].get<double>()));
+  CHECK(e["test_loss"].get<double>() == Approx(s["test_loss"].get<double>()).epsilon(1e-5));
+  r = run("eval --ckpt " + ck + " --data " + data);
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "(resnet8, global step 20): test accuracy "));
+  r = run("eval --ckpt " + (dir.path() / "nope.h5").string() + " --data " + data);
+  CHECK(r.code == 4);
+  CHECK(contains(r.output, "nope.h5: not found"));
 }
 
 TEST_CASE("ckpt verify: a missing path is 'not found', a dangling LATEST is flagged", "[unit][cli][ckpt]") {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/config.hpp"
+#include "app/evaluate.hpp"
 #include "app/ps_report.hpp"
 #include "app/train.hpp"
 #include "app/train_dist.hpp"
@@ -408,6 +409,23 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   gen_cmd->add_option("--test", gen_test, "Test images")->capture_default_str()->check(kPositive);
   gen_cmd->add_option("--seed", gen_seed, "Seed")->capture_default_str();
 
+  EvalConfig eval_cfg;
+  auto* eval_cmd = app.add_subcommand(
+      "eval", "Test accuracy and loss of a checkpoint on a data set's test split (one process, any device), "
+              "with the input normalization the checkpoint records");
+  eval_cmd->add_option("--ckpt", eval_cfg.ckpt, "Checkpoint file, or a directory (its newest valid checkpoint)")
+      ->required();
+  eval_cmd->add_option("--data", eval_cfg.data,
+                       "Data directory (CIFAR-10 binary or Fashion-MNIST IDX). Default: as for train");
+  eval_cmd->add_option("--device", eval_cfg.device, "cpu, cuda or auto")->capture_default_str();
+  eval_cmd->add_option("--threads", eval_cfg.threads, "CPU threads (0: the cores this process may use)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  eval_cmd->add_option("--batch-size", eval_cfg.batch_size, "Images per evaluation batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  eval_cmd->add_flag("--json", eval_cfg.json, "One JSON object instead of a line");
+
   auto* ckpt_cmd = app.add_subcommand("ckpt", "Check or describe checkpoints");
   ckpt_cmd->require_subcommand(1);
   std::string ckpt_path;
@@ -486,6 +504,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       for (const auto& e : model.stats().entries()) bn_stats += e.size;
       out << "bn_running_stats: " << bn_stats << '\n';
       out << "parameters: " << model.param_count() << '\n';
+    } else if (*eval_cmd) {
+      return evaluate_checkpoint(eval_cfg, out);
     } else if (*verify_cmd) {
       return verify_checkpoints(ckpt_path, out);
     } else if (*inspect_cmd) {

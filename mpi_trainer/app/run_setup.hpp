@@ -31,6 +31,9 @@ struct RunSetup {
   JobIdentity job;  // what checkpoints record and a resume checks
 };
 
+// The cores this process may run on (its CPU affinity), at least 1.
+int usable_cores();
+
 // Validates the recipe flags and loads the data. Throws UsageError / DataError.
 RunSetup prepare_run(const TrainConfig& cfg);
 

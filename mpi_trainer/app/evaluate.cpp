@@ -1,0 +1,122 @@
+#include "app/evaluate.hpp"
+
+#include <filesystem>
+#include <iomanip>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "app/checkpointing.hpp"
+#include "app/device.hpp"
+#include "app/run_setup.hpp"
+#include "ckpt/checkpoint.hpp"
+#include "core/error.hpp"
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "nn/resnet.hpp"
+
+namespace mt {
+
+namespace {
+
+ckpt::Loaded load_checkpoint(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw CheckpointError(path + ": not found");
+  if (!std::filesystem::is_directory(path)) return ckpt::Loaded{ckpt::read(path), path};
+  std::vector<std::string> skipped;
+  auto found = ckpt::load_latest_valid(path, {}, &skipped);
+  if (!found) throw CheckpointError(path + ": no valid checkpoint in this directory");
+  return std::move(*found);
+}
+
+std::optional<std::string> attribute(const ckpt::Checkpoint& c, const char* key) {
+  const auto it = c.strings.find(key);
+  if (it == c.strings.end() || it->second.empty()) return std::nullopt;
+  return it->second;
+}
+
+// The input as the checkpoint's model was trained on it; a checkpoint from before the input was
+// recorded: the trainer's default for the model, statistics from this data's training split.
+LoaderOptions input_of(const ckpt::Checkpoint& c, const ModelSpec& spec, const DataSplit& data, bool* recorded) {
+  LoaderOptions lo;
+  lo.shuffle = false;
+  lo.augment = false;
+  const auto kind = attribute(c, "input_normalization");
+  *recorded = kind.has_value();
+  if (!kind) {
+    lo.normalization =
+        spec.kind == BlockKind::kPreActivation ? Normalization::kPerImage : Normalization::kChannelStats;
+    lo.stats = compute_channel_stats(data.train);
+    return lo;
+  }
+  if (*kind == "channel-stats") {
+    lo.normalization = Normalization::kChannelStats;
+    try {
+      const auto mean = nlohmann::json::parse(attribute(c, "input_mean").value_or("")).get<std::vector<float>>();
+      const auto sd = nlohmann::json::parse(attribute(c, "input_std").value_or("")).get<std::vector<float>>();
+      if (mean.size() != 3 || sd.size() != 3) throw std::runtime_error("not 3 values each");
+      for (int k = 0; k < 3; ++k) {
+        lo.stats.mean[static_cast<std::size_t>(k)] = mean[static_cast<std::size_t>(k)];
+        lo.stats.std[static_cast<std::size_t>(k)] = sd[static_cast<std::size_t>(k)];
+      }
+    } catch (const std::exception& e) {
+      throw CheckpointError("checkpoint attributes input_mean / input_std are not 3 numbers each: " +
+                            std::string(e.what()));
+    }
+  } else if (*kind == "per-image") {
+    lo.normalization = Normalization::kPerImage;
+  } else if (*kind == "none") {
+    lo.normalization = Normalization::kNone;
+  } else {
+    throw CheckpointError("checkpoint attribute input_normalization '" + *kind + "' is not one this version knows");
+  }
+  return lo;
+}
+
+}  // namespace
+
+int evaluate_checkpoint(const EvalConfig& cfg, std::ostream& out) {
+  const ckpt::Loaded loaded = load_checkpoint(cfg.ckpt);
+  const ckpt::Checkpoint& c = loaded.checkpoint;
+  const Model model(parse_model(c.model));
+  FlatTensors params(model.params()), momentum(model.params()), stats(model.stats());
+  restore_checkpoint(c, model, params, momentum, stats);
+  const std::string dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;
+  const DataSplit data = load_dataset(dir);
+  bool recorded = false;
+  LoaderOptions lo = input_of(c, model.spec(), data, &recorded);
+  lo.batch_size = cfg.batch_size;
+  const ResolvedDevice device = resolve_device(cfg.device);
+  auto backend = make_backend(device, cfg.threads > 0 ? cfg.threads : usable_cores());
+  Network net(model, *backend, cfg.batch_size);
+  const EvalResult r = evaluate_test_set(net, data.test, lo, params, stats);
+  const auto trained_on = attribute(c, "data");
+  const std::string identity = dataset_identity(data);
+  if (cfg.json) {
+    out << nlohmann::ordered_json{{"checkpoint", loaded.file.string()},
+                                  {"model", c.model},
+                                  {"global_step", c.global_step},
+                                  {"data", dir},
+                                  {"data_identity", identity},
+                                  {"trained_on_this_data", trained_on ? nlohmann::ordered_json(*trained_on == identity)
+                                                                      : nlohmann::ordered_json()},
+                                  {"normalization", normalization_name(lo.normalization)},
+                                  {"normalization_from_checkpoint", recorded},
+                                  {"test_images", data.test.count},
+                                  {"test_accuracy", r.accuracy},
+                                  {"test_loss", r.loss},
+                                  {"device", device.name}}
+               .dump()
+        << '\n';
+  } else {
+    out << loaded.file.string() << " (" << c.model << ", global step " << c.global_step << "): test accuracy "
+        << std::fixed << std::setprecision(2) << 100.0 * r.accuracy << "%, loss " << std::setprecision(4) << r.loss
+        << " on " << data.test.count << " " << data.format << " test images (" << dir << ")";
+    if (trained_on && *trained_on != identity) out << "; not the data it was trained on";
+    if (!recorded) out << "; normalization not recorded in the checkpoint: the model's default, from this data";
+    out << '\n';
+  }
+  return kExitOk;
+}
+
+}  // namespace mt
