@@ -285,6 +285,15 @@ void CheckpointTally::summarize(const TrainConfig& cfg, std::ostream& log) const
       << " in " << cfg.ckpt_dir << "; exit " << kExitCheckpoint << '\n' << std::flush;
 }
 
+ckpt::Loaded load_named_checkpoint(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw CheckpointError(path + ": not found");
+  if (!std::filesystem::is_directory(path)) return ckpt::Loaded{ckpt::read(path), path};
+  std::vector<std::string> skipped;
+  auto found = ckpt::load_latest_valid(path, {}, &skipped);
+  if (!found) throw CheckpointError(path + ": no valid checkpoint in this directory");
+  return std::move(*found);
+}
+
 void check_checkpoint_dir(const TrainConfig& cfg) {
   if (cfg.ckpt_dir.empty()) return;
   if (const std::string why = probe_writable_directory(cfg.ckpt_dir); !why.empty())

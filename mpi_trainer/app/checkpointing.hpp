@@ -74,6 +74,10 @@ std::vector<LoaderCursor> start_cursors(const TrainProgress& p, int workers);
 std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
                                                    MetricsWriter& metrics, std::ostream& log);
 
+// A checkpoint named on the command line: a file (read and verified), or a directory (its newest
+// valid checkpoint). Throws CheckpointError ("not found", damaged, none valid).
+ckpt::Loaded load_named_checkpoint(const std::string& path);
+
 // --ckpt-dir must take durable files before any work is done (a read-only or full mount would
 // otherwise be found at the first checkpoint, after training). Throws DataError (exit 3).
 void check_checkpoint_dir(const TrainConfig& cfg);

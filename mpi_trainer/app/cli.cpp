@@ -11,6 +11,7 @@
 
 #include "app/config.hpp"
 #include "app/evaluate.hpp"
+#include "app/export.hpp"
 #include "app/ps_report.hpp"
 #include "app/train.hpp"
 #include "app/train_dist.hpp"
@@ -323,14 +324,6 @@ int verify_checkpoints(const std::string& path, std::ostream& out) {
   return all_ok ? kExitOk : kExitCheckpoint;
 }
 
-ckpt::Checkpoint load_for_inspect(const std::string& path) {
-  if (!std::filesystem::is_directory(path)) return ckpt::read(path);
-  std::vector<std::string> skipped;
-  auto found = ckpt::load_latest_valid(path, {}, &skipped);
-  if (!found) throw CheckpointError(path + ": no valid checkpoint in this directory");
-  return std::move(found->checkpoint);
-}
-
 // This process's rank as the MPI launcher announced it, before MPI starts (-1: not launched by one).
 int launcher_rank() {
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
@@ -426,6 +419,17 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->check(CLI::Range(1, 65536));
   eval_cmd->add_flag("--json", eval_cfg.json, "One JSON object instead of a line");
 
+  ExportConfig export_cfg;
+  auto* export_cmd = app.add_subcommand(
+      "export", "Write a checkpoint's model for PyTorch: safetensors with the state_dict of the module in "
+                "ckpt/pytorch_model.py (BN running statistics included; normalization and labels in its metadata)");
+  export_cmd->add_option("--ckpt", export_cfg.ckpt, "Checkpoint file, or a directory (its newest valid checkpoint)")
+      ->required();
+  export_cmd->add_option("--format", export_cfg.format, "Export format")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"safetensors"}));
+  export_cmd->add_option("out", export_cfg.out, "The file to write")->required();
+
   auto* ckpt_cmd = app.add_subcommand("ckpt", "Check or describe checkpoints");
   ckpt_cmd->require_subcommand(1);
   std::string ckpt_path;
@@ -504,12 +508,14 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       for (const auto& e : model.stats().entries()) bn_stats += e.size;
       out << "bn_running_stats: " << bn_stats << '\n';
       out << "parameters: " << model.param_count() << '\n';
+    } else if (*export_cmd) {
+      return export_checkpoint(export_cfg, out);
     } else if (*eval_cmd) {
       return evaluate_checkpoint(eval_cfg, out);
     } else if (*verify_cmd) {
       return verify_checkpoints(ckpt_path, out);
     } else if (*inspect_cmd) {
-      out << ckpt::describe(load_for_inspect(ckpt_path));
+      out << ckpt::describe(load_named_checkpoint(ckpt_path).checkpoint);
     } else if (*gen_cmd) {
       write_synthetic_cifar10(gen_dir, gen_train, gen_test, gen_seed);
       out << "wrote " << gen_train << " training and " << gen_test << " test images to " << gen_dir << '\n';

@@ -20,15 +20,6 @@ namespace mt {
 
 namespace {
 
-ckpt::Loaded load_checkpoint(const std::string& path) {
-  if (!std::filesystem::exists(path)) throw CheckpointError(path + ": not found");
-  if (!std::filesystem::is_directory(path)) return ckpt::Loaded{ckpt::read(path), path};
-  std::vector<std::string> skipped;
-  auto found = ckpt::load_latest_valid(path, {}, &skipped);
-  if (!found) throw CheckpointError(path + ": no valid checkpoint in this directory");
-  return std::move(*found);
-}
-
 std::optional<std::string> attribute(const ckpt::Checkpoint& c, const char* key) {
   const auto it = c.strings.find(key);
   if (it == c.strings.end() || it->second.empty()) return std::nullopt;
@@ -76,7 +67,7 @@ LoaderOptions input_of(const ckpt::Checkpoint& c, const ModelSpec& spec, const D
 }  // namespace
 
 int evaluate_checkpoint(const EvalConfig& cfg, std::ostream& out) {
-  const ckpt::Loaded loaded = load_checkpoint(cfg.ckpt);
+  const ckpt::Loaded loaded = load_named_checkpoint(cfg.ckpt);
   const ckpt::Checkpoint& c = loaded.checkpoint;
   const Model model(parse_model(c.model));
   FlatTensors params(model.params()), momentum(model.params()), stats(model.stats());
