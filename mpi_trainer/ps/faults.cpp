@@ -291,14 +291,18 @@ void FaultPlan::at_time(int rank) {
 
 std::function<void(std::int64_t)> FaultPlan::checkpoint_write_hook() const {
   std::int64_t target = -1;
+  int signo = SIGKILL;
   for (const auto& e : entries)
-    if (e.ckpt_write > 0) target = e.ckpt_write;
+    if (e.ckpt_write > 0) {
+      target = e.ckpt_write;
+      signo = e.signal;  // SIGKILL: a torn write; SIGTERM/SIGUSR1: a notice in the middle of one
+    }
   if (target < 0) return {};
   auto writes = std::make_shared<std::atomic<std::int64_t>>(0);
-  return [target, writes](std::int64_t global_step) {
+  return [target, signo, writes](std::int64_t global_step) {
     const std::int64_t n = ++*writes;
     if (n == target)
-      fire(0, SIGKILL,
+      fire(0, signo,
            "--revoke in the middle of writing checkpoint " + std::to_string(n) + " (global step " +
                std::to_string(global_step) + ")");
   };

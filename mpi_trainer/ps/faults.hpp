@@ -77,7 +77,7 @@ struct FaultPlan {
   void at_step(int rank, std::int64_t step);
   // Entries due by now (run time), and the model's lifetime.
   void at_time(int rank);
-  // `rank=0@ckpt=N`: a function for the checkpoint writer to call in the middle of each write,
+  // `rank=0@ckpt=N[:SIG]`: a function for the checkpoint writer to call in the middle of each write,
   // which kills this process in the Nth; empty when no entry asks.
   std::function<void(std::int64_t global_step)> checkpoint_write_hook() const;
 };
