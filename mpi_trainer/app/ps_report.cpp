@@ -328,13 +328,15 @@ void PsReport::write_status(const std::string& state, std::int64_t global_step, 
 // The runtime failed (an error, not a checkpoint write: those end through `finished`): the status
 // says so with the error's code, so that a launcher retries only what a rerun can fix.
 void PsReport::failed(std::int64_t global_step, int exit_code, const std::string& what) {
-  if (writer_) {
-    writer_->flush();
-    report_written();
-  }
+  // The status first: reporting may fail the same way (a full disk under --metrics).
   write_status("failed", global_step, exit_code, 0, what);
-  metrics_.write(nlohmann::ordered_json{
-      {"event", "error"}, {"global_step", global_step}, {"exit_code", exit_code}, {"error", what}});
+  if (writer_) writer_->flush();  // a checkpoint being written is finished, not torn
+  try {
+    if (writer_) report_written();
+    metrics_.write(nlohmann::ordered_json{
+        {"event", "error"}, {"global_step", global_step}, {"exit_code", exit_code}, {"error", what}});
+  } catch (const Error&) {
+  }
 }
 
 std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
