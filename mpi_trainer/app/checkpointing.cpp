@@ -145,6 +145,11 @@ ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
   return c;
 }
 
+std::optional<std::string> recorded(const ckpt::Checkpoint& c, const char* key) {
+  if (const auto it = c.strings.find(key); it != c.strings.end() && !it->second.empty()) return it->second;
+  return std::nullopt;
+}
+
 std::vector<std::string> parse_resume_override(const std::string& text) {
   std::vector<std::string> fields;
   std::stringstream ss(text);
@@ -164,17 +169,13 @@ std::vector<std::string> parse_resume_override(const std::string& text) {
 
 void check_same_job(const ckpt::Checkpoint& c, const std::string& file, const JobIdentity& now,
                     const std::vector<std::string>& overrides, std::ostream& log) {
-  const auto text = [&](const char* key) -> std::optional<std::string> {
-    if (const auto it = c.strings.find(key); it != c.strings.end() && !it->second.empty()) return it->second;
-    return std::nullopt;
-  };
   const auto batch = c.ints.find("batch_size");
   const std::optional<std::string> saved_batch =
       batch == c.ints.end() || batch->second <= 0 ? std::nullopt : std::optional(std::to_string(batch->second));
   const std::vector<std::tuple<const char*, std::optional<std::string>, std::string>> fields = {
-      {"data", text("data"), now.data},
+      {"data", recorded(c, "data"), now.data},
       {"batch_size", saved_batch, std::to_string(now.batch_size)},
-      {"lr_schedule", text("lr_schedule"), now.lr_schedule}};
+      {"lr_schedule", recorded(c, "lr_schedule"), now.lr_schedule}};
   std::vector<std::string> unrecorded;
   for (const auto& [name, saved, here] : fields) {
     if (!saved) {
@@ -303,6 +304,11 @@ void check_checkpoint_dir(const TrainConfig& cfg) {
 std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
                                                    MetricsWriter& metrics, std::ostream& log) {
   namespace fs = std::filesystem;
+  // The checkpoint found is of this job, its data cursors in batches of this run's size.
+  const auto same_job = [&](ckpt::Checkpoint& c, const std::string& file) {
+    check_same_job(c, file, job, parse_resume_override(cfg.resume_override), log);
+    rescale_cursors(c, job.batch_size);
+  };
   const bool have_dir = !cfg.ckpt_dir.empty() && fs::is_directory(cfg.ckpt_dir);
   if (cfg.resume == "never") {
     if (have_dir && !ckpt::list(cfg.ckpt_dir).empty())
@@ -314,8 +320,7 @@ std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const
   if (cfg.resume != "auto") {
     ckpt::Checkpoint c = ckpt::read(cfg.resume);
     check_compatible(c, model);
-    check_same_job(c, cfg.resume, job, parse_resume_override(cfg.resume_override), log);
-    rescale_cursors(c, job.batch_size);
+    same_job(c, cfg.resume);
     return ckpt::Loaded{std::move(c), cfg.resume};
   }
   if (!have_dir) return std::nullopt;
@@ -331,10 +336,7 @@ std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const
     throw CheckpointError(cfg.ckpt_dir + ": none of its " + std::to_string(skipped.size()) +
                           " checkpoints can be resumed (reasons above); use another "
                           "--ckpt-dir, or move them away to start fresh");
-  if (found) {
-    check_same_job(found->checkpoint, found->file.string(), job, parse_resume_override(cfg.resume_override), log);
-    rescale_cursors(found->checkpoint, job.batch_size);
-  }
+  if (found) same_job(found->checkpoint, found->file.string());
   return found;
 }
 

@@ -35,6 +35,9 @@ struct JobIdentity {
   std::vector<std::string> labels;
 };
 
+// A string attribute of `c`, or nothing when it is missing or empty (written by an older version).
+std::optional<std::string> recorded(const ckpt::Checkpoint& c, const char* key);
+
 // The fields a resume may be told to accept when they differ (--resume-override).
 inline constexpr const char* kOverridableFields[] = {"data", "batch_size", "lr_schedule"};
 // Parses "data,batch_size"; throws UsageError naming the flag and the valid fields.

@@ -324,17 +324,11 @@ int verify_checkpoints(const std::string& path, std::ostream& out) {
   return all_ok ? kExitOk : kExitCheckpoint;
 }
 
-// This process's rank as the MPI launcher announced it, before MPI starts (-1: not launched by one).
-int launcher_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
-    if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
-  return -1;
-}
-
 // A command line that does not parse, under a launcher: the status file (found in the arguments
 // as the restart loop finds it) says so, when there is one.
 void write_usage_error_status(int argc, char** argv, const std::string& what) {
   TrainConfig c;
+  c.train_steps = 0;  // not known: the command line did not parse
   const auto value = [&](int i, const std::string& flag, std::string& into) {
     const std::string a = argv[i];
     if (a == flag && i + 1 < argc) into = argv[i + 1];
@@ -348,13 +342,7 @@ void write_usage_error_status(int argc, char** argv, const std::string& what) {
     if (const char* v = std::getenv("MT_CKPT_DIR")) c.ckpt_dir = v;
   if (c.status_file.empty())
     if (const char* v = std::getenv("MT_STATUS_FILE")) c.status_file = v;
-  try {
-    write_run_status(run_status_path(c), nlohmann::ordered_json{{"state", "failed"},
-                                                                {"exit_code", kExitUsage},
-                                                                {"global_step", nullptr},
-                                                                {"error", what}});
-  } catch (...) {
-  }
+  write_failed_status(c, kExitUsage, what);
 }
 
 }  // namespace

@@ -20,31 +20,24 @@ namespace mt {
 
 namespace {
 
-std::optional<std::string> attribute(const ckpt::Checkpoint& c, const char* key) {
-  const auto it = c.strings.find(key);
-  if (it == c.strings.end() || it->second.empty()) return std::nullopt;
-  return it->second;
-}
-
 // The input as the checkpoint's model was trained on it; a checkpoint from before the input was
 // recorded: the trainer's default for the model, statistics from this data's training split.
-LoaderOptions input_of(const ckpt::Checkpoint& c, const ModelSpec& spec, const DataSplit& data, bool* recorded) {
+LoaderOptions input_of(const ckpt::Checkpoint& c, const ModelSpec& spec, const DataSplit& data, bool* from_checkpoint) {
   LoaderOptions lo;
   lo.shuffle = false;
   lo.augment = false;
-  const auto kind = attribute(c, "input_normalization");
-  *recorded = kind.has_value();
+  const auto kind = recorded(c, "input_normalization");
+  *from_checkpoint = kind.has_value();
   if (!kind) {
-    lo.normalization =
-        spec.kind == BlockKind::kPreActivation ? Normalization::kPerImage : Normalization::kChannelStats;
+    lo.normalization = parse_normalization("default", spec.kind == BlockKind::kPreActivation);
     lo.stats = compute_channel_stats(data.train);
     return lo;
   }
   if (*kind == "channel-stats") {
     lo.normalization = Normalization::kChannelStats;
     try {
-      const auto mean = nlohmann::json::parse(attribute(c, "input_mean").value_or("")).get<std::vector<float>>();
-      const auto sd = nlohmann::json::parse(attribute(c, "input_std").value_or("")).get<std::vector<float>>();
+      const auto mean = nlohmann::json::parse(recorded(c, "input_mean").value_or("")).get<std::vector<float>>();
+      const auto sd = nlohmann::json::parse(recorded(c, "input_std").value_or("")).get<std::vector<float>>();
       if (mean.size() != 3 || sd.size() != 3) throw std::runtime_error("not 3 values each");
       for (int k = 0; k < 3; ++k) {
         lo.stats.mean[static_cast<std::size_t>(k)] = mean[static_cast<std::size_t>(k)];
@@ -74,14 +67,14 @@ int evaluate_checkpoint(const EvalConfig& cfg, std::ostream& out) {
   restore_checkpoint(c, model, params, momentum, stats);
   const std::string dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;
   const DataSplit data = load_dataset(dir);
-  bool recorded = false;
-  LoaderOptions lo = input_of(c, model.spec(), data, &recorded);
+  bool from_checkpoint = false;
+  LoaderOptions lo = input_of(c, model.spec(), data, &from_checkpoint);
   lo.batch_size = cfg.batch_size;
   const ResolvedDevice device = resolve_device(cfg.device);
   auto backend = make_backend(device, cfg.threads > 0 ? cfg.threads : usable_cores());
   Network net(model, *backend, cfg.batch_size);
   const EvalResult r = evaluate_test_set(net, data.test, lo, params, stats);
-  const auto trained_on = attribute(c, "data");
+  const auto trained_on = recorded(c, "data");
   const std::string identity = dataset_identity(data);
   if (cfg.json) {
     out << nlohmann::ordered_json{{"checkpoint", loaded.file.string()},
@@ -92,7 +85,7 @@ int evaluate_checkpoint(const EvalConfig& cfg, std::ostream& out) {
                                   {"trained_on_this_data", trained_on ? nlohmann::ordered_json(*trained_on == identity)
                                                                       : nlohmann::ordered_json()},
                                   {"normalization", normalization_name(lo.normalization)},
-                                  {"normalization_from_checkpoint", recorded},
+                                  {"normalization_from_checkpoint", from_checkpoint},
                                   {"test_images", data.test.count},
                                   {"test_accuracy", r.accuracy},
                                   {"test_loss", r.loss},
@@ -104,7 +97,7 @@ int evaluate_checkpoint(const EvalConfig& cfg, std::ostream& out) {
         << std::fixed << std::setprecision(2) << 100.0 * r.accuracy << "%, loss " << std::setprecision(4) << r.loss
         << " on " << data.test.count << " " << data.format << " test images (" << dir << ")";
     if (trained_on && *trained_on != identity) out << "; not the data it was trained on";
-    if (!recorded) out << "; normalization not recorded in the checkpoint: the model's default, from this data";
+    if (!from_checkpoint) out << "; normalization not recorded in the checkpoint: the model's default, from this data";
     out << '\n';
   }
   return kExitOk;

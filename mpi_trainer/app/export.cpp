@@ -99,7 +99,7 @@ int export_checkpoint(const ExportConfig& cfg, std::ostream& log) {
                                           {"source", loaded.file.string()},
                                           {"module", "ckpt/pytorch_model.py: ResNet(\"" + c.model + "\")"}};
   for (const char* key : {"input_normalization", "input_mean", "input_std", "label_names", "data"})
-    if (const auto it = c.strings.find(key); it != c.strings.end() && !it->second.empty()) meta[key] = it->second;
+    if (const auto value = recorded(c, key)) meta[key] = *value;
   write_file_atomically(cfg.out, safetensors(tensors, meta));
   log << "wrote " << cfg.out << ": " << tensors.size() << " tensors of " << c.model << " at global step "
       << c.global_step << " (safetensors; PyTorch: ckpt/pytorch_model.py)\n";

@@ -310,6 +310,19 @@ void write_run_status(const std::string& path, nlohmann::ordered_json fields) {
   write_file_atomically(path, fields.dump() + '\n');
 }
 
+void write_failed_status(const TrainConfig& cfg, int exit_code, const std::string& what) {
+  try {
+    write_run_status(run_status_path(cfg), nlohmann::ordered_json{{"state", "failed"},
+                                                                  {"exit_code", exit_code},
+                                                                  {"global_step", nullptr},
+                                                                  {"train_steps", cfg.train_steps > 0
+                                                                                      ? nlohmann::ordered_json(cfg.train_steps)
+                                                                                      : nlohmann::ordered_json()},
+                                                                  {"error", what}});
+  } catch (...) {
+  }
+}
+
 void PsReport::write_status(const std::string& state, std::int64_t global_step, int exit_code, int revocations,
                             const std::string& error) {
   if (!lead()) return;

@@ -27,6 +27,10 @@ std::string run_status_path(const TrainConfig& cfg);
 // Writes `fields` (state, exit_code, ...) plus pid, host and unix_time, replacing the file
 // atomically; nothing for an empty path.
 void write_run_status(const std::string& path, nlohmann::ordered_json fields);
+// The status `failed` of a run that ended before training (a bad command line, a rank not
+// ready): launchers do not retry 2, 3 or 4. Best effort: the error may be that the directory
+// cannot take a file. train_steps 0: not known (written as null).
+void write_failed_status(const TrainConfig& cfg, int exit_code, const std::string& what);
 
 class PsReport final : public PsEvents, public SnapshotSink {
  public:

@@ -31,6 +31,10 @@ struct RunSetup {
   JobIdentity job;  // what checkpoints record and a resume checks
 };
 
+// --normalize: channel | per-image | none | default (per-image for the T2T models, channel
+// statistics for the others). Throws UsageError.
+Normalization parse_normalization(const std::string& value, bool t2t);
+
 // The cores this process may run on (its CPU affinity), at least 1.
 int usable_cores();
 

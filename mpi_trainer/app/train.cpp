@@ -46,6 +46,9 @@ bool on_off(const std::string& flag, const std::string& value, bool dflt) {
   throw UsageError(flag + " must be on, off or default, not '" + value + "'");
 }
 
+
+}  // namespace
+
 Normalization parse_normalization(const std::string& value, bool t2t) {
   if (value == "default") return t2t ? Normalization::kPerImage : Normalization::kChannelStats;
   if (value == "channel") return Normalization::kChannelStats;
@@ -53,8 +56,6 @@ Normalization parse_normalization(const std::string& value, bool t2t) {
   if (value == "none") return Normalization::kNone;
   throw UsageError("--normalize must be channel, per-image, none or default, not '" + value + "'");
 }
-
-}  // namespace
 
 // The whole test set through the training network in inference mode; a short last batch is
 // padded (BN uses running statistics, so rows do not interact) and its padding ignored.

@@ -144,8 +144,8 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
 }
 
 TrainResult ps_role(const TrainConfig& cfg, const RunSetup& setup, const Model& model, PsReport& report, int rank,
-                    int size, FaultPlan plan) {
-  const PsOptions opts = ps_options(cfg, setup, worker_types(cfg, setup.prices, size - cfg.num_ps));
+                    std::vector<std::string> types, FaultPlan plan) {
+  const PsOptions opts = ps_options(cfg, setup, std::move(types));
   // The optimizer update on host buffers: one thread is plenty.
   auto update = make_host_backend(setup.device, 1);
   if (rank == 0)
@@ -165,17 +165,12 @@ TrainResult ps_role(const TrainConfig& cfg, const RunSetup& setup, const Model& 
   return res;
 }
 
-// The status file of a job that did not start (launchers do not retry 2, 3 or 4). Best effort:
-// the error may be that the directory cannot take a file.
-void write_failed_start(const TrainConfig& cfg, int exit_code, const std::string& what) {
-  try {
-    write_run_status(run_status_path(cfg), nlohmann::ordered_json{{"state", "failed"},
-                                                                  {"exit_code", exit_code},
-                                                                  {"global_step", nullptr},
-                                                                  {"train_steps", cfg.train_steps},
-                                                                  {"error", what}});
-  } catch (...) {
-  }
+// An MPI rank's signals (docs/fault-model.md, "Signals"): SIGTERM/SIGUSR1 notices, SIGINT once,
+// and the SIGCONT with which mpirun starts ending the job.
+void install_rank_signal_handlers() {
+  install_notice_handlers();
+  install_interrupt_handler();
+  install_job_end_handler();
 }
 
 // Whether every rank is ready to train (`mine`: this rank's error, exit code 0 when none); the
@@ -207,7 +202,7 @@ int agree_on_start(const TrainConfig& cfg, MpiSession& mpi, const ErrorReport& m
              "; its message is above)";
       log << "mpi_trainer: " << what << '\n' << std::flush;
     }
-    write_failed_start(cfg, job, what);
+    write_failed_status(cfg, job, what);
   }
   return job;
 }
@@ -265,14 +260,13 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   std::optional<RunSetup> setup;
   std::optional<Model> model;
   std::optional<PsReport> report;
+  std::vector<std::string> types;
   std::exception_ptr error;
   try {
     plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, mpi.rank(), mpi.size());
-    install_notice_handlers();
-    install_interrupt_handler();
-    install_job_end_handler();
+    install_rank_signal_handlers();
     setup.emplace(prepare_run(c));
-    const auto types = worker_types(c, setup->prices, mpi.size() - c.num_ps);
+    types = worker_types(c, setup->prices, mpi.size() - c.num_ps);
     if (mpi.rank() == 0) check_checkpoint_dir(c);  // shard 0 writes the checkpoints
     if (mpi.rank() < c.num_ps) {
       model.emplace(setup->spec);
@@ -288,7 +282,7 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
     return r;
   }
   precise_naps(log);
-  if (mpi.rank() < c.num_ps) return ps_role(c, *setup, *model, *report, mpi.rank(), mpi.size(), std::move(*plan));
+  if (mpi.rank() < c.num_ps) return ps_role(c, *setup, *model, *report, mpi.rank(), std::move(types), std::move(*plan));
   return worker_role(c, *setup, MPI_COMM_WORLD, mpi.rank(), std::move(*plan));
 }
 
@@ -301,9 +295,7 @@ int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize
   // A lifetime of its own, if a model is given (drawn with its pid: joiners differ).
   const int self = c.num_ps + static_cast<int>(getpid() % 1000000);
   FaultPlan plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, self, self + 1);
-  install_notice_handlers();
-  install_interrupt_handler();
-  install_job_end_handler();
+  install_rank_signal_handlers();
   const RunSetup setup = prepare_run(c);
   precise_naps(log);
   const MPI_Comm ps = connect_to_parameter_server(file);

@@ -195,9 +195,9 @@ double sampled_lifetime_seconds(const RevocationModel& model, std::uint64_t seed
 
 namespace {
 
-void catch_notice(int signo, int flags) {
+void catch_signal(int signo, void (*handler)(int), int flags) {
   struct sigaction sa {};
-  sa.sa_handler = on_notice;
+  sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART | flags;
   MT_CHECK_POSIX(sigaction(signo, &sa, nullptr) == 0);
@@ -207,11 +207,11 @@ void catch_notice(int signo, int flags) {
 
 void install_notice_handlers() {
   for (const int s : {SIGTERM, SIGUSR1})
-    catch_notice(s, 0);
+    catch_signal(s, on_notice, 0);
 }
 
 // The first SIGINT is a notice; the handler is then reset, so a second one ends the process.
-void install_interrupt_handler() { catch_notice(SIGINT, SA_RESETHAND); }
+void install_interrupt_handler() { catch_signal(SIGINT, on_notice, SA_RESETHAND); }
 
 void install_job_end_handler() {
   g_tick_ns = steady_ns();
@@ -221,11 +221,7 @@ void install_job_end_handler() {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }).detach();
-  struct sigaction sa {};
-  sa.sa_handler = on_continue;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  MT_CHECK_POSIX(sigaction(SIGCONT, &sa, nullptr) == 0);
+  catch_signal(SIGCONT, on_continue, 0);
 }
 
 int notice_signal() { return g_notice; }

@@ -38,6 +38,12 @@ int launcher_world_size() {
   return 1;
 }
 
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
+  return -1;
+}
+
 MpiSession::MpiSession(int* argc, char*** argv, int thread_level) {
   int provided = 0;
   MT_MPI(MPI_Init_thread(argc, argv, thread_level, &provided));

@@ -15,6 +15,8 @@ void check_mpi(int rc, const char* call, const char* file, int line);
 // Size of the job as the launcher announced it in the environment (1 when not launched by one):
 // mpirun, PMI/PMIx launchers, or srun --mpi=pmix|pmi2 (UsageError for srun tasks with no MPI plugin).
 int launcher_world_size();
+// This process's rank as the launcher announced it, before MPI starts (-1: not launched by one).
+int launcher_rank();
 
 class MpiSession {
  public:

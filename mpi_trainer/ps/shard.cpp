@@ -87,6 +87,12 @@ bool Shard::settle_send(Member& m) {
   return false;
 }
 
+void Shard::stamp_failure(MsgHeader& stop) const {
+  if (failure_code_ == 0) return;
+  stop.end = kFailedEnd;
+  stop.exit_code = failure_code_;
+}
+
 bool Shard::reply(Member& m, MsgKind kind) {
   if (!settle_send(m)) return false;
   MsgHeader& h = m.send.header();
@@ -106,10 +112,7 @@ bool Shard::reply(Member& m, MsgKind kind) {
   } else if (kind == MsgKind::kStop && members_.lost() == 0) {
     h.end = kCleanEnd;
   }
-  if (kind == MsgKind::kStop && failure_code_ != 0) {
-    h.end = kFailedEnd;
-    h.exit_code = failure_code_;
-  }
+  if (kind == MsgKind::kStop) stamp_failure(h);
   isend(m.send, h.payload, m.peer, kTagToWorker, &m.sreq, m.comm);
   m.last_reply = Clock::now();
   m.owes_reply = false;
@@ -325,10 +328,7 @@ void Shard::take_joins() {
       Buffer b(0);
       b.header() = MsgHeader{};
       b.header().kind = MsgKind::kStop;
-      if (failure_code_ != 0) {
-        b.header().end = kFailedEnd;
-        b.header().exit_code = failure_code_;
-      }
+      stamp_failure(b.header());
       MPI_Request req = MPI_REQUEST_NULL;
       isend(b, 0, 0, kTagToWorker, &req, comm);
       MT_MPI(MPI_Request_free(&req));

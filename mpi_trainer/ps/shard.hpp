@@ -42,6 +42,8 @@ class Shard {
   // dropped as lost (its buffers abandoned).
   bool settle_send(Member& m);
   bool reply(Member& m, MsgKind kind);
+  // A stop after this shard failed carries the failure (end = kFailedEnd, the exit code).
+  void stamp_failure(MsgHeader& stop) const;
   void drop(Member& m, bool lost, const std::string& detail, int signo = 0);
   void detect_failures();
   void check_notice();
