@@ -1,84 +1,135 @@
 #!/usr/bin/env bash
-# Chaos: real processes and real signals, nothing mocked (issue 17). Each run is 1 PS + 3 workers
-# (resnet8, generated data, a checkpoint every 20 global steps) under launch/restart_loop.sh,
-# with one fault in its first attempt, at a random moment:
-#   worker-kill  1 or 2 workers SIGKILL themselves at random global steps
-#   ps-kill      the PS SIGKILLs itself at a random global step
-#   ps-kill-mid  the PS is SIGKILLed in the middle of writing a random checkpoint (a torn write)
-#   ps-term-mid  SIGTERM reaches the PS in the middle of writing a random checkpoint
-# After each run: the job finished (restart loop exit 0, summary at the last step), the global step
-# never went back past a checkpoint that was durable when the PS was lost (the next attempt
-# resumed from the newest one), every checkpoint left verifies, no temporary file is left. Work
-# lost per PS kill: the last step the PS reported before the kill minus the step resumed from (at
-# most one interval plus the steps applied while the newest checkpoint was being written, which a
-# kill in the middle of that write loses too).
+# Chaos: real processes, real signals and real storage faults, nothing mocked (issue 17). Each run
+# is 1 PS + 3 workers (resnet8, generated data, 200 global steps, a checkpoint every 20) under
+# launch/restart_loop.sh with one fault, at a random moment:
+#   worker-kill    1 or 2 workers SIGKILL themselves at random global steps
+#   ps-kill        the PS SIGKILLs itself at a random global step
+#   ps-kill-mid    the PS is SIGKILLed in the middle of writing a random checkpoint (a torn write)
+#   ps-term-mid    SIGTERM reaches the PS in the middle of writing a random checkpoint
+#   disk-full      the checkpoint directory (a tmpfs) has room for 1-5 checkpoints: the next writes
+#                  fail (ENOSPC), training goes on, exit 4; space is freed and the job rerun
+#   read-only      the directory is read-only at the start (the restart loop exits 3 before an
+#                  attempt), then turns read-only after a random checkpoint (EROFS: training goes
+#                  on; the trainer ends with 4 and cannot write its status, so the loop exits 3
+#                  before its next attempt); made writable and rerun
+#   fsync-fail     fsync of 1-3 checkpoint files from a random one on fails with EIO (an
+#                  LD_PRELOAD shim, bench/fsync_fault.cpp): training goes on, exit 4; rerun
+#   truncated      the PS is lost at a random step; its newest checkpoint is then truncated,
+#   bit-flipped    or has one bit flipped in a random tensor's data,
+#   wrong-version  or claims another format version; rerun
+# After each run: every exit code is the documented one (the restart loop's: 0 finished; 4 a
+# checkpoint failed; 3 the directory is not writable), the job finished when rerun with
+# --resume auto (summary at the last step), each attempt resumed from the newest checkpoint that
+# verifies (the global step never goes back past one that was durable; a damaged one is skipped
+# and reported), every checkpoint left verifies (but the one damaged on purpose), no temporary
+# file is left. Work lost per PS kill: the last step the PS reported before it was lost minus
+# the step the next attempt resumed from.
 #
-#   bench/chaos.sh [--runs N] [--seed S] [--trainer PATH]
-#   --runs N   runs, the scenarios in turn (default 40: 10 of each); CTest's `chaos` label runs 4
-# Prints one line per run and the figures: runs finished / runs, work lost per PS kill (median,
-# max, in steps and as a fraction of the interval). Exit 0 when every run passed.
+#   bench/chaos.sh [--kill-runs N] [--other-runs M] [--only S1,S2] [--seed S] [--trainer PATH] [--shim PATH]
+#   --kill-runs N   N worker-kill runs and N PS-kill runs (ps-kill-mid and ps-kill in turn); default 20
+#   --other-runs M  M runs of each other scenario; default 3 (CTest's chaos_short: 2 and 1)
+#   --only LIST     only these scenarios (comma-separated)
+#   --shim PATH     the fsync shim (default: bench/libmt_fsync_fault.so beside the trainer's build)
+# disk-full and read-only need to mount a tmpfs (root); fsync-fail needs the shim. Where they
+# cannot run they are reported as skipped, never as passed. Prints one line per run, the
+# counts per scenario and the figures: runs finished / runs, work lost per PS kill (median, max).
+# Exit 0 when every run that ran passed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-runs=40 seed=1 trainer="$here/../build/release/mpi_trainer"
+kill_runs=20 other_runs=3 seed=1 only="" trainer="$here/../build/release/mpi_trainer" shim=""
 while (($#)); do
   case $1 in
-    --runs) runs=${2:?}; shift 2 ;;
+    --kill-runs) kill_runs=${2:?}; shift 2 ;;
+    --other-runs) other_runs=${2:?}; shift 2 ;;
+    --only) only=${2:?}; shift 2 ;;
     --seed) seed=${2:?}; shift 2 ;;
     --trainer) trainer=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --shim) shim=${2:?}; shift 2 ;;
+    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "chaos.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ -x $trainer ]] || { echo "chaos.sh: no mpi_trainer at $trainer (launch/build.sh release)" >&2; exit 2; }
+trainer=$(cd "$(dirname "$trainer")" && pwd)/$(basename "$trainer")
+[[ -n $shim ]] || shim="$(dirname "$trainer")/bench/libmt_fsync_fault.so"
+for n in "$kill_runs" "$other_runs"; do
+  [[ $n =~ ^[0-9]+$ ]] || { echo "chaos.sh: run counts are whole numbers" >&2; exit 2; }
+done
 export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
 [[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 dir=$(mktemp -d)
-trap 'pkill -9 -f "mpi_trainer train .*$dir/" 2>/dev/null || true; rm -rf "$dir"' EXIT
+ck="$dir/ck"
+unmount() { if mountpoint -q "$ck" 2>/dev/null; then umount "$ck" 2>/dev/null || umount -l "$ck" 2>/dev/null || true; fi; }
+trap 'pkill -9 -f "mpi_trainer train .*$dir/" 2>/dev/null || true; [[ -n ${watcher:-} ]] && kill "$watcher" 2>/dev/null; unmount; rm -rf "$dir"' EXIT
 "$trainer" gen-data "$dir/data" --train 2048 --test 128 --seed 3 >/dev/null
 steps=200 interval=20
 RANDOM=$seed
-scenarios=(worker-kill ps-kill ps-kill-mid ps-term-mid)
-passed=0
-: >"$dir/lost.txt"
-for ((r = 1; r <= runs; r++)); do
-  scenario=${scenarios[$(((r - 1) % 4))]}
-  case $scenario in
-    worker-kill)
-      revoke="rank=$((1 + RANDOM % 3))@step=$((10 + RANDOM % 150))"
-      ((RANDOM % 2)) && revoke+=",rank=$((1 + RANDOM % 3))@step=$((10 + RANDOM % 150))" ;;
-    ps-kill) revoke="rank=0@step=$((25 + RANDOM % 150))" ;;
-    ps-kill-mid) revoke="rank=0@ckpt=$((1 + RANDOM % 8))" ;;
-    ps-term-mid) revoke="rank=0@ckpt=$((1 + RANDOM % 8)):TERM" ;;
-  esac
-  rm -rf "$dir/ck" "$dir/m.jsonl"
+
+can_mount=0
+mkdir -p "$ck"
+if mount -t tmpfs -o size=1m tmpfs "$ck" 2>/dev/null; then can_mount=1; umount "$ck"; fi
+
+plan=()
+for ((i = 0; i < kill_runs; i++)); do plan+=(worker-kill); done
+for ((i = 0; i < kill_runs; i++)); do ((i % 2)) && plan+=(ps-kill) || plan+=(ps-kill-mid); done
+for s in ps-term-mid disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
+  for ((i = 0; i < other_runs; i++)); do plan+=("$s"); done
+done
+if [[ -n $only ]]; then
+  kept=()
+  for s in "${plan[@]}"; do [[ ,$only, == *,$s,* ]] && kept+=("$s"); done
+  plan=("${kept[@]}")
+fi
+
+# The job, as launch/mpirun.sh would run it; FIRST_ARGS and FIRST_ENV (mpirun -x ...) apply to the
+# restart loop's first attempt of a phase only.
+write_cmd() {  # write_cmd FIRST_ARGS FIRST_ENV
   cat >"$dir/cmd.sh" <<EOS
 #!/usr/bin/env bash
-extra=()
-[[ \$MT_RESTART_ATTEMPT == 1 ]] && extra=(--revoke "$revoke")
-exec mpirun --enable-recovery -np 4 --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT \\
+extra=() env=()
+if [[ \$MT_RESTART_ATTEMPT == 1 ]]; then extra=($1); env=($2); fi
+exec mpirun --enable-recovery -np 4 --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "\${env[@]}" \\
   "$trainer" train --model resnet8 --batch-size 32 --lr-schedule constant --lr 0.05 --train-steps $steps \\
-  --ckpt-every-steps $interval --log-every-steps 1 --failure-timeout 1 --data "$dir/data" --ckpt-dir "$dir/ck" \\
-  --metrics "$dir/m.jsonl" --quiet --seed $r "\${extra[@]}"
+  --ckpt-every-steps $interval --ckpt-keep $keep --log-every-steps 1 --failure-timeout 1 --data "$dir/data" \\
+  --ckpt-dir "$ck" --metrics "$dir/m.jsonl" --quiet --seed $run "\${extra[@]}"
 EOS
   chmod +x "$dir/cmd.sh"
+}
+
+# One phase: the restart loop with ATTEMPTS attempts; rc and the number of attempts it made.
+phase() {  # phase NAME ATTEMPTS
+  echo "--- $1" >>"$dir/loop.txt"
   rc=0
-  t0=$SECONDS
-  timeout 300 "$here/../launch/restart_loop.sh" --attempts 4 --delay 0 --status "$dir/ck/run-status.json" \
-    -- "$dir/cmd.sh" >"$dir/loop.txt" 2>&1 || rc=$?
-  why=""
-  [[ $rc == 0 ]] || why="restart loop exit $rc"
-  if [[ -z $why ]]; then
-    why=$(/usr/bin/python3 - "$dir/m.jsonl" "$steps" "$scenario" "$interval" <<'PY' 2>&1 || true
+  timeout 300 "$here/../launch/restart_loop.sh" --attempts "$2" --delay 0 --status "$ck/run-status.json" \
+    -- "$dir/cmd.sh" >"$dir/phase.txt" 2>&1 || rc=$?
+  cat "$dir/phase.txt" >>"$dir/loop.txt"
+  made=$(grep -c "attempt [0-9]*/" "$dir/phase.txt" || true)
+}
+expect() {  # expect WHAT RC [ATTEMPTS]: sets why on the first mismatch
+  [[ -n $why ]] && return 0
+  if [[ $rc != "$2" ]]; then why="$1: restart loop exit $rc, expected $2"
+  elif [[ -n ${3:-} && $made != "$3" ]]; then why="$1: $made attempt(s), expected $3"
+  fi
+}
+# The newest checkpoint file (by step) in the directory, and whether it verifies.
+newest() { ls "$ck" 2>/dev/null | grep -E '^ckpt-[0-9]+\.h5$' | sort | tail -1; }
+
+# Checks every attempt's resume against what was durable, and the finish; writes work lost per PS
+# loss to m.jsonl.lost. DAMAGED: the step of a checkpoint damaged on purpose (not counted durable,
+# and it must have been skipped).
+analyse() {  # analyse SCENARIO DAMAGED
+  /usr/bin/python3 - "$dir/m.jsonl" "$steps" "$1" "${2:-}" <<'PY' 2>&1 || true
 import json, sys
 events = [json.loads(l) for l in open(sys.argv[1])]
-steps, scenario, interval = int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+steps, scenario, damaged = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+damaged = int(damaged) if damaged else None
 s = events[-1]
 if s["event"] != "summary" or s["global_step"] != steps or s["exit_code"] != 0:
     print(f"did not finish: {s}"); sys.exit()
 # Each later attempt (a "config" event) resumed from a "resume" event just before it, or from 0.
 # The step never goes back past what was durable: a resume starts at or after the newest
-# checkpoint published (a "checkpoint" event) before the PS was lost. Work lost: the last step
-# the PS reported before it was lost minus the step the next attempt resumed from.
+# checkpoint published (a "checkpoint" event) before. Work lost: the last step the PS reported
+# before it was lost minus the step the next attempt resumed from.
 lost, last, durable, resumed, configs = [], 0, 0, None, 0
 for e in events:
     kind, step = e["event"], e.get("global_step")
@@ -95,39 +146,184 @@ for e in events:
         resumed = None
     elif kind in ("progress", "checkpoint") and step is not None:
         last = max(last, step)
-        if kind == "checkpoint":
+        if kind == "checkpoint" and step != damaged:
             durable = max(durable, step)
+if damaged is not None:
+    name = f"ckpt-{damaged:010d}.h5"
+    if not any(e["event"] == "checkpoint_skipped" and name in e["reason"] for e in events):
+        print(f"the damaged {name} was not reported as skipped"); sys.exit()
 if scenario.startswith("ps-kill"):
     if not lost:
         print("the PS kill did not lead to a second attempt"); sys.exit()
     open(sys.argv[1] + ".lost", "w").write(" ".join(map(str, lost)))
 PY
-)
+}
+
+# Damages FILE as SCENARIO says; prints how.
+damage() {  # damage SCENARIO FILE
+  /usr/bin/python3 - "$1" "$2" "$RANDOM" <<'PY'
+import os, random, sys
+import h5py
+scenario, path, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = random.Random(seed)
+if scenario == "truncated":
+    size = os.path.getsize(path)
+    keep = rng.randrange(0, size)
+    os.truncate(path, keep)
+    print(f"truncated to {keep} of {size} bytes")
+elif scenario == "bit-flipped":
+    with h5py.File(path, "r") as f:
+        names = []
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        name = rng.choice(names)
+        ds = f[name]
+        offset = ds.id.get_chunk_info(0).byte_offset if ds.chunks else ds.id.get_offset()
+        size = ds.id.get_storage_size()
+    at = offset + rng.randrange(size)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([b ^ (1 << rng.randrange(8))]))
+    print(f"one bit flipped at byte {at} (in {name})")
+else:
+    with h5py.File(path, "r+") as f:
+        f.attrs["format_version"] = 2
+    print("format_version set to 2")
+PY
+}
+
+passed=0 skipped=0 ran=0 run=0
+: >"$dir/lost.txt"
+declare -A n_pass n_run n_skip
+for scenario in "${plan[@]}"; do
+  run=$((run + 1))
+  why="" note="" keep=3 lost="" damaged=""
+  rm -rf "$dir/m.jsonl" "$dir/loop.txt"
+  unmount
+  rm -rf "$ck"
+  mkdir -p "$ck"
+  if [[ $scenario == disk-full || $scenario == read-only ]] && ((!can_mount)); then
+    echo "run $run $scenario: skipped (cannot mount a tmpfs here: needs root)"
+    skipped=$((skipped + 1)) n_skip[$scenario]=$((${n_skip[$scenario]:-0} + 1))
+    continue
   fi
+  if [[ $scenario == fsync-fail && ! -f $shim ]]; then
+    echo "run $run $scenario: skipped (no fsync shim at $shim)"
+    skipped=$((skipped + 1)) n_skip[$scenario]=$((${n_skip[$scenario]:-0} + 1))
+    continue
+  fi
+  ran=$((ran + 1)) n_run[$scenario]=$((${n_run[$scenario]:-0} + 1))
+  t0=$SECONDS
+  case $scenario in
+    worker-kill|ps-kill|ps-kill-mid|ps-term-mid)
+      case $scenario in
+        worker-kill)
+          revoke="rank=$((1 + RANDOM % 3))@step=$((10 + RANDOM % 150))"
+          ((RANDOM % 2)) && revoke+=",rank=$((1 + RANDOM % 3))@step=$((10 + RANDOM % 150))" ;;
+        ps-kill) revoke="rank=0@step=$((25 + RANDOM % 150))" ;;
+        ps-kill-mid) revoke="rank=0@ckpt=$((1 + RANDOM % 8))" ;;
+        ps-term-mid) revoke="rank=0@ckpt=$((1 + RANDOM % 8)):TERM" ;;
+      esac
+      note=$revoke
+      write_cmd "--revoke $revoke" ""
+      phase "$scenario ($revoke)" 4
+      expect "$scenario" 0 ;;
+    disk-full)
+      # Room for FIT checkpoints (0.64 MB each) beside the small files; keep them all.
+      keep=0 fit=$((1 + RANDOM % 5))
+      note="room for $fit checkpoint(s)"
+      mount -t tmpfs -o size=16m tmpfs "$ck"
+      write_cmd "" ""
+      filler=$((16 * 1024 * 1024 - fit * 660 * 1024 - 64 * 1024))
+      head -c "$filler" /dev/zero >"$ck/filler"
+      phase "disk full" 4
+      expect "disk full" 4 1
+      [[ -n $why ]] || grep -q "No space left on device" "$dir/loop.txt" || why="disk full: no line naming ENOSPC"
+      rm -f "$ck/filler"
+      phase "space freed, rerun" 4
+      expect "rerun after freeing space" 0 1 ;;
+    read-only)
+      after=$((1 + RANDOM % 6))
+      note="read-only at the start, then after checkpoint $after"
+      mount -t tmpfs -o size=16m tmpfs "$ck"
+      mount -o remount,ro "$ck"
+      write_cmd "" ""
+      phase "read-only from the start" 4
+      expect "read-only at the start" 3 0
+      [[ -n $why ]] || grep -q "cannot create a file in $ck" "$dir/loop.txt" || why="read-only at the start: no line naming the directory"
+      mount -o remount,rw "$ck"
+      rm -f "$dir/m.jsonl"
+      # Turns read-only once checkpoint AFTER is published.
+      target=$(printf 'ckpt-%010d.h5' $((after * interval)))
+      # (A remount is refused while a file there is open for writing: tried until it takes.)
+      (while [[ ! -f $ck/$target ]]; do sleep 0.01; done
+       until mount -o remount,ro "$ck" 2>/dev/null; do sleep 0.002; done) &
+      watcher=$!
+      phase "read-only after checkpoint $after" 4
+      kill "$watcher" 2>/dev/null || true
+      wait "$watcher" 2>/dev/null || true
+      watcher=""
+      expect "read-only mid-run" 3 1
+      [[ -n $why ]] || grep -q "Read-only file system" "$dir/loop.txt" || why="read-only mid-run: no line naming EROFS"
+      mount -o remount,rw "$ck"
+      phase "writable again, rerun" 4
+      expect "rerun after making it writable" 0 1 ;;
+    fsync-fail)
+      first=$((1 + RANDOM % 6)) count=$((1 + RANDOM % 3))
+      note="fsync of checkpoint files $first..$((first + count - 1)) fails"
+      write_cmd "" "-x LD_PRELOAD=$shim -x MT_FSYNC_FAULT=$first:$count"
+      phase "fsync fails" 4
+      expect "fsync fails" 4 1
+      [[ -n $why ]] || grep -q "fsync: Input/output error" "$dir/loop.txt" || why="fsync fails: no line naming EIO"
+      write_cmd "" ""
+      phase "rerun" 4
+      expect "rerun" 0 1 ;;
+    truncated|bit-flipped|wrong-version)
+      lose=$((50 + RANDOM % 120))
+      write_cmd "--revoke rank=0@step=$lose" ""
+      phase "PS lost at step $lose" 1
+      expect "PS lost" 75 1
+      file=$(newest)
+      if [[ -z $why && -z $file ]]; then why="no checkpoint before step $lose"; fi
+      if [[ -z $why ]]; then
+        damaged=$((10#$(sed "s/^ckpt-0*\([0-9][0-9]*\)\.h5$/\1/" <<<"$file")))
+        note="PS lost at step $lose; $file $(damage "$scenario" "$ck/$file")"
+        ! "$trainer" ckpt verify "$ck/$file" >/dev/null 2>&1 || why="ckpt verify passes the damaged $file"
+        write_cmd "" ""
+        phase "rerun" 4
+        expect "rerun" 0 1
+      fi ;;
+  esac
+  [[ -n $why ]] || why=$(analyse "$scenario" "$damaged")
+  if [[ -z $why ]] && ls "$ck" | grep -q '\.tmp$'; then why="a temporary file was left: $(ls "$ck" | grep '\.tmp$')"; fi
   if [[ -z $why ]]; then
-    ls "$dir/ck" | grep -q '\.tmp$' && why="a temporary file was left: $(ls "$dir/ck" | grep '\.tmp$')"
+    for f in $(ls "$ck" | grep -E '^ckpt-[0-9]+\.h5$'); do
+      [[ -n $damaged && $f == $(printf 'ckpt-%010d.h5' "$damaged") ]] && continue
+      "$trainer" ckpt verify "$ck/$f" >"$dir/verify.txt" 2>&1 || { why="ckpt verify: $(head -1 "$dir/verify.txt")"; break; }
+    done
   fi
-  if [[ -z $why ]]; then
-    "$trainer" ckpt verify "$dir/ck" >"$dir/verify.txt" 2>&1 || why="ckpt verify: $(grep -v '^ok' "$dir/verify.txt" | head -1)"
-  fi
-  lost=""
   [[ -f $dir/m.jsonl.lost ]] && lost=$(cat "$dir/m.jsonl.lost") && echo "$lost" >>"$dir/lost.txt" && rm -f "$dir/m.jsonl.lost"
   attempts=$(grep -c "attempt [0-9]*/" "$dir/loop.txt" || true)
   if [[ -z $why ]]; then
-    passed=$((passed + 1))
-    echo "run $r $scenario ($revoke): finished in $((SECONDS - t0)) s, $attempts attempt(s)${lost:+, lost $lost step(s)}"
+    passed=$((passed + 1)) n_pass[$scenario]=$((${n_pass[$scenario]:-0} + 1))
+    echo "run $run $scenario ($note): finished in $((SECONDS - t0)) s, $attempts attempt(s)${lost:+, lost $lost step(s)}"
   else
-    echo "run $r $scenario ($revoke): FAILED: $why"
-    tail -20 "$dir/loop.txt"
+    echo "run $run $scenario ($note): FAILED: $why"
+    tail -25 "$dir/loop.txt"
   fi
 done
-/usr/bin/python3 - "$dir/lost.txt" "$interval" "$passed" "$runs" <<'PY'
+for s in worker-kill ps-kill ps-kill-mid ps-term-mid disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
+  [[ -n ${n_run[$s]:-}${n_skip[$s]:-} ]] || continue
+  echo "  $s: ${n_pass[$s]:-0}/${n_run[$s]:-0} finished${n_skip[$s]:+, ${n_skip[$s]} skipped}"
+done
+/usr/bin/python3 - "$dir/lost.txt" "$interval" "$passed" "$ran" "$skipped" <<'PY'
 import statistics, sys
 lost = [int(x) for line in open(sys.argv[1]) for x in line.split()]
-interval, passed, runs = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-print(f"chaos: {passed}/{runs} runs finished")
+interval, passed, ran, skipped = map(int, sys.argv[2:6])
+print(f"chaos: {passed}/{ran} runs finished" + (f" ({skipped} skipped: see above)" if skipped else ""))
 if lost:
     print(f"work lost per PS kill: median {statistics.median(lost):g} steps, max {max(lost)} "
           f"(checkpoint interval {interval}; {len(lost)} kills)")
 PY
-((passed == runs))
+((passed == ran))

@@ -21,6 +21,7 @@
 #   state interrupted     -> exit 130: stopped by a SIGINT (Ctrl-C) after a checkpoint: no rerun
 #   state running/missing -> the parameter server was lost (killed): rerun
 #   exit 2, 3 or 4 from COMMAND with no status (usage, config, checkpoint error) -> no rerun
+#   the status file's directory cannot take a file (read-only) -> exit 3, no (further) attempt
 # Each attempt gets MT_RESTART_ATTEMPT=1,2,... in its environment (counting on across Slurm
 # requeues: SLURM_RESTART_COUNT * N + attempt). Once the status is final and
 # COMMAND still runs after --grace seconds (mpirun can hang when a node's daemon died), COMMAND
@@ -30,11 +31,12 @@
 # checkpoints and stops, and the loop ends with 75 (Slurm --requeue resubmits), or 130 after a
 # SIGINT (a user's Ctrl-C: not restarted). A second SIGINT is passed on as SIGINT.
 # Exit: 0 done; 75 attempts used up after a requeue/loss (rerun later to continue), or stopped
-# on a notice; 130 interrupted; else the failing attempt's code.
+# on a notice; 130 interrupted; 3 the status directory cannot take a file; else the failing
+# attempt's code.
 set -uo pipefail
 
 attempts=3 status="" delay=1 grace=30
-usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --attempts) attempts="${2:?}"; shift 2 ;;
@@ -100,6 +102,15 @@ trap 'forward INT' INT
 
 last_step=""
 for ((attempt = 1; attempt <= attempts; attempt++)); do
+  # The status file's directory (by default the checkpoint directory) must take files: a run that
+  # cannot write there fails (exit 3 before its first step, or checkpoints failing) and cannot even
+  # say so in its status; a rerun cannot help.
+  sdir=$(dirname "$status")
+  if ! { mkdir -p "$sdir" 2>/dev/null && probe=$(mktemp "$sdir/.restart_loop.XXXXXX" 2>/dev/null) && rm -f "$probe"; }; then
+    log "error: cannot create a file in $sdir (read-only, or no permission): the run can write neither its" \
+        "checkpoints nor its status there; not $( ((attempt > 1)) && echo retrying || echo starting) (make it writable, then rerun)"
+    exit 3
+  fi
   [[ -f "$status" ]] && mv -f "$status" "$status.prev"
   log "attempt $attempt/$attempts: $*"
   # The command's stderr passes a filter that drops one line: Open MPI 4.1's mpirun prints
