@@ -52,6 +52,9 @@ std::string file_name(std::int64_t global_step);
 struct PublishStats {
   double write_seconds = 0;    // the HDF5 file built in memory, written and fsync'ed
   double sync_seconds = 0;     // rename, fsync of the directory, LATEST (retention not included)
+  double image_seconds = 0;    // of write_seconds: the HDF5 file built in memory
+  double durable_seconds = 0;  // from the start to durable under its final name (renamed, the
+                               // directory fsync'ed); LATEST comes after
   std::int64_t bytes = 0;
 };
 

@@ -272,7 +272,8 @@ std::vector<ckpt::Written> CheckpointTally::report(std::vector<ckpt::Written> do
     durable_step = w.global_step;
     metrics.write(nlohmann::ordered_json{{"event", "checkpoint"}, {"global_step", w.global_step},
                                          {"file", w.file.string()}, {"write_seconds", w.stats.write_seconds},
-                                         {"sync_seconds", w.stats.sync_seconds}, {"bytes", w.stats.bytes}});
+                                         {"sync_seconds", w.stats.sync_seconds},
+                                         {"durable_seconds", w.stats.durable_seconds}, {"bytes", w.stats.bytes}});
     published.push_back(std::move(w));
   }
   return published;
