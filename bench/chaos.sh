@@ -25,10 +25,11 @@
 # file is left. Work lost per PS kill: the last step the PS reported before it was lost minus
 # the step the next attempt resumed from.
 #
-#   bench/chaos.sh [--kill-runs N] [--other-runs M] [--only S1,S2] [--seed S] [--trainer PATH] [--shim PATH]
+#   bench/chaos.sh [--kill-runs N] [--other-runs M] [--only S1,S2] [--sync] [--seed S] [--trainer PATH] [--shim PATH]
 #   --kill-runs N   N worker-kill runs and N PS-kill runs (ps-kill-mid and ps-kill in turn); default 20
 #   --other-runs M  M runs of each other scenario; default 3 (CTest's chaos_short: 2 and 1)
 #   --only LIST     only these scenarios (comma-separated)
+#   --sync          train with --ckpt-sync (training waits for each checkpoint to be durable)
 #   --shim PATH     the fsync shim (default: bench/libmt_fsync_fault.so beside the trainer's build)
 # disk-full and read-only need to mount a tmpfs (root); fsync-fail needs the shim. Where they
 # cannot run they are reported as skipped, never as passed. Prints one line per run, the
@@ -36,12 +37,13 @@
 # Exit 0 when every run that ran passed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-kill_runs=20 other_runs=3 seed=1 only="" trainer="$here/../build/release/mpi_trainer" shim=""
+kill_runs=20 other_runs=3 seed=1 only="" sync="" trainer="$here/../build/release/mpi_trainer" shim=""
 while (($#)); do
   case $1 in
     --kill-runs) kill_runs=${2:?}; shift 2 ;;
     --other-runs) other_runs=${2:?}; shift 2 ;;
     --only) only=${2:?}; shift 2 ;;
+    --sync) sync=--ckpt-sync; shift ;;
     --seed) seed=${2:?}; shift 2 ;;
     --trainer) trainer=${2:?}; shift 2 ;;
     --shim) shim=${2:?}; shift 2 ;;
@@ -91,7 +93,7 @@ if [[ \$MT_RESTART_ATTEMPT == 1 ]]; then extra=($1); env=($2); fi
 exec mpirun --enable-recovery -np 4 --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "\${env[@]}" \\
   "$trainer" train --model resnet8 --batch-size 32 --lr-schedule constant --lr 0.05 --train-steps $steps \\
   --ckpt-every-steps $interval --ckpt-keep $keep --log-every-steps 1 --failure-timeout 1 --data "$dir/data" \\
-  --ckpt-dir "$ck" --metrics "$dir/m.jsonl" --quiet --seed $run "\${extra[@]}"
+  --ckpt-dir "$ck" --metrics "$dir/m.jsonl" --quiet --seed $run $sync "\${extra[@]}"
 EOS
   chmod +x "$dir/cmd.sh"
 }

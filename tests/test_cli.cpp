@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "ckpt/checkpoint.hpp"
 #include "test_util.hpp"
@@ -176,6 +178,41 @@ TEST_CASE("a diverging single-process run stops with exit 3 before checkpointing
   // 0: only a non-finite loss stops it (the documented rule).
   r = run("train --model resnet8 --batch-size 16 --train-steps 4 --data " + data + " --max-loss 0");
   CHECK(r.code == 0);
+}
+
+TEST_CASE("--ckpt-sync: training waits for each checkpoint to be durable", "[unit][cli][ckpt]") {
+  // Issue 17, work lost per kill: with the write in the background, a kill in the middle of it
+  // also loses the steps trained meanwhile. With --ckpt-sync the pause (stall_seconds of the
+  // snapshot) covers the whole write (durable_seconds); without it, only the copy in memory.
+  mt::test::TempDir dir("cli_ckpt_sync");
+  const auto data = (dir.path() / "data").string();
+  REQUIRE(run("gen-data " + data + " --train 256 --test 64").code == 0);
+  const auto stalls = [&](const std::string& flags, const std::string& name) {
+    const auto metrics = (dir.path() / (name + ".jsonl")).string();
+    const auto r = run("train --model resnet8 --batch-size 16 --train-steps 12 --ckpt-every-steps 3 --data " + data +
+                       " --ckpt-dir " + (dir.path() / name).string() + " --metrics " + metrics + " --quiet " + flags);
+    REQUIRE(r.code == 0);
+    std::map<std::int64_t, double> stall, durable;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      const auto e = nlohmann::json::parse(line);
+      if (e["event"] == "checkpoint_snapshot") stall[e["global_step"].get<std::int64_t>()] = e["stall_seconds"].get<double>();
+      if (e["event"] == "checkpoint") durable[e["global_step"].get<std::int64_t>()] = e["durable_seconds"].get<double>();
+    }
+    std::vector<std::pair<double, double>> out;  // (stall, durable) of the periodic checkpoints
+    for (const auto& [step, d] : durable)
+      if (stall.count(step)) out.emplace_back(stall[step], d);
+    return out;
+  };
+  const auto sync = stalls("--ckpt-sync", "sync");
+  REQUIRE(sync.size() >= 3);
+  for (const auto& [stall, durable] : sync) CHECK(stall >= durable);
+  const auto overlap = stalls("", "overlap");
+  // While a write runs, a newer snapshot replaces one still waiting: fewer checkpoint events.
+  REQUIRE(!overlap.empty());
+  int shorter = 0;
+  for (const auto& [stall, durable] : overlap) shorter += stall < durable;
+  CHECK(shorter >= 1);
 }
 
 TEST_CASE("environment defaults: the command line wins unread, an error names the variable", "[unit][cli]") {

@@ -245,6 +245,8 @@ TrainProgress PsReport::progress_of(const Snapshot& s) const {
 void PsReport::checkpoint(const Snapshot& s) {
   writer_->submit(
       make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, setup_.job, writer_->take_spare()));
+  // --ckpt-sync: shard 0 applies no further push until the checkpoint is durable (or failed).
+  if (cfg_.ckpt_sync) writer_->flush();
 }
 
 void PsReport::evaluate(const Snapshot& s) { eval_->start(s.global_step, s.params, s.bn_stats); }

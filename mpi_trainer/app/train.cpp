@@ -96,7 +96,8 @@ RunSetup prepare_run(const TrainConfig& cfg) {
     for (const auto& [flag, given] : {std::pair<const char*, bool>{"--ckpt-every-steps", cfg.ckpt_every_steps > 0},
                                       {"--ckpt-every-seconds", cfg.ckpt_every_seconds > 0},
                                       {"--ckpt-keep", cfg.ckpt_keep != TrainConfig{}.ckpt_keep},
-                                      {"--ckpt-fail", cfg.ckpt_fail != TrainConfig{}.ckpt_fail}})
+                                      {"--ckpt-fail", cfg.ckpt_fail != TrainConfig{}.ckpt_fail},
+                                      {"--ckpt-sync", cfg.ckpt_sync}})
       if (given)
         throw UsageError(std::string(flag) + " needs --ckpt-dir (the directory the checkpoints go to); without it "
                                              "nothing is saved");
@@ -266,6 +267,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     p.cost_usd = prev.cost_usd + setup.prices.cost_usd(cfg.instance_type, transient, run_seconds);
     p.lr = lr;
     writer->submit(make_checkpoint(model, params, sgd.velocity(), stats, p, config_json, setup.job, writer->take_spare()));
+    if (cfg.ckpt_sync) writer->flush();  // durable (or failed) before the next step
     last_ckpt = Clock::now();
     const double stall = seconds_since(t0);
     metrics.write(nlohmann::ordered_json{{"event", "checkpoint_snapshot"}, {"global_step", step},
