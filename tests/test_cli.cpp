@@ -180,7 +180,7 @@ TEST_CASE("a diverging single-process run stops with exit 3 before checkpointing
   CHECK(r.code == 0);
 }
 
-TEST_CASE("--ckpt-sync: training waits for each checkpoint to be durable", "[unit][cli][ckpt]") {
+TEST_CASE("ckpt-sync: training waits for each checkpoint to be durable", "[unit][cli][ckpt]") {
   // Issue 17, work lost per kill: with the write in the background, a kill in the middle of it
   // also loses the steps trained meanwhile. With --ckpt-sync the pause (stall_seconds of the
   // snapshot) covers the whole write (durable_seconds); without it, only the copy in memory.
