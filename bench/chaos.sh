@@ -85,12 +85,15 @@ fi
 
 # The job, as launch/mpirun.sh would run it; FIRST_ARGS and FIRST_ENV (mpirun -x ...) apply to the
 # restart loop's first attempt of a phase only.
+source "$here/../launch/mpi_lib.sh"
+mt_mpirun_for "$trainer" || exit 1
+mpirun_cmd=$(printf '%q ' "${MT_MPIRUN[@]}")
 write_cmd() {  # write_cmd FIRST_ARGS FIRST_ENV
   cat >"$dir/cmd.sh" <<EOS
 #!/usr/bin/env bash
 extra=() env=()
 if [[ \$MT_RESTART_ATTEMPT == 1 ]]; then extra=($1); env=($2); fi
-exec mpirun --enable-recovery -np 4 --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "\${env[@]}" \\
+exec $mpirun_cmd -np 4 --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "\${env[@]}" \\
   "$trainer" train --model resnet8 --batch-size 32 --lr-schedule constant --lr 0.05 --train-steps $steps \\
   --ckpt-every-steps $interval --ckpt-keep $keep --log-every-steps 1 --failure-timeout 1 --data "$dir/data" \\
   --ckpt-dir "$ck" --metrics "$dir/m.jsonl" --quiet --seed $run $sync "\${extra[@]}"

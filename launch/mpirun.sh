@@ -14,12 +14,17 @@
 #   --oversubscribe   allow more processes than cores (off unless asked)
 #   --allow-root      let mpirun run as root (off unless asked; containers often need it)
 #   --trainer PATH    the mpi_trainer binary, the same path on every host
-#                     (default: build/release/mpi_trainer of this checkout)
+#                     (default: build/release/mpi_trainer of this checkout; build/ulfm/mpi_trainer
+#                     with MT_MPI=ulfm)
+#   --mpirun PATH     the mpirun to start (default: $MPIRUN, else the one the trainer was built
+#                     with, from `mpi_trainer --version`, else mpirun on PATH)
 #   --dry-run         print the command and exit
 #   TRAIN_FLAGS       `mpi_trainer train` flags; --ckpt-dir is required (shared storage on a
 #                     cluster: a restarted parameter server may land on another host)
 #
-# mpirun runs with --enable-recovery (a dead worker does not end the job) and
+# mpirun runs with --enable-recovery (a dead worker does not end the job), with --with-ft ulfm when
+# the trainer is a ULFM build (`mpi_trainer --version`: "failure detection: ULFM ..."; Open MPI 5:
+# a dead process is reported by MPI within milliseconds, docs/fault-model.md), and
 # odls_base_sigkill_timeout 30 (when mpirun itself is signalled, its ranks get SIGCONT at once,
 # which the trainer takes as the notice, SIGTERM 30 s later and SIGKILL 60 s later). SIGTERM or
 # SIGUSR1 to this script or its process group checkpoints and stops with exit 75, SIGINT (Ctrl-C)
@@ -27,8 +32,10 @@
 # Exit: 0 done, 75 stopped (resume by rerunning), 130 interrupted, 2 usage, else the trainer's code.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-hostfile="" np="" attempts=3 iface="" oversub=0 root=0 dry=0 trainer="$here/../build/release/mpi_trainer"
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+hostfile="" np="" attempts=3 iface="" oversub=0 root=0 dry=0 mpirun=${MPIRUN:-}
+trainer="$here/../build/release/mpi_trainer"
+[[ ${MT_MPI:-} == ulfm ]] && trainer="$here/../build/ulfm/mpi_trainer"
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "mpirun.sh: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
@@ -40,6 +47,7 @@ while (($#)); do
     --oversubscribe) oversub=1; shift ;;
     --allow-root) root=1; shift ;;
     --trainer) trainer=${2:?}; shift 2 ;;
+    --mpirun) mpirun=${2:?}; shift 2 ;;
     --dry-run) dry=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
@@ -61,9 +69,20 @@ if ((root == 0 && dry == 0)) && [[ $(id -u) -eq 0 && -z ${OMPI_ALLOW_RUN_AS_ROOT
   die "running as root: Open MPI refuses that unless asked; pass --allow-root"
 fi
 
-cmd=(mpirun --enable-recovery --mca odls_base_sigkill_timeout 30 -np "$np")
+# The mpirun the trainer was built with, and ULFM's run-time switch for a ULFM build.
+source "$here/mpi_lib.sh"
+MPIRUN=$mpirun mt_mpirun_for "$trainer" || die "cannot start the trainer's MPI (pass --mpirun PATH)"
+cmd=("${MT_MPIRUN[@]}")
+# When mpirun itself is signalled, its ranks get SIGTERM after this many seconds (Open MPI 5's
+# runtime, PRRTE, takes it as a prtemca parameter).
+if ((MT_MPI_ULFM)); then cmd+=(--prtemca odls_base_sigkill_timeout 30); else cmd+=(--mca odls_base_sigkill_timeout 30); fi
+cmd+=(-np "$np")
 [[ -n $hostfile ]] && cmd+=(--hostfile "$hostfile")
-[[ -n $iface ]] && cmd+=(--mca oob_tcp_if_include "$iface" --mca btl_tcp_if_include "$iface")
+if [[ -n $iface ]]; then
+  # Open MPI 5's runtime talks through PMIx's channel (ptl), 4.1's through its oob framework.
+  if ((MT_MPI_ULFM)); then cmd+=(--pmixmca ptl_base_if_include "$iface"); else cmd+=(--mca oob_tcp_if_include "$iface"); fi
+  cmd+=(--mca btl_tcp_if_include "$iface")
+fi
 ((oversub)) && cmd+=(--oversubscribe)
 ((root)) && cmd+=(--allow-run-as-root)
 cmd+=(-x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "$trainer" train "$@")

@@ -13,11 +13,19 @@
 # lost parameter server would be restarted from the newest checkpoint.
 # Extra arguments go to `mpi_trainer train`; MT_TRAIN_STEPS and MT_QUICKSTART_NP resize it,
 # MT_QUICKSTART_REVOKE replaces the revocation (empty: none); --lr-schedule / --lr (or MT_LR_SCHEDULE
-# / MT_LR) replace the cosine.
+# / MT_LR) replace the cosine. MT_MPI=ulfm runs it all with the ULFM MPI (Open MPI 5 from the
+# Python package index, launch/setup.sh --mpi ulfm, preset `ulfm`): the revoked worker is then
+# reported by MPI within milliseconds instead of after --failure-timeout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-launch/setup.sh
-launch/build.sh release
+preset=release
+case ${MT_MPI:-debian} in
+  debian) ;;
+  ulfm) preset=ulfm ;;
+  *) echo "quickstart: MT_MPI must be 'debian' or 'ulfm', not '$MT_MPI'" >&2; exit 2 ;;
+esac
+launch/setup.sh --mpi "${MT_MPI:-debian}"
+launch/build.sh "$preset"
 mkdir -p runs
 rm -rf runs/quickstart-ck runs/quickstart.jsonl
 root=()
@@ -30,9 +38,9 @@ for a in "$@"; do
   case $a in --lr | --lr=* | --lr-schedule | --lr-schedule=*) schedule=() ;; esac
 done
 [[ -n ${MT_LR_SCHEDULE-}${MT_LR-} ]] && schedule=()
-launch/mpirun.sh --np "$np" --loopback --oversubscribe "${root[@]}" -- \
+launch/mpirun.sh --trainer "build/$preset/mpi_trainer" --np "$np" --loopback --oversubscribe "${root[@]}" -- \
   --train-steps "$steps" --log-every-steps 25 "${schedule[@]}" \
   --ckpt-dir runs/quickstart-ck --ckpt-every-steps 100 --instance-type k80 --pricing transient \
   --metrics runs/quickstart.jsonl ${revoke:+--revoke "$revoke"} "$@"
 echo "checkpoints:"
-build/release/mpi_trainer ckpt verify runs/quickstart-ck
+"build/$preset/mpi_trainer" ckpt verify runs/quickstart-ck

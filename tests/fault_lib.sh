@@ -4,6 +4,7 @@ mpiexec=$1 trainer=$2
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 restart_loop="$here/../launch/restart_loop.sh"
 dir=$(mktemp -d)
+export MT_RESTART_ATTEMPT=${MT_RESTART_ATTEMPT-}  # passed with mpirun -x (Open MPI 5 warns when unset)
 trap 'rm -rf "$dir"' EXIT
 "$trainer" gen-data "$dir/data" --train 2048 --test 512 --seed 3 >/dev/null
 

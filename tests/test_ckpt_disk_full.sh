@@ -61,7 +61,7 @@ echo "ok: one process, --ckpt-fail stop: exit 4 at the first failure"
 # 3. The parameter server under the ad-hoc launcher: no restart that cannot help.
 umount "$dir/ck"; mount -t tmpfs -o size=1m tmpfs "$dir/ck"
 rc=0
-"$src/launch/mpirun.sh" --np 3 --loopback --oversubscribe $([[ $(id -u) == 0 ]] && echo --allow-root) -- \
+"$src/launch/mpirun.sh" --trainer "$trainer" --np 3 --loopback --oversubscribe $([[ $(id -u) == 0 ]] && echo --allow-root) -- \
   "${common[@]}" --train-steps 100000 --ckpt-fail stop >"$dir/out" 2>&1 || rc=$?
 [[ $rc == 4 ]] || fail "launcher: exit $rc, expected 4"
 grep -q "not retrying" "$dir/out" || fail "launcher: the restart loop did not say it will not retry"

@@ -5,8 +5,6 @@
 # the rate follows the worker count (lr / 3 at the end); with none it stays. Every run finishes.
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
-ompi_server=$(dirname "$mpiexec")/ompi-server
-[[ -x $ompi_server ]] || ompi_server=ompi-server
 steps=240
 
 # A joiner that gets a notice while it waits for a parameter server leaves at once with exit 0
@@ -23,6 +21,15 @@ if [[ $rc -ne 0 ]] || ((SECONDS - t0 > 15)) || ! grep -q "SIGTERM before joining
   echo "FAIL: a joiner given SIGTERM: exit $rc after $((SECONDS - t0)) s"; cat "$dir/join-term.txt"; exit 1
 fi
 echo "ok: a joiner given SIGTERM while waiting left in $((SECONDS - t0)) s with exit 0"
+
+ompi_server=$(dirname "$(sed -n "s/^mpirun: \(\/.*\)/\1/p" <<<"$("$trainer" --version)")")/ompi-server
+[[ -x $ompi_server ]] || ompi_server=$(dirname "$mpiexec")/ompi-server
+if [[ ! -x $ompi_server ]]; then
+  # Open MPI 5 (the ULFM build) has no ompi-server; its persistent DVM (mpirun --dvm) segfaulted
+  # here (docs/fault-model.md, "Heartbeats and ULFM"): joins cannot be tested, reported as skipped.
+  echo "SKIP: no ompi-server beside $mpiexec or the trainer's mpirun: joins across mpirun jobs need Open MPI 4.1's"
+  exit 77
+fi
 
 for scaling in active-workers none; do
   rm -rf "$dir/ck" "$dir/m.jsonl" "$dir/uri"

@@ -26,6 +26,15 @@ expect_usage "empty hostfile" --hostfile "$dir/empty" -- --ckpt-dir "$dir/ck"
 plain=$("$launcher" --dry-run --np 3 --trainer "$trainer" -- --ckpt-dir "$dir/ck")
 [[ $plain != *allow-run-as-root* && $plain != *oversubscribe* && $plain == *--enable-recovery* ]] ||
   fail "dry run without --allow-root/--oversubscribe: $plain"
+# The trainer's own MPI: its mpirun, and --with-ft ulfm exactly when it is a ULFM build.
+version=$("$trainer" --version)
+mp=$(sed -n 's/^mpirun: \(\/.*\)/\1/p' <<<"$version")
+[[ -z $mp || $plain == *" $mp --enable-recovery "* ]] || fail "dry run does not start the trainer's mpirun $mp: $plain"
+if grep -q '^failure detection: ULFM' <<<"$version"; then
+  [[ $plain == *"--with-ft ulfm"* ]] || fail "ULFM build, but no --with-ft ulfm: $plain"
+else
+  [[ $plain != *--with-ft* ]] || fail "not a ULFM build, but --with-ft: $plain"
+fi
 printf 'localhost slots=2\n127.0.0.1 slots=1\n' > "$dir/hosts"
 asked=$("$launcher" --dry-run --hostfile "$dir/hosts" --allow-root --oversubscribe --loopback --trainer "$trainer" -- --ckpt-dir "$dir/ck")
 for want in "--allow-run-as-root" "--oversubscribe" "-np 3" "--hostfile $dir/hosts" "btl_tcp_if_include lo"; do

@@ -21,7 +21,7 @@ dir=$(mktemp -d)
 mnt=""
 trap '[[ -n $mnt ]] && umount "$mnt" 2>/dev/null; rm -rf "$dir"' EXIT
 "$trainer" gen-data "$dir/data" --train 1024 --test 64 --seed 3 >/dev/null
-launch=("$src/launch/mpirun.sh" --np 3 --loopback --oversubscribe)
+launch=("$src/launch/mpirun.sh" --trainer "$trainer" --np 3 --loopback --oversubscribe)
 [[ $(id -u) == 0 ]] && launch+=(--allow-root)
 common=(--model resnet8 --batch-size 8 --lr-schedule constant --lr 0.05 --ckpt-dir "$dir/ck" --ckpt-every-steps 20)
 fail() { echo "FAIL: $*"; cat "$dir/out"; exit 1; }

@@ -18,7 +18,7 @@ trainer=$2 src=$3
 dir=$(mktemp -d)
 trap 'pkill -9 -f "mpi_trainer train .*$dir/ck" 2>/dev/null || true; rm -rf "$dir"' EXIT
 "$trainer" gen-data "$dir/data" --train 2048 --test 64 --seed 3 >/dev/null
-launch=("$src/launch/mpirun.sh" --np 3 --loopback --oversubscribe)
+launch=("$src/launch/mpirun.sh" --trainer "$trainer" --np 3 --loopback --oversubscribe)
 [[ $(id -u) == 0 ]] && launch+=(--allow-root)
 fail() { echo "FAIL: $*"; cat "$dir/out"; exit 1; }
 field() { /usr/bin/python3 -c 'import json,sys
@@ -42,7 +42,7 @@ deliver() {  # deliver WHERE SIGNAL EXPECTED_EXIT (rerun: the loop must start at
     --ckpt-dir "$dir/ck" --ckpt-every-steps 1000000 --log-every-steps 50 >"$dir/out" 2>&1 &
   launcher=$!
   wait_running 1
-  mp=$(pgrep -f "^mpirun .*$dir/ck" | head -1)
+  mp=$(pgrep -f "^[^ ]*(mpirun|prterun) .*$dir/ck" | head -1)  # Open MPI 5's mpirun runs as prterun
   ranks=$(pgrep -f "^/[^ ]*mpi_trainer train .*$dir/ck" | tr '\n' ' ')
   ps0=$(field pid)
   t0=$(date +%s.%N)

@@ -16,6 +16,7 @@
 #include "app/train.hpp"
 #include "app/train_dist.hpp"
 #include "ps/mpi_env.hpp"
+#include "ps/ulfm.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
@@ -26,6 +27,17 @@ namespace mt {
 namespace {
 
 constexpr const char* kVersion = "0.1.0";
+
+// The version, and which MPI and failure detection this build uses (launch/mpirun.sh reads the
+// `failure detection:` and `mpirun:` lines to start this build's mpirun, with --with-ft ulfm for a
+// ULFM build).
+std::string version_text() {
+  const std::string launcher = mpi_launcher_path();
+  return std::string("mpi_trainer ") + kVersion + "\nmpi: " + mpi_library_name() + "\nfailure detection: " +
+         (ulfm_available() ? "ULFM (the MPI library reports failed processes) + heartbeats (--failure-timeout)"
+                           : "heartbeats (--failure-timeout)") +
+         "\nmpirun: " + (launcher.empty() ? "mpirun (from PATH)" : launcher);
+}
 
 // CLI11's PositiveNumber and NonNegativeNumber say "Value 0 not in range 0.000000 to 17976931...";
 // these say what is wrong.
@@ -365,7 +377,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       "with --resume auto, 130 stopped by Ctrl-C (SIGINT) after a checkpoint: rerun the same command\n"
       "(a second Ctrl-C ends it at once). Under mpirun a parameter server that fails stops its workers\n"
       "with its own code; <ckpt-dir>/run-status.json says how the run ended (docs/fault-model.md)."};
-  app.set_version_flag("--version", kVersion);
+  app.set_version_flag("--version", version_text());
   app.require_subcommand(1);
   app.footer("Every train flag also reads an environment default MT_<FLAG>, e.g. MT_TRAIN_STEPS.\n"
              "Run 'mpi_trainer <command> --help' for a command's options.");
@@ -443,7 +455,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e, out, err);
   } catch (const CLI::CallForVersion&) {
-    out << kVersion << '\n';
+    out << version_text() << '\n';
     return 0;
   } catch (const CLI::ParseError& e) {
     // Under an MPI launcher every rank parses the same flags: rank 0 alone says what is wrong,

@@ -11,6 +11,7 @@
 #include "app/device.hpp"
 #include "core/atomic_file.hpp"
 #include "ps/faults.hpp"
+#include "ps/ulfm.hpp"
 
 namespace mt {
 
@@ -64,6 +65,8 @@ void PsReport::started(const Started& e) {
                                       {"data_format", setup_.data.format},
                                       {"train_steps", cfg_.train_steps},
                                       {"batch_size", cfg_.batch_size},
+                                      {"mpi", mpi_library_name()},
+                                      {"failure_detection", failure_detection()},
                                       {"num_ps", e.shards},
                                       {"workers", e.workers},
                                       {"lr_schedule", setup_.schedule.describe()},
@@ -142,6 +145,7 @@ void PsReport::departure(const Departure& e) {
       {"rank", e.rank},
       {"instance_type", e.type},
       {"cause", e.lost ? "lost" : "notice"},
+      {"detected_by", e.detected_by},
       {"detail", e.detail},
       {"signal", e.signo > 0 ? nlohmann::ordered_json(signal_name(e.signo)) : nlohmann::ordered_json()},
       {"silent_seconds", e.silent_seconds},
@@ -156,7 +160,9 @@ void PsReport::departure(const Departure& e) {
   if (!cfg_.quiet)
     log_ << "revocation: worker rank " << e.rank << " (" << e.type << ") " << (e.lost ? "lost" : "left")
          << " at global step " << e.global_step << ": " << e.detail
-         << (e.lost ? " (silent for " + std::to_string(e.silent_seconds).substr(0, 4) + " s)" : std::string()) << "; "
+         << (e.lost && e.detected_by != "mpi" ? " (silent for " + std::to_string(e.silent_seconds).substr(0, 4) + " s)"
+                                              : std::string())
+         << "; "
          << e.active_workers << " worker(s) remain"
          << (cfg_.lr_scaling == "active-workers" && e.active_workers > 0
                  ? ", learning rate / " + std::to_string(e.active_workers)

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "ps/ulfm.hpp"
 
 namespace mt {
 
@@ -18,6 +19,8 @@ void check_mpi(int rc, const char* call, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
   MPI_Error_string(rc, text, &len);
+  if (ulfm_is_proc_failed(rc))
+    throw ProcessFailed("MPI", std::string(text, static_cast<std::size_t>(len)), call, file, line);
   throw LibraryError("MPI", std::string(text, static_cast<std::size_t>(len)), call, file, line);
 }
 

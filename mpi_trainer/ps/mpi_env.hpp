@@ -7,8 +7,19 @@
 
 #include <string>
 
+#include "core/error.hpp"
+
 namespace mt {
 
+// An MPI call failed because a peer process died: the ULFM error classes MPIX_ERR_PROC_FAILED and
+// MPIX_ERR_REVOKED (ps/ulfm.hpp). Never thrown by an MPI without ULFM. Callers that know which peer
+// the call was about drop that peer (a worker) or give up on it (the parameter server).
+class ProcessFailed : public LibraryError {
+ public:
+  using LibraryError::LibraryError;
+};
+
+// Throws ProcessFailed for a peer's failure, LibraryError for any other error code.
 void check_mpi(int rc, const char* call, const char* file, int line);
 #define MT_MPI(call) ::mt::check_mpi((call), #call, __FILE__, __LINE__)
 

@@ -146,6 +146,9 @@ class PsEvents {
     int rank = 0;
     std::string type;
     bool lost = false;  // lost (silent, failed) or left on a notice
+    // How the loss was noticed: "mpi" (the MPI library reported the process failed: ULFM),
+    // "heartbeat" (silent past --failure-timeout), "notice" (it left on a notice).
+    std::string detected_by;
     std::string detail;
     int signo = 0;  // the notice's signal, when it said
     double silent_seconds = 0, elapsed_seconds = 0;

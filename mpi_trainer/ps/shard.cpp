@@ -27,6 +27,8 @@ int world(int (*query)(MPI_Comm, int*)) {
 int mpi_world_rank() { return world(MPI_Comm_rank); }
 int mpi_world_size() { return world(MPI_Comm_size); }
 
+constexpr const char* kUlfmReported = "the MPI library (ULFM) reported the process failed";
+
 }  // namespace
 
 Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedule, Backend& update, FaultPlan plan,
@@ -267,6 +269,7 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
   e.rank = m.rank;
   e.type = m.type;
   e.lost = lost;
+  e.detected_by = !lost ? "notice" : detail == kUlfmReported ? "mpi" : "heartbeat";
   e.detail = detail;
   e.signo = signo;
   e.silent_seconds = seconds_between(m.last_heard.value_or(m.added_at), now);
@@ -480,6 +483,11 @@ PsResult Shard::run() {
         events_.log("mpi_trainer: accepting up to " + std::to_string(opts_.max_workers) +
                     " workers: `mpi_trainer join --port-file " + opts_.port_file +
                     "` (under mpirun --ompi-server, docs/fault-model.md)");
+      if (ulfm_available())
+        events_.log("mpi_trainer: warning: joins from another mpirun need Open MPI 4.1's ompi-server; this ULFM build's "
+                    "Open MPI 5 has none (and its mpirun --dvm crashed when tried), so `mpi_trainer join` cannot "
+                    "reach this job: use the Debian build for elastic joins (docs/fault-model.md, \"Heartbeats and "
+                    "ULFM\")");
     }
     serve();
     settle_members();
@@ -551,6 +559,7 @@ void Shard::end_after_failure(const std::exception_ptr& error) {
 void Shard::serve() {
   std::vector<MPI_Request> rreqs;
   std::vector<int> ready;
+  std::vector<MPI_Status> statuses;
   Backoff backoff(10, 1000);  // the time between messages from any worker
   // Heartbeats, failure detection and timed revocations are checked every 10 ms, not at every
   // message: testing twice the requests per push cost up to a fifth of the PS's throughput with
@@ -574,27 +583,39 @@ void Shard::serve() {
     for (std::size_t i = 0; i < nh; ++i)
       rreqs[nw + nc + i] = ms[i].hbreq;
     int n = 0;
-    if (const int rc =
-            MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), MPI_STATUSES_IGNORE);
-        rc != MPI_SUCCESS) {
-      // With an ULFM MPI (cmake/ULFMProbe.cmake) a dead peer's request fails: the failed workers
-      // are dropped at once instead of after --failure-timeout. Any other error is an error.
-      bool handled = false;
-      for (const int r : ulfm_failed_ranks(MPI_COMM_WORLD))
-        for (auto& m : ms)
-          if (m.rank == r && m.live()) {
-            drop(m, /*lost=*/true, "the MPI library (ULFM) reported the process failed");
-            handled = true;
-          }
-      if (!handled) MT_MPI(rc);
-      n = 0;
+    statuses.resize(rreqs.size());
+    const int rc = MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), statuses.data());
+    if (n == MPI_UNDEFINED) n = 0;
+    // With an ULFM MPI (cmake/ULFMProbe.cmake) a dead peer's request completes with an error
+    // (MPI_ERR_IN_STATUS, the cause in its status): that worker is dropped at once instead of after
+    // --failure-timeout, and the requests that completed normally beside it are handled as usual.
+    std::vector<std::size_t> failed;  // indexes into rreqs
+    if (rc != MPI_SUCCESS) {
+      if (rc != MPI_ERR_IN_STATUS) MT_MPI(rc);
+      int kept = 0;
+      for (int k = 0; k < n; ++k) {
+        const auto i = static_cast<std::size_t>(ready[static_cast<std::size_t>(k)]);
+        const int err = statuses[static_cast<std::size_t>(k)].MPI_ERROR;
+        if (err == MPI_SUCCESS) {
+          ready[static_cast<std::size_t>(kept++)] = static_cast<int>(i);
+        } else if (ulfm_is_proc_failed(err) && (i < nw || i >= nw + nc)) {
+          failed.push_back(i);
+        } else {
+          MT_MPI(err);  // shard 0's control channel failed, or another error: the shard fails
+        }
+      }
+      n = kept;
     }
     for (std::size_t i = 0; i < nw; ++i)
       ms[i].rreq = rreqs[i];
     if (nc) answer_->control_request() = rreqs[nw];
     for (std::size_t i = 0; i < nh; ++i)
       ms[i].hbreq = rreqs[nw + nc + i];
-    if (n == MPI_UNDEFINED) n = 0;
+    for (const std::size_t i : failed) {
+      Member& m = ms[i < nw ? i : i - nw - nc];
+      if (i < nw) m.rreq = MPI_REQUEST_NULL; else m.hbreq = MPI_REQUEST_NULL;  // completed, with the error
+      if (m.live()) drop(m, /*lost=*/true, kUlfmReported);
+    }
     // Taken, to be answered (an error before then answers them with the failure).
     for (int k = 0; k < n; ++k)
       if (const auto i = static_cast<std::size_t>(ready[static_cast<std::size_t>(k)]); i < nw) ms[i].owes_reply = true;
@@ -602,12 +623,21 @@ void Shard::serve() {
     for (int k = 0; k < n; ++k) {
       const auto i = static_cast<std::size_t>(ready[static_cast<std::size_t>(k)]);
       if (i < nw) {
-        handle_worker(ms[i]);
+        try {
+          handle_worker(ms[i]);
+        } catch (const ProcessFailed&) {  // ULFM: its reply or next receive found it dead
+          if (!ms[i].live()) throw;
+          drop(ms[i], /*lost=*/true, kUlfmReported);
+        }
         ++pushes;
       } else if (i >= nw + nc) {
         Member& m = ms[i - nw - nc];
         Membership::heard(m, Clock::now());
-        if (m.live()) irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
+        try {
+          if (m.live()) irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
+        } catch (const ProcessFailed&) {
+          drop(m, /*lost=*/true, kUlfmReported);
+        }
       } else {
         const MsgHeader& c = answer_->control();
         if (c.kind == MsgKind::kDrain) {

@@ -50,7 +50,11 @@ bool wait_for(MPI_Request* req, double seconds) {
   Backoff backoff(5, 1000);
   for (;;) {
     int done = 0;
-    MT_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    try {
+      MT_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    } catch (const ProcessFailed&) {
+      return false;  // ULFM: the peer died; the caller abandons the request as for a silent one
+    }
     if (done) return true;
     if (since(t0) >= seconds) return false;
     backoff.idle();

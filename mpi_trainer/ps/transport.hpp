@@ -50,8 +50,9 @@ class Backoff {
 // naps of the polling loops. Lowers it for this process; a failure is reported on `log` and ignored.
 void precise_naps(std::ostream& log);
 
-// Polls `req` with naps until it completes or `seconds` pass. False: it did not complete; the
-// peer is presumed lost, and the caller abandons the request and its buffer.
+// Polls `req` with naps until it completes or `seconds` pass. False: it did not complete, or (ULFM)
+// the MPI library reported its peer failed; the peer is presumed lost, and the caller abandons the
+// request and its buffer.
 bool wait_for(MPI_Request* req, double seconds);
 
 // The largest of each of `values` over every rank of `comm` (MPI_Iallreduce; at most 8), or

@@ -1,6 +1,7 @@
 #include "ps/ulfm.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include "ps/mpi_env.hpp"
 
@@ -15,7 +16,26 @@
 
 namespace mt {
 
+#ifndef MT_MPIEXEC
+#define MT_MPIEXEC ""
+#endif
+
 bool ulfm_available() { return MT_HAVE_ULFM != 0; }
+
+std::string mpi_library_name() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  // One of the calls allowed before MPI_Init; its text up to the first comma ("Open MPI v4.1.4").
+  if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return "unknown MPI";
+  std::string name(text, static_cast<std::size_t>(std::max(0, len)));
+  name = name.substr(0, name.find_first_of(",\n"));
+  while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.pop_back();
+  return name.empty() ? "unknown MPI" : name;
+}
+
+std::string failure_detection() { return ulfm_available() ? "ulfm+heartbeat" : "heartbeat"; }
+
+std::string mpi_launcher_path() { return MT_MPIEXEC; }
 
 #if MT_HAVE_ULFM
 namespace {

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <string>
 #include <vector>
 
 namespace mt {
@@ -21,5 +22,13 @@ std::vector<int> ulfm_failed_ranks(MPI_Comm comm);
 // Whether an MPI return code means a process failure: its error class is MPIX_ERR_PROC_FAILED or
 // MPIX_ERR_REVOKED. Always false without ULFM, and for MPI_SUCCESS.
 bool ulfm_is_proc_failed(int mpi_error_code);
+
+// What this build uses, for --version and the run's first metrics line (no MPI_Init needed):
+// the MPI library ("Open MPI v5.0.11"), how failures are detected ("ulfm+heartbeat": the library
+// reports failed processes, heartbeats catch hung ones; "heartbeat": --failure-timeout only), and
+// the launcher it was built with (CMake's MPIEXEC_EXECUTABLE; empty when unknown).
+std::string mpi_library_name();
+std::string failure_detection();
+std::string mpi_launcher_path();
 
 }  // namespace mt

@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <iostream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "core/error.hpp"
@@ -13,10 +14,36 @@
 #include "ps/partition.hpp"
 #include "ps/ps.hpp"
 #include "ps/transport.hpp"
+#include "ps/ulfm.hpp"
 
 namespace mt {
 
 namespace {
+
+// A worker whose parameter server stopped answering (or, with ULFM, that the MPI library reported
+// failed: waited < 0) exits 10 at once, without MPI_Finalize (which could wait for the dead) and
+// without MPI_Abort (which would end the whole job, and a live shard may still serve others).
+[[noreturn]] void parameter_server_lost(int rank, int shard, double waited) {
+  unlink_pending_segments();
+  std::cout << std::flush;
+  std::ostringstream line;  // one write: lines of several workers do not interleave
+  line << "mpi_trainer: " << worker_label(rank) << ": parameter-server shard " << shard;
+  if (waited < 0)
+    line << " failed (reported by the MPI library, ULFM)";
+  else
+    line << " did not answer within " << std::setprecision(3) << waited << " s (--failure-timeout)";
+  line << ": the parameter server is lost; exit " << kExitPsLost << '\n';
+  std::cerr << line.str() << std::flush;
+  std::_Exit(kExitPsLost);
+}
+constexpr double kReportedByMpi = -1;  // parameter_server_lost's `waited` for a ULFM report
+
+// The first error in statuses of an MPI_ERR_IN_STATUS answer (MPI_ERR_PENDING: not completed).
+int first_error(const std::vector<MPI_Status>& statuses) {
+  for (const MPI_Status& st : statuses)
+    if (st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING) return st.MPI_ERROR;
+  return MPI_ERR_IN_STATUS;
+}
 
 // A worker's companion thread: tells every shard it is alive every --failure-timeout / 5
 // seconds (the failure detector's heartbeat, also while a long step computes), fires the
@@ -102,10 +129,14 @@ class WorkerAgent {
   void beat() {
     std::lock_guard<std::mutex> lock(mpi_);
     for (std::size_t s = 0; s < hb_.size(); ++s) {
-      int done = 1;
-      if (hbreq_[s] != MPI_REQUEST_NULL) MT_MPI(MPI_Test(&hbreq_[s], &done, MPI_STATUS_IGNORE));
-      if (!done) continue;  // the shard has not taken the last one: do not reuse its buffer
-      isend(hb_[s], 0, static_cast<int>(s), kTagHeartbeat, &hbreq_[s], ps_);
+      try {
+        int done = 1;
+        if (hbreq_[s] != MPI_REQUEST_NULL) MT_MPI(MPI_Test(&hbreq_[s], &done, MPI_STATUS_IGNORE));
+        if (!done) continue;  // the shard has not taken the last one: do not reuse its buffer
+        isend(hb_[s], 0, static_cast<int>(s), kTagHeartbeat, &hbreq_[s], ps_);
+      } catch (const ProcessFailed&) {  // ULFM: this shard died (the main thread may be computing)
+        parameter_server_lost(rank_, static_cast<int>(s), kReportedByMpi);
+      }
     }
   }
 
@@ -124,18 +155,6 @@ class WorkerAgent {
   std::thread thread_;  // last: starts once the members above exist
 };
 
-// A worker whose parameter server stopped answering exits 10 at once, without MPI_Finalize
-// (which could wait for the dead) and without MPI_Abort (which would end the whole job, and a
-// live shard may still serve others).
-[[noreturn]] void parameter_server_lost(int rank, int shard, double waited) {
-  unlink_pending_segments();
-  std::cout << std::flush;
-  std::cerr << "mpi_trainer: " << worker_label(rank) << ": parameter-server shard " << shard
-            << " did not answer within " << std::setprecision(3) << waited
-            << " s (--failure-timeout): the parameter server is lost; exit " << kExitPsLost << '\n'
-            << std::flush;
-  std::_Exit(kExitPsLost);
-}
 
 }  // namespace
 
@@ -159,6 +178,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   bool clean_end = true;  // every stop so far said no rank was lost
   int failed_code = 0;    // a shard said it failed, with this exit code
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(2 * shards), MPI_REQUEST_NULL);
+  std::vector<MPI_Status> statuses(reqs.size());
   std::vector<std::int64_t> version(static_cast<std::size_t>(shards), 0);
   std::int64_t global_step = 0;
 
@@ -172,11 +192,15 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     {
       std::lock_guard<std::mutex> lock(mpi_lock);
       for (int s = 0; s < shards; ++s) {
-        auto& r = recv[static_cast<std::size_t>(s)];
-        irecv(r, s, kTagToWorker, &reqs[static_cast<std::size_t>(2 * s)], ps);
-        auto& b = send[static_cast<std::size_t>(s)];
-        const std::int64_t payload = kind == MsgKind::kPush || kind == MsgKind::kJoin ? b.header().payload : 0;
-        isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)], ps);
+        try {
+          auto& r = recv[static_cast<std::size_t>(s)];
+          irecv(r, s, kTagToWorker, &reqs[static_cast<std::size_t>(2 * s)], ps);
+          auto& b = send[static_cast<std::size_t>(s)];
+          const std::int64_t payload = kind == MsgKind::kPush || kind == MsgKind::kJoin ? b.header().payload : 0;
+          isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)], ps);
+        } catch (const ProcessFailed&) {  // ULFM: the shard is known dead already
+          parameter_server_lost(rank, s, kReportedByMpi);
+        }
       }
     }
     // Poll with naps instead of MPI_Waitall's busy wait: on a shared node the spin would take
@@ -185,9 +209,18 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     const auto t0 = Clock::now();
     for (;;) {
       int done = 0;
+      int rc = MPI_SUCCESS;
       {
         std::lock_guard<std::mutex> lock(mpi_lock);
-        MT_MPI(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+        rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, statuses.data());
+      }
+      if (rc != MPI_SUCCESS) {
+        // ULFM: a request with a dead shard completed with the error (in its status when
+        // MPI_ERR_IN_STATUS): this worker leaves within milliseconds instead of --failure-timeout.
+        for (std::size_t i = 0; i < reqs.size(); ++i)
+          if (ulfm_is_proc_failed(rc == MPI_ERR_IN_STATUS ? statuses[i].MPI_ERROR : rc))
+            parameter_server_lost(rank, static_cast<int>(i / 2), kReportedByMpi);
+        MT_MPI(rc == MPI_ERR_IN_STATUS ? first_error(statuses) : rc);
       }
       if (done) break;
       if (since(t0) > deadline) {

@@ -1,0 +1,26 @@
+# Sourced by launch/mpirun.sh and the bench/ scripts: the mpirun that goes with a trainer build.
+#
+#   mt_mpirun_for TRAINER   sets the array MT_MPIRUN to that build's mpirun with fault tolerance
+#                           on: --enable-recovery (a dead rank does not end the job), plus
+#                           --with-ft ulfm for a ULFM build (Open MPI 5: MPI reports a dead
+#                           process within milliseconds). The build is read from
+#                           `TRAINER --version` ("failure detection: ULFM ...", "mpirun: PATH");
+#                           $MPIRUN, when set, names the mpirun instead. Sets MT_MPI_ULFM to 1 or 0.
+#                           Returns 1 (with a message) when no usable mpirun is found.
+mt_mpirun_for() {
+  local trainer=$1 version mpirun=${MPIRUN:-}
+  version=$("$trainer" --version 2>/dev/null) || { echo "'$trainer --version' failed: not an mpi_trainer build?" >&2; return 1; }
+  if [[ -z $mpirun ]]; then
+    mpirun=$(sed -n 's/^mpirun: \(\/.*\)/\1/p' <<<"$version")
+    [[ -n $mpirun && -x $mpirun ]] || mpirun=mpirun
+  fi
+  command -v "$mpirun" >/dev/null || { echo "no mpirun '$mpirun' (set MPIRUN to its path)" >&2; return 1; }
+  MT_MPIRUN=("$mpirun" --enable-recovery)
+  MT_MPI_ULFM=0
+  if grep -q '^failure detection: ULFM' <<<"$version"; then
+    # Open MPI 5's runtime ends the whole job when one rank exits non-zero, even with recovery on
+    # (a worker's exit 10 killed the other workers before they said why): off, as in Open MPI 4.1.
+    MT_MPIRUN+=(--with-ft ulfm --prtemca state_base_error_non_zero_exit 0)
+    MT_MPI_ULFM=1
+  fi
+}
