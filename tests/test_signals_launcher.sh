@@ -42,7 +42,7 @@ deliver() {  # deliver WHERE SIGNAL EXPECTED_EXIT (rerun: the loop must start at
     --ckpt-dir "$dir/ck" --ckpt-every-steps 1000000 --log-every-steps 50 >"$dir/out" 2>&1 &
   launcher=$!
   wait_running 1
-  mp=$(pgrep -f "^[^ ]*(mpirun|prterun) .*$dir/ck" | head -1)  # Open MPI 5's mpirun runs as prterun
+  mp=$(pgrep -f "^[^ ]*(mpirun|mpiexec|prterun) .*$dir/ck" | head -1)  # Open MPI 5's mpirun runs as prterun
   ranks=$(pgrep -f "^/[^ ]*mpi_trainer train .*$dir/ck" | tr '\n' ' ')
   ps0=$(field pid)
   t0=$(date +%s.%N)

@@ -32,7 +32,8 @@ namespace {
     line << " failed (reported by the MPI library, ULFM)";
   else
     line << " did not answer within " << std::setprecision(3) << waited << " s (--failure-timeout)";
-  line << ": the parameter server is lost; exit " << kExitPsLost << '\n';
+  line << " at unix " << std::fixed << std::setprecision(3) << unix_now() << ": the parameter server is lost; exit "
+       << kExitPsLost << '\n';
   std::cerr << line.str() << std::flush;
   std::_Exit(kExitPsLost);
 }
