@@ -86,7 +86,7 @@ fi
 # The job, as launch/mpirun.sh would run it; FIRST_ARGS and FIRST_ENV (mpirun -x ...) apply to the
 # restart loop's first attempt of a phase only.
 source "$here/../launch/mpi_lib.sh"
-mt_mpirun_for "$trainer" || exit 1
+mt_mpirun_for "$trainer" --loopback || exit 1
 mpirun_cmd=$(printf '%q ' "${MT_MPIRUN[@]}")
 write_cmd() {  # write_cmd FIRST_ARGS FIRST_ENV
   cat >"$dir/cmd.sh" <<EOS

@@ -30,15 +30,13 @@ for b in "${builds[@]}"; do
   [[ -x build/$b/mpi_trainer && -x build/$b/bench/ps_bench ]] ||
     { echo "build first: launch/build.sh $b (no build/$b/mpi_trainer or bench/ps_bench)" >&2; exit 1; }
 done
-export PRTE_MCA_ptl_base_if_include=lo PMIX_MCA_ptl_base_if_include=lo
-[[ $(id -u) -ne 0 ]] || export PRTE_ALLOW_RUN_AS_ROOT=1 PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=1
 "$trainer" gen-data "$dir/data" --train 4096 --test 256 --seed 3 >/dev/null
 out=$dir/rows.jsonl
 common=(--model resnet8 --batch-size 32 --lr-schedule constant --lr 0.05 --augment off --data "$dir/data"
         --failure-timeout 1.5 --log-every-steps 1000 --quiet)
 job() {  # job BUILD NP OUTFILE TRAIN_FLAGS...: one mpirun job of that build, stdout+stderr to OUTFILE
   local b=$1 np=$2 o=$3; shift 3
-  mt_mpirun_for "build/$b/mpi_trainer"
+  mt_mpirun_for "build/$b/mpi_trainer" --loopback
   "${MT_MPIRUN[@]}" -np "$np" --oversubscribe -x OMP_WAIT_POLICY=passive "build/$b/mpi_trainer" train "$@" >"$o" 2>&1
 }
 row() { echo "$1" >>"$out"; }
@@ -87,7 +85,7 @@ done
 echo "== 3. PS updates/s (4 workers, 1 shard) and single-worker step time: $rounds rounds, builds alternated"
 for ((r = 0; r < rounds; r++)); do
   for b in "${builds[@]}"; do
-    mt_mpirun_for "build/$b/mpi_trainer"
+    mt_mpirun_for "build/$b/mpi_trainer" --loopback
     for shm in 1 0; do
       "${MT_MPIRUN[@]}" -np 5 --oversubscribe -x MT_PS_SHM=$shm "build/$b/bench/ps_bench" --model resnet32 --num-ps 1 \
         --steps 2000 | grep '^{' | sed "s/^{/{\"kind\": \"ps_bench\", \"build\": \"$b\", \"shm\": $shm, /" >>"$out"

@@ -7,8 +7,11 @@
 #                           `TRAINER --version` ("failure detection: ULFM ...", "mpirun: PATH");
 #                           $MPIRUN, when set, names the mpirun instead. Sets MT_MPI_ULFM to 1 or 0.
 #                           Returns 1 (with a message) when no usable mpirun is found.
+#   mt_mpirun_for TRAINER --loopback   the same, with every MPI channel on loopback (tests and
+#                           benchmarks on one machine): Open MPI 4.1's oob and 5's PMIx channel
+#                           (ptl), and the TCP transport.
 mt_mpirun_for() {
-  local trainer=$1 version mpirun=${MPIRUN:-}
+  local trainer=$1 loopback=${2:-} version mpirun=${MPIRUN:-}
   version=$("$trainer" --version 2>/dev/null) || { echo "'$trainer --version' failed: not an mpi_trainer build?" >&2; return 1; }
   if [[ -z $mpirun ]]; then
     mpirun=$(sed -n 's/^mpirun: \(\/.*\)/\1/p' <<<"$version")
@@ -22,5 +25,14 @@ mt_mpirun_for() {
     # (a worker's exit 10 killed the other workers before they said why): off, as in Open MPI 4.1.
     MT_MPIRUN+=(--with-ft ulfm --prtemca state_base_error_non_zero_exit 0)
     MT_MPI_ULFM=1
+  fi
+  if [[ $loopback == --loopback ]]; then
+    if ((MT_MPI_ULFM)); then
+      # Open MPI 5 warns about 4.1's OMPI_MCA_oob_tcp_if_include (deprecated): not passed on.
+      MT_MPIRUN=(env -u OMPI_MCA_oob_tcp_if_include "${MT_MPIRUN[@]}" --pmixmca ptl_base_if_include lo)
+    else
+      MT_MPIRUN+=(--mca oob_tcp_if_include lo)
+    fi
+    MT_MPIRUN+=(--mca btl_tcp_if_include lo)
   fi
 }
