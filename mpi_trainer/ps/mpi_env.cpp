@@ -75,7 +75,8 @@ int MpiSession::finalize(int exit_code, double timeout_s) {
     std::unique_lock<std::mutex> lock(m);
     if (cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done; })) return;
     std::cerr << "mpi_trainer: rank " << rank_ << ": MPI_Finalize did not return within " << timeout_s
-              << " s (Open MPI 4.1 can hang there after a rank died): exiting " << exit_code << " without it\n"
+              << " s (after a rank died it can wait for the dead rank, or for shard 0's final evaluation): exiting "
+              << exit_code << " without it\n"
               << std::flush;
     std::_Exit(exit_code);
   });
