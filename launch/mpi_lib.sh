@@ -7,11 +7,15 @@
 #                           `TRAINER --version` ("failure detection: ULFM ...", "mpirun: PATH");
 #                           $MPIRUN, when set, names the mpirun instead. Sets MT_MPI_ULFM to 1 or 0.
 #                           Returns 1 (with a message) when no usable mpirun is found.
-#   mt_mpirun_for TRAINER --loopback   the same, with every MPI channel on loopback (tests and
-#                           benchmarks on one machine): Open MPI 4.1's oob and 5's PMIx channel
-#                           (ptl), and the TCP transport.
+#   mt_mpirun_for TRAINER --iface IF   the same, with every MPI channel on interface IF: Open MPI
+#                           4.1's oob or 5's PMIx channel (ptl), and the TCP transport.
+#   mt_mpirun_for TRAINER --loopback   --iface lo (tests and benchmarks on one machine).
 mt_mpirun_for() {
-  local trainer=$1 loopback=${2:-} version mpirun=${MPIRUN:-}
+  local trainer=$1 iface="" version mpirun=${MPIRUN:-}
+  case ${2:-} in
+    --loopback) iface=lo ;;
+    --iface) iface=${3:?mt_mpirun_for: --iface needs an interface} ;;
+  esac
   version=$("$trainer" --version 2>/dev/null) || { echo "'$trainer --version' failed: not an mpi_trainer build?" >&2; return 1; }
   if [[ -z $mpirun ]]; then
     mpirun=$(sed -n 's/^mpirun: \(\/.*\)/\1/p' <<<"$version")
@@ -26,13 +30,14 @@ mt_mpirun_for() {
     MT_MPIRUN+=(--with-ft ulfm --prtemca state_base_error_non_zero_exit 0)
     MT_MPI_ULFM=1
   fi
-  if [[ $loopback == --loopback ]]; then
+  if [[ -n $iface ]]; then
     if ((MT_MPI_ULFM)); then
-      # Open MPI 5 warns about 4.1's OMPI_MCA_oob_tcp_if_include (deprecated): not passed on.
-      MT_MPIRUN=(env -u OMPI_MCA_oob_tcp_if_include "${MT_MPIRUN[@]}" --pmixmca ptl_base_if_include lo)
+      # Open MPI 5's runtime talks through PMIx's channel (ptl), 4.1's through its oob framework;
+      # 5 warns about 4.1's OMPI_MCA_oob_tcp_if_include (deprecated): not passed on.
+      MT_MPIRUN=(env -u OMPI_MCA_oob_tcp_if_include "${MT_MPIRUN[@]}" --pmixmca ptl_base_if_include "$iface")
     else
-      MT_MPIRUN+=(--mca oob_tcp_if_include lo)
+      MT_MPIRUN+=(--mca oob_tcp_if_include "$iface")
     fi
-    MT_MPIRUN+=(--mca btl_tcp_if_include lo)
+    MT_MPIRUN+=(--mca btl_tcp_if_include "$iface")
   fi
 }

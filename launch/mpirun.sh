@@ -71,18 +71,13 @@ fi
 
 # The mpirun the trainer was built with, and ULFM's run-time switch for a ULFM build.
 source "$here/mpi_lib.sh"
-MPIRUN=$mpirun mt_mpirun_for "$trainer" || die "cannot start the trainer's MPI (pass --mpirun PATH)"
+MPIRUN=$mpirun mt_mpirun_for "$trainer" ${iface:+--iface "$iface"} || die "cannot start the trainer's MPI (pass --mpirun PATH)"
 cmd=("${MT_MPIRUN[@]}")
 # When mpirun itself is signalled, its ranks get SIGTERM after this many seconds (Open MPI 5's
 # runtime, PRRTE, takes it as a prtemca parameter).
 if ((MT_MPI_ULFM)); then cmd+=(--prtemca odls_base_sigkill_timeout 30); else cmd+=(--mca odls_base_sigkill_timeout 30); fi
 cmd+=(-np "$np")
 [[ -n $hostfile ]] && cmd+=(--hostfile "$hostfile")
-if [[ -n $iface ]]; then
-  # Open MPI 5's runtime talks through PMIx's channel (ptl), 4.1's through its oob framework.
-  if ((MT_MPI_ULFM)); then cmd+=(--pmixmca ptl_base_if_include "$iface"); else cmd+=(--mca oob_tcp_if_include "$iface"); fi
-  cmd+=(--mca btl_tcp_if_include "$iface")
-fi
 ((oversub)) && cmd+=(--oversubscribe)
 ((root)) && cmd+=(--allow-run-as-root)
 cmd+=(-x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "$trainer" train "$@")
