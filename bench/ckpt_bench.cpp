@@ -4,7 +4,9 @@
 //   {"round":1,"bytes":...,"image_s":...,"file_s":...,"durable_s":...,"published_s":...}
 // image_s: the HDF5 file built in memory; file_s: written and fsync'ed under its temporary name;
 // durable_s: from the start until durable under its final name (renamed, directory fsync'ed);
-// published_s: LATEST replaced too. The global step advances each round, so each is a new file.
+// published_s: LATEST replaced too. The global step advances each round, so each is a new file, and
+// the values change as in training: every array's, and a string like the parameter server's data
+// cursors (a writer that kept anything from the previous round must still write all of it).
 // --warmup publishes untimed first, as a trainer's later checkpoints come after earlier ones (the
 // first of a process also faults in its buffers: a few ms more).
 //
@@ -31,6 +33,10 @@ int main(int argc, char** argv) {
     for (int r = 1 - warmup; r <= rounds; ++r) {
       c.global_step += 1;
       c.created_unix = 0;
+      for (auto& a : c.arrays)
+        for (float& v : a.data) v += 1e-6F;
+      c.strings["data_cursors"] = "[" + std::to_string(c.global_step * 128) + "," +
+                                  std::to_string(c.global_step * 128 + 7) + "]";
       mt::ckpt::PublishStats s;
       mt::ckpt::publish(dir, c, /*keep=*/2, &s);
       if (r < 1) continue;
@@ -39,7 +45,8 @@ int main(int argc, char** argv) {
                                           {"image_s", s.image_seconds},
                                           {"file_s", s.write_seconds - s.image_seconds},
                                           {"durable_s", s.durable_seconds},
-                                          {"published_s", s.write_seconds + s.sync_seconds}}
+                                          {"published_s", s.write_seconds + s.sync_seconds},
+                                          {"rewritten", s.rewritten}}
                        .dump()
                 << '\n'
                 << std::flush;

@@ -6,8 +6,10 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <map>
 #include <atomic>
+#include <bit>
+#include <map>
+#include <memory>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -110,7 +112,7 @@ struct Crc {
 };
 
 // Every attribute and array in a canonical order (maps and sorted paths).
-std::uint32_t content_crc(const Checkpoint& c) {
+std::uint32_t content_crc(const Checkpoint& c, double created_unix) {
   Crc crc;
   crc.add(std::string(kAttrStep));
   crc.add_value(c.global_step);
@@ -121,7 +123,7 @@ std::uint32_t content_crc(const Checkpoint& c) {
   crc.add(std::string(kAttrEpoch));
   crc.add_value(c.epoch);
   crc.add(std::string(kAttrCreated));
-  crc.add_value(c.created_unix);
+  crc.add_value(created_unix);
   crc.add(std::string(kAttrConfig));
   crc.add(c.config_json);
   for (const auto& [k, v] : c.ints) crc.add(k), crc.add_value(v);
@@ -149,12 +151,6 @@ void write_attr(hid_t loc, const fs::path& file, const std::string& name, hid_t 
   check(H5Awrite(attr.get(), mem_type, value), file, "write attribute " + name);
 }
 
-void write_int(hid_t loc, const fs::path& file, const std::string& name, std::int64_t v) {
-  write_attr(loc, file, name, H5T_NATIVE_INT64, H5T_STD_I64LE, &v);
-}
-void write_real(hid_t loc, const fs::path& file, const std::string& name, double v) {
-  write_attr(loc, file, name, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, &v);
-}
 // Variable-length UTF-8: h5py returns it as a Python str.
 void write_string(hid_t loc, const fs::path& file, const std::string& name, const std::string& v) {
   Handle type(check(H5Tcopy(H5T_C_S1), file, "H5Tcopy"), H5Tclose);
@@ -250,36 +246,187 @@ void fix_superblock_checksum(std::vector<char>& image) {
   for (int i = 0; i < 4; ++i) image[len + static_cast<std::size_t>(i)] = static_cast<char>((sum >> (8 * i)) & 0xff);
 }
 
+// The layout of a checkpoint: every attribute's name and kind, every array's path and shape. Two
+// checkpoints with the same layout differ only in values, so the second can be written into the
+// in-memory file of the first.
+std::string layout_of(const Checkpoint& c) {
+  std::string key;
+  const auto add = [&key](const std::string& s) { key.append(s).push_back('\0'); };
+  for (const auto& [k, v] : c.ints) add("i" + k);
+  for (const auto& [k, v] : c.reals) add("r" + k);
+  for (const auto& [k, v] : c.strings) add("s" + k);
+  for (const auto& a : c.arrays) {
+    add("a" + a.path);
+    for (auto d : a.dims) add(std::to_string(d));
+  }
+  return key;
+}
+
+// The in-memory HDF5 file of the writing thread's previous checkpoint, kept open: a checkpoint
+// with the same layout (every periodic one of a run) rewrites its attributes and datasets in place
+// instead of creating ~260 datasets again (HDF5's object creation was most of the build).
+struct OpenImage {
+  OpenImage(std::string l, hid_t f) : layout(std::move(l)), file(f, H5Fclose) {}
+  std::string layout;
+  Handle file;
+  std::vector<Handle> datasets;                // c.arrays' order; closed before the file
+  // Each array's chunk in the image: its offset and size (the floats, then Fletcher32). Empty when
+  // HDF5 laid a chunk out otherwise than expected: the datasets are then written through HDF5.
+  std::vector<std::pair<std::size_t, std::size_t>> chunks;
+  std::map<std::string, std::string> strings;  // string attributes as last written
+  std::size_t built_bytes = 0;                 // the image's size when the file was created
+};
+thread_local std::unique_ptr<OpenImage> t_open;
+
+// Writes a scalar attribute: created in a new file, opened in a kept one.
+void put_attr(hid_t loc, const fs::path& file, const std::string& name, hid_t mem_type, hid_t file_type,
+              const void* value, bool create) {
+  if (create) return write_attr(loc, file, name, mem_type, file_type, value);
+  Handle attr(check(H5Aopen(loc, name.c_str(), H5P_DEFAULT), file, "open attribute " + name), H5Aclose);
+  check(H5Awrite(attr.get(), mem_type, value), file, "write attribute " + name);
+}
+
+void fill_file(OpenImage& img, const Checkpoint& c, double created_unix, const fs::path& name, bool create);
+
+// Where each array's chunk lies in a freshly built image. Empty (no direct writes) unless every
+// chunk is one unfiltered-masked block of the array's floats plus 4 checksum bytes, inside the
+// image, holding the array's values with the checksum this code computes.
+std::vector<std::pair<std::size_t, std::size_t>> chunk_places(const OpenImage& img, const Checkpoint& c,
+                                                             const std::vector<char>& image, const fs::path& name) {
+  static_assert(std::endian::native == std::endian::little, "the image holds little-endian floats");
+  std::vector<std::pair<std::size_t, std::size_t>> places;
+  for (std::size_t i = 0; i < c.arrays.size(); ++i) {
+    const auto& a = c.arrays[i];
+    Handle space(check(H5Dget_space(img.datasets[i].get()), name, "dataspace of " + a.path), H5Sclose);
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    hsize_t nchunks = 0;
+    check(H5Dget_num_chunks(img.datasets[i].get(), space.get(), &nchunks), name, "chunks of " + a.path);
+    const std::size_t n = a.data.size() * sizeof(float);
+    if (nchunks != 1 ||
+        H5Dget_chunk_info(img.datasets[i].get(), space.get(), 0, nullptr, &mask, &addr, &size) < 0 || mask != 0 ||
+        addr == HADDR_UNDEF || size != n + 4 || addr + size > image.size())
+      return {};
+    const char* at = image.data() + addr;
+    const std::uint32_t sum = hdf5_fletcher32(at, n);
+    std::uint32_t stored = 0;
+    for (std::size_t b = 0; b < 4; ++b) stored |= std::uint32_t(static_cast<unsigned char>(at[n + b])) << (8 * b);
+    if (stored != sum || std::memcmp(at, a.data.data(), n) != 0) return {};
+    places.emplace_back(static_cast<std::size_t>(addr), static_cast<std::size_t>(size));
+  }
+  return places;
+}
+
 // The checkpoint as the bytes of an HDF5 file, built in memory (HDF5's core driver, no backing
 // store): HDF5 never touches the disk, so a full or failing disk is an ordinary POSIX error in
 // write_durably, with nothing half-open left inside HDF5 (a failed flush on close used to leave the
 // file open, and HDF5's exit handler then crashed).
 // Returns the writing thread's image buffer, kept between checkpoints: the same few MB each time,
 // so after the first no page is faulted in or zero-filled again.
-const std::vector<char>& file_image(const Checkpoint& c, const fs::path& name) {
-  std::size_t bytes = 1 << 20;
-  for (const auto& a : c.arrays) bytes += a.data.size() * sizeof(float);
-  // The HDF5 1.10 file format: superblock, object headers and chunk indexes carry their own
-  // checksums, so damaged metadata is caught too (readable by HDF5 >= 1.10 and h5py).
-  Handle fapl(check(H5Pcreate(H5P_FILE_ACCESS), name, "H5Pcreate"), H5Pclose);
-  check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), name, "H5Pset_libver_bounds");
-  check(H5Pset_fapl_core(fapl.get(), bytes, /*backing_store=*/0), name, "H5Pset_fapl_core");
-  // The content CRC (a pass over every byte) runs beside HDF5's build of the file; its attribute is
-  // written last.
-  auto crc = std::async(std::launch::async, [&c] { return content_crc(c); });
-  Handle f(check(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), name, "create file in memory"),
-           H5Fclose);
-  write_int(f.get(), name, kAttrFormat, kFormatVersion);
-  write_int(f.get(), name, kAttrStep, c.global_step);
-  write_string(f.get(), name, kAttrModel, c.model);
-  write_int(f.get(), name, kAttrParamCount, c.param_count);
-  write_int(f.get(), name, kAttrEpoch, c.epoch);
-  write_real(f.get(), name, kAttrCreated, c.created_unix);
-  write_string(f.get(), name, kAttrConfig, c.config_json);
-  for (const auto& [k, v] : c.ints) write_int(f.get(), name, k, v);
-  for (const auto& [k, v] : c.reals) write_real(f.get(), name, k, v);
-  for (const auto& [k, v] : c.strings) write_string(f.get(), name, k, v);
+const std::vector<char>& file_image(const Checkpoint& c, double created_unix, const fs::path& name, bool* rewritten) {
+  // The content CRC (a pass over every byte) runs beside HDF5's work; its attribute is written last.
+  auto crc = std::async(std::launch::async, [&c, created_unix] { return content_crc(c, created_unix); });
+  thread_local std::vector<char> image;
+  try {
+    std::string layout = layout_of(c);
+    const bool create = !t_open || t_open->layout != layout;
+    if (create) {
+      t_open.reset();
+      std::size_t bytes = 1 << 20;
+      for (const auto& a : c.arrays) bytes += a.data.size() * sizeof(float);
+      // The HDF5 1.10 file format: superblock, object headers and chunk indexes carry their own
+      // checksums, so damaged metadata is caught too (readable by HDF5 >= 1.10 and h5py).
+      Handle fapl(check(H5Pcreate(H5P_FILE_ACCESS), name, "H5Pcreate"), H5Pclose);
+      check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), name, "H5Pset_libver_bounds");
+      check(H5Pset_fapl_core(fapl.get(), bytes, /*backing_store=*/0), name, "H5Pset_fapl_core");
+      t_open = std::make_unique<OpenImage>(
+          std::move(layout),
+          check(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), name, "create file in memory"));
+    }
+    OpenImage& img = *t_open;
+    const bool direct = !create && !img.chunks.empty();
+    *rewritten = direct;
+    fill_file(img, c, created_unix, name, create);
+    // While the CRC thread runs: the Fletcher32 of each array going straight into the image.
+    std::vector<std::uint32_t> sums;
+    if (direct)
+      for (const auto& a : c.arrays) sums.push_back(hdf5_fletcher32(a.data.data(), a.data.size() * sizeof(float)));
+    const std::int64_t sum = crc.get();
+    put_attr(img.file.get(), name, kAttrCrc, H5T_NATIVE_INT64, H5T_STD_I64LE, &sum, create);
+    // The image is copied while the file is open, after a flush of everything HDF5 still holds.
+    check(H5Fflush(img.file.get(), H5F_SCOPE_GLOBAL), name, "flush in memory");
+    const ssize_t n = H5Fget_file_image(img.file.get(), nullptr, 0);
+    if (n <= 0) throw CheckpointError(name.string() + ": file image size: " + hdf5_error());
+    image.resize(static_cast<std::size_t>(n));
+    if (H5Fget_file_image(img.file.get(), image.data(), image.size()) != n)
+      throw CheckpointError(name.string() + ": file image: " + hdf5_error());
+    if (create) {
+      img.built_bytes = image.size();
+      img.chunks = chunk_places(img, c, image, name);
+    } else if (direct) {
+      // The arrays go straight into the image, each chunk followed by its Fletcher32 (HDF5's
+      // filter pipeline and its copies skipped; the file's metadata does not change).
+      for (std::size_t i = 0; i < c.arrays.size(); ++i) {
+        const auto& a = c.arrays[i];
+        const std::size_t n = a.data.size() * sizeof(float);
+        char* at = image.data() + img.chunks[i].first;
+        std::memcpy(at, a.data.data(), n);
+        for (std::size_t b = 0; b < 4; ++b) at[n + b] = static_cast<char>((sums[i] >> (8 * b)) & 0xff);
+      }
+    }
+    // Rewritten variable-length strings (the data cursors) leave their old heap objects behind:
+    // past an eighth more than the file was built with, the next checkpoint builds it afresh.
+    if (image.size() > img.built_bytes + img.built_bytes / 8) t_open.reset();
+  } catch (...) {
+    t_open.reset();  // whatever HDF5 holds of a failed build is not reused
+    throw;
+  }
+  fix_superblock_checksum(image);
+  return image;
+}
 
+// Writes every attribute but the CRC and every array into `img`: created when `create`, else
+// rewritten (string attributes only when their value changed).
+void fill_file(OpenImage& img, const Checkpoint& c, double created_unix, const fs::path& name, bool create) {
+  const hid_t f = img.file.get();
+  const auto put_int = [&](const std::string& k, std::int64_t v) {
+    put_attr(f, name, k, H5T_NATIVE_INT64, H5T_STD_I64LE, &v, create);
+  };
+  const auto put_real = [&](const std::string& k, double v) {
+    put_attr(f, name, k, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, &v, create);
+  };
+  const auto put_string = [&](const std::string& k, const std::string& v) {
+    auto [it, fresh] = img.strings.try_emplace(k, v);
+    if (!fresh && it->second == v) return;
+    if (create) {
+      write_string(f, name, k, v);
+    } else {
+      Handle attr(check(H5Aopen(f, k.c_str(), H5P_DEFAULT), name, "open attribute " + k), H5Aclose);
+      Handle type(check(H5Aget_type(attr.get()), name, "type of attribute " + k), H5Tclose);
+      const char* p = v.c_str();
+      check(H5Awrite(attr.get(), type.get(), &p), name, "write attribute " + k);
+    }
+    it->second = v;
+  };
+  put_int(kAttrFormat, kFormatVersion);
+  put_int(kAttrStep, c.global_step);
+  put_string(kAttrModel, c.model);
+  put_int(kAttrParamCount, c.param_count);
+  put_int(kAttrEpoch, c.epoch);
+  put_real(kAttrCreated, created_unix);
+  put_string(kAttrConfig, c.config_json);
+  for (const auto& [k, v] : c.ints) put_int(k, v);
+  for (const auto& [k, v] : c.reals) put_real(k, v);
+  for (const auto& [k, v] : c.strings) put_string(k, v);
+
+  if (!create) {
+    if (!img.chunks.empty()) return;  // written into the image by file_image
+    for (std::size_t i = 0; i < c.arrays.size(); ++i)
+      check(H5Dwrite(img.datasets[i].get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, c.arrays[i].data.data()),
+            name, "write dataset " + c.arrays[i].path);
+    return;
+  }
   // Each group is created once and every dataset by its leaf name under its group's handle:
   // creating ~260 datasets by full path, with intermediate groups, spent most of the build in
   // HDF5's name lookups. One creation property list per shape; no fill values are ever written
@@ -287,11 +434,11 @@ const std::vector<char>& file_image(const Checkpoint& c, const fs::path& name) {
   std::map<std::string, Handle> groups;
   const auto group_of = [&](const std::string& path) -> hid_t {
     const auto slash = path.rfind('/');
-    if (slash == std::string::npos || slash == 0) return f.get();
+    if (slash == std::string::npos || slash == 0) return f;
     const std::string parent = path.substr(0, slash);
     if (const auto it = groups.find(parent); it != groups.end()) return it->second.get();
     std::string at;  // create the missing ancestors, outermost first
-    hid_t loc = f.get();
+    hid_t loc = f;
     for (std::size_t from = parent[0] == '/' ? 1 : 0; from <= parent.size();) {
       const std::size_t to = std::min(parent.find('/', from), parent.size());
       const std::string part = parent.substr(from, to - from);
@@ -309,6 +456,7 @@ const std::vector<char>& file_image(const Checkpoint& c, const fs::path& name) {
     return loc;
   };
   std::map<std::vector<hsize_t>, Handle> dcpls;
+  img.datasets.reserve(c.arrays.size());
   for (const auto& a : c.arrays) {
     MT_ASSERT(static_cast<std::int64_t>(a.data.size()) == product(a.dims), "array size vs dims: " + a.path);
     std::vector<hsize_t> dims(a.dims.begin(), a.dims.end());
@@ -326,27 +474,13 @@ const std::vector<char>& file_image(const Checkpoint& c, const fs::path& name) {
     }
     const hid_t group = group_of(a.path);
     const std::string leaf = a.path.substr(a.path.rfind('/') + 1);
-    Handle ds(check(H5Dcreate2(group, leaf.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl->second.get(),
-                               H5P_DEFAULT),
-                    name, "create dataset " + a.path),
-              H5Dclose);
+    Handle& ds = img.datasets.emplace_back(
+        check(H5Dcreate2(group, leaf.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl->second.get(), H5P_DEFAULT),
+              name, "create dataset " + a.path),
+        H5Dclose);
     check(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()), name,
           "write dataset " + a.path);
   }
-  groups.clear();
-  write_int(f.get(), name, kAttrCrc, crc.get());
-  // The image is copied while the file is open (the core driver discards it at close), after a
-  // flush of everything HDF5 still holds.
-  check(H5Fflush(f.get(), H5F_SCOPE_GLOBAL), name, "flush in memory");
-  const ssize_t n = H5Fget_file_image(f.get(), nullptr, 0);
-  if (n <= 0) throw CheckpointError(name.string() + ": file image size: " + hdf5_error());
-  thread_local std::vector<char> image;
-  image.resize(static_cast<std::size_t>(n));
-  if (H5Fget_file_image(f.get(), image.data(), image.size()) != n)
-    throw CheckpointError(name.string() + ": file image: " + hdf5_error());
-  if (!f.close()) throw CheckpointError(name.string() + ": close in memory: " + hdf5_error());
-  fix_superblock_checksum(image);
-  return image;
 }
 
 // Writes `image` to `tmp` and fsyncs it; the fault hook runs with half of it written (a torn file).
@@ -376,6 +510,41 @@ void write_durably(const fs::path& tmp, const std::vector<char>& image, std::int
 }  // namespace
 
 // Bob Jenkins' lookup3 hashlittle (public domain), byte by byte, as HDF5 checksums its metadata.
+std::uint32_t hdf5_fletcher32(const void* data, std::size_t length) {
+  // HDF5's H5_checksum_fletcher32: sums of big-endian 16-bit words in blocks of 360 (no 32-bit
+  // overflow inside a block), each block's sums folded (end-around carry), an odd last byte as the
+  // high byte of a word, two final folds.
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint32_t sum1 = 0, sum2 = 0;
+  const auto fold = [&] {
+    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  };
+  for (std::size_t words = length / 2; words > 0;) {
+    const auto block = static_cast<std::uint32_t>(std::min<std::size_t>(words, 360));
+    words -= block;
+    // Within a block HDF5 adds sum1 to sum2 after each word: the same as adding block * sum1 and
+    // each word weighted by the words left (the sums stay below 2^32 in a block of 360).
+    std::uint32_t s = 0, w = 0;
+    for (std::uint32_t k = 0; k < block; ++k) {
+      const std::uint32_t v = static_cast<std::uint32_t>(p[2 * k]) << 8 | p[2 * k + 1];
+      s += v;
+      w += (block - k) * v;
+    }
+    p += 2 * block;
+    sum2 += block * sum1 + w;
+    sum1 += s;
+    fold();
+  }
+  if (length % 2) {
+    sum1 += static_cast<std::uint32_t>(*p) << 8;
+    sum2 += sum1;
+    fold();
+  }
+  fold();
+  return sum2 << 16 | sum1;
+}
+
 std::uint32_t hdf5_metadata_checksum(const void* data, std::size_t length) {
   const auto rot = [](std::uint32_t x, int k) { return (x << k) | (x >> (32 - k)); };
   const auto* k = static_cast<const unsigned char*>(data);
@@ -500,16 +669,13 @@ fs::path publish(const fs::path& dir, const Checkpoint& input, int keep, Publish
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw CheckpointError(dir.string() + ": cannot create checkpoint directory: " + ec.message());
-  Checkpoint c_copy;
+  // Not a copy of the checkpoint with the time set (a few MB copied on every write).
+  const double created_unix = input.created_unix != 0 ? input.created_unix : now_unix();
   const Checkpoint* c = &input;
-  if (input.created_unix == 0) {
-    c_copy = input;
-    c_copy.created_unix = now_unix();
-    c = &c_copy;
-  }
   const fs::path final_path = dir / file_name(c->global_step);
   const fs::path tmp = fs::path(final_path.string() + ".tmp");
-  const std::vector<char>& image = file_image(*c, tmp);
+  bool rewritten = false;
+  const std::vector<char>& image = file_image(*c, created_unix, tmp, &rewritten);
   const auto t_image = std::chrono::steady_clock::now();
   write_durably(tmp, image, c->global_step);
   const auto t1 = std::chrono::steady_clock::now();
@@ -538,6 +704,7 @@ fs::path publish(const fs::path& dir, const Checkpoint& input, int keep, Publish
     stats->image_seconds = std::chrono::duration<double>(t_image - t0).count();
     stats->durable_seconds = std::chrono::duration<double>(t_durable - t0).count();
     stats->bytes = static_cast<std::int64_t>(fs::file_size(final_path, ec));
+    stats->rewritten = rewritten;
   }
   return final_path;
 }
@@ -635,7 +802,7 @@ Checkpoint read(const fs::path& file) {
                             " failed its Fletcher32 checksum or could not be read: " + hdf5_error());
     c.arrays.push_back(std::move(a));
   }
-  const std::uint32_t crc = content_crc(c);
+  const std::uint32_t crc = content_crc(c, c.created_unix);
   if (static_cast<std::int64_t>(crc) != stored_crc)
     throw CheckpointError(file.string() + ": content checksum mismatch (stored " +
                           std::to_string(stored_crc) + ", computed " + std::to_string(crc) +

@@ -56,6 +56,9 @@ struct PublishStats {
   double durable_seconds = 0;  // from the start to durable under its final name (renamed, the
                                // directory fsync'ed); LATEST comes after
   std::int64_t bytes = 0;
+  // Written into the in-memory file of the thread's previous checkpoint of the same layout, the
+  // arrays copied straight into it (false: the file was built from scratch).
+  bool rewritten = false;
 };
 
 // Writes `c` into `dir` (created if missing) and publishes it atomically, then applies retain().
@@ -71,6 +74,10 @@ void retain(const std::filesystem::path& dir, int keep, const std::filesystem::p
 
 // HDF5's metadata checksum (Bob Jenkins' lookup3 hashlittle, initial value 0) of `length` bytes.
 std::uint32_t hdf5_metadata_checksum(const void* data, std::size_t length);
+
+// HDF5's Fletcher32 filter checksum (H5Z fletcher32: big-endian 16-bit words, folded every 360
+// words) of `length` bytes, as the filter appends it (little-endian) to each chunk.
+std::uint32_t hdf5_fletcher32(const void* data, std::size_t length);
 
 // Fault injection (`--revoke rank=0@ckpt=N`): called in the middle of every checkpoint write,
 // with half of the arrays written and the file not yet closed. None by default.

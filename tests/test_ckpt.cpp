@@ -112,6 +112,39 @@ TEST_CASE("checkpoint round trip keeps every attribute and array exactly", "[uni
   for (const auto& e : fs::directory_iterator(dir.path())) CHECK_FALSE(e.path().string().ends_with(".tmp"));
 }
 
+TEST_CASE("Fletcher32 is HDF5's own: the checksum its filter appended to a chunk", "[unit][ckpt]") {
+  test::TempDir dir("ckpt_fletcher");
+  const fs::path file = dir.path() / "f.h5";
+  for (const std::size_t bytes : {2ul, 3ul, 720ul, 721ul, 722ul, 4000ul, 100003ul}) {
+    INFO(bytes << " bytes");
+    std::vector<unsigned char> v(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>(i * 7919 % 251 + (i % 3 ? 200 : 0));
+    if (bytes == 722) std::fill(v.begin(), v.end(), 0xff);  // the folds' edge: sums of 0xffff words
+    const hid_t f = H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    const hsize_t dims[1] = {bytes};
+    const hid_t space = H5Screate_simple(1, dims, nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    REQUIRE(H5Pset_chunk(dcpl, 1, dims) >= 0);
+    REQUIRE(H5Pset_fletcher32(dcpl) >= 0);
+    const hid_t d = H5Dcreate2(f, "d", H5T_NATIVE_UCHAR, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    REQUIRE(H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0);
+    const hsize_t origin[1] = {0};
+    hsize_t size = 0;
+    REQUIRE(H5Dget_chunk_storage_size(d, origin, &size) >= 0);
+    REQUIRE(size == bytes + 4);
+    std::vector<unsigned char> raw(size);
+    std::uint32_t mask = 0;
+    REQUIRE(H5Dread_chunk(d, H5P_DEFAULT, origin, &mask, raw.data()) >= 0);
+    const std::uint32_t stored = raw[bytes] | raw[bytes + 1] << 8 | raw[bytes + 2] << 16 | std::uint32_t(raw[bytes + 3]) << 24;
+    CHECK(ckpt::hdf5_fletcher32(v.data(), bytes) == stored);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+}
+
 TEST_CASE("the metadata checksum is HDF5's own, so files built in memory publish valid", "[unit][ckpt]") {
   // lookup3's published answers, and the checksum of a superblock HDF5 wrote itself.
   CHECK(ckpt::hdf5_metadata_checksum("", 0) == 0xdeadbeefu);
@@ -137,6 +170,54 @@ TEST_CASE("the metadata checksum is HDF5's own, so files built in memory publish
   const hid_t g = H5Fopen(published.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   CHECK(g >= 0);
   if (g >= 0) H5Fclose(g);
+}
+
+TEST_CASE("checkpoints of one layout rewrite the kept in-memory file and read back exactly", "[unit][ckpt]") {
+  test::TempDir dir("ckpt_kept");
+  const auto same = [](const ckpt::Checkpoint& a, const ckpt::Checkpoint& b) {
+    CHECK(b.global_step == a.global_step);
+    CHECK(b.model == a.model);
+    CHECK(b.config_json == a.config_json);
+    CHECK(b.ints == a.ints);
+    CHECK(b.reals == a.reals);
+    CHECK(b.strings == a.strings);
+    REQUIRE(b.arrays.size() == a.arrays.size());
+    for (const auto& x : a.arrays) {
+      const auto* y = b.find(x.path);
+      REQUIRE(y);
+      CHECK(y->dims == x.dims);
+      CHECK(y->data == x.data);
+    }
+  };
+  std::vector<std::pair<ckpt::Checkpoint, fs::path>> written;
+  std::uintmax_t first_bytes = 0;
+  for (std::int64_t step = 1; step <= 60; ++step) {
+    auto c = sample(step);
+    c.model = step % 2 ? "resnet8" : "resnet8-long-name";  // a string that changes length
+    c.ints["data_cursor_position"] = step * 100;
+    c.reals["train_seconds"] = 0.5 * double(step);
+    c.strings["data_cursors"] = "[" + std::to_string(step * 1000) + "]";
+    c.arrays[1].data[2] = float(step) * 3;
+    if (step == 30) c.arrays.push_back({"params/extra", {2}, {9, 8}});  // another layout: built afresh
+    if (step == 31) c.strings["another"] = "x";  // and 32 is back to the first layout
+    ckpt::PublishStats st;
+    const fs::path f = ckpt::publish(dir.path(), c, 0, &st);
+    INFO("step " << step);
+    // The first of a layout is built, the next ones written into it.
+    CHECK(st.rewritten == !(step == 1 || step == 30 || step == 31 || step == 32));
+    if (step == 1) first_bytes = fs::file_size(f);
+    // Rewritten strings leave old heap objects: bounded, the file is built afresh past 1/8 more.
+    CHECK(fs::file_size(f) <= first_bytes + first_bytes / 8 + 4096);
+    REQUIRE(ckpt::verify(f).ok);
+    written.emplace_back(std::move(c), f);
+  }
+  for (const auto& [c, f] : written) {
+    INFO(f);
+    same(c, ckpt::read(f));
+    const hid_t h = H5Fopen(f.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    CHECK(h >= 0);
+    if (h >= 0) H5Fclose(h);
+  }
 }
 
 TEST_CASE("retention keeps the newest checkpoints and the writer thread publishes in order",

@@ -16,7 +16,9 @@ with tempfile.TemporaryDirectory() as tmp:
     subprocess.run([trainer, "gen-data", f"{tmp}/data", "--train", "128", "--test", "32"], check=True,
                    stdout=subprocess.DEVNULL)
     subprocess.run([trainer, "train", "--data", f"{tmp}/data", "--model", "resnet8", "--batch-size", "16",
-                    "--train-steps", "3", "--threads", "1", "--quiet", "--ckpt-dir", f"{tmp}/ck"], check=True)
+                    "--train-steps", "3", "--threads", "1", "--quiet", "--ckpt-dir", f"{tmp}/ck",
+                    "--ckpt-every-steps", "1"], check=True)
+    # Checkpoints 2 and 3 are written into the in-memory file of the one before (same layout).
     latest = open(f"{tmp}/ck/LATEST").read().strip()
     assert latest == "ckpt-0000000003.h5", latest
     with h5py.File(f"{tmp}/ck/{latest}", "r") as f:
