@@ -105,7 +105,7 @@ EOS
 phase() {  # phase NAME ATTEMPTS
   echo "--- $1" >>"$dir/loop.txt"
   rc=0
-  timeout 300 "$here/../launch/restart_loop.sh" --attempts "$2" --delay 0 --status "$ck/run-status.json" \
+  timeout 300 "$here/../launch/restart_loop.sh" --attempts "$2" --delay 0 --start-timeout 60 --status "$ck/run-status.json" \
     -- "$dir/cmd.sh" >"$dir/phase.txt" 2>&1 || rc=$?
   cat "$dir/phase.txt" >>"$dir/loop.txt"
   made=$(grep -c "attempt [0-9]*/" "$dir/phase.txt" || true)

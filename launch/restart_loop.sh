@@ -3,7 +3,7 @@
 # and reruns it, resuming from the newest valid checkpoint (`--resume auto`, the default), when
 # the parameter server stopped on a notice (exit 75) or was lost, up to N attempts.
 #
-#   launch/restart_loop.sh [--attempts N] [--status FILE] [--delay S] [--grace S] -- COMMAND...
+#   launch/restart_loop.sh [--attempts N] [--status FILE] [--delay S] [--grace S] [--start-timeout S] -- COMMAND...
 #
 # COMMAND is the whole launch line, e.g.
 #   launch/restart_loop.sh --attempts 5 -- mpirun --enable-recovery -np 5 \
@@ -25,7 +25,10 @@
 # Each attempt gets MT_RESTART_ATTEMPT=1,2,... in its environment (counting on across Slurm
 # requeues: SLURM_RESTART_COUNT * N + attempt). Once the status is final and
 # COMMAND still runs after --grace seconds (mpirun can hang when a node's daemon died), COMMAND
-# is ended. COMMAND runs in a session of its own; SIGTERM, SIGUSR1 and SIGINT to this script
+# is ended. When no parameter server has written its status --start-timeout seconds (default 300;
+# 0: no limit) after an attempt began, COMMAND is ended and the attempt counts as lost (rerun):
+# Open MPI 4.1's mpirun was seen to hang at launch, with no rank started, about once in 60
+# restarts. COMMAND runs in a session of its own; SIGTERM, SIGUSR1 and SIGINT to this script
 # (or its process group) reach it as SIGUSR1, which Open MPI's mpirun and srun forward to every
 # rank at once (a TERM or INT to mpirun reaches the ranks only 30 s later); the parameter server
 # checkpoints and stops, and the loop ends with 75 (Slurm --requeue resubmits), or 130 after a
@@ -35,14 +38,15 @@
 # attempt's code.
 set -uo pipefail
 
-attempts=3 status="" delay=1 grace=30
-usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
+attempts=3 status="" delay=1 grace=30 start_timeout=300
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --attempts) attempts="${2:?}"; shift 2 ;;
     --status) status="${2:?}"; shift 2 ;;
     --delay) delay="${2:?}"; shift 2 ;;
     --grace) grace="${2:?}"; shift 2 ;;
+    --start-timeout) start_timeout="${2:?}"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) echo "restart_loop: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -50,6 +54,9 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $# -gt 0 ]] || { echo "restart_loop: no command after '--' (see --help)" >&2; exit 2; }
 [[ "$attempts" =~ ^[1-9][0-9]*$ ]] || { echo "restart_loop: --attempts must be a positive integer" >&2; exit 2; }
+for v in delay grace start_timeout; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || { echo "restart_loop: --${v/_/-} must be a whole number of seconds, not '${!v}'" >&2; exit 2; }
+done
 
 if [[ -z "$status" ]]; then
   # The status file the trainer writes: --status-file, else <--ckpt-dir>/run-status.json.
@@ -128,9 +135,14 @@ for ((attempt = 1; attempt <= attempts; attempt++)); do
   # above, never straight to mpirun.
   MT_RESTART_ATTEMPT=$((${SLURM_RESTART_COUNT:-0} * attempts + attempt)) setsid "$@" 2>"$fifo" &
   child=$!
-  final_since=""
+  final_since="" began=$SECONDS
   while kill -0 "$child" 2>/dev/null; do
     state=$(field state)
+    if [[ -z "$state" ]] && ((start_timeout > 0 && SECONDS - began > start_timeout)); then
+      log "no parameter server wrote its status within --start-timeout ${start_timeout} s (the launcher hung?): ending the attempt"
+      kill -TERM "$child" 2>/dev/null; sleep 5; kill -KILL -- -"$child" 2>/dev/null
+      break
+    fi
     if [[ -n "$state" && "$state" != running ]]; then
       final_since=${final_since:-$SECONDS}
       if ((SECONDS - final_since > grace)); then
