@@ -16,10 +16,12 @@ launch/build.sh asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --preset asan -j "$jobs"
 
-echo "== ULFM build (Open MPI 5 with --with-ft ulfm, launch/setup.sh --mpi ulfm): the fault and chaos suites again"
+echo "== ULFM build (Open MPI 5 with --with-ft ulfm, launch/setup.sh --mpi ulfm): the fault, chaos and launcher suites again"
 # The same test scripts and assertions as above, against the MPI that reports failed processes
 # (tests/CMakeLists.txt starts them with --with-ft ulfm; the launcher's test too), with the checks
-# only ULFM can meet where a test sees a ULFM build (detection far below --failure-timeout). CUDA is left out of this build: these suites run on the CPU.
+# only ULFM can meet where a test sees a ULFM build (detection far below --failure-timeout), and
+# slurm_ulfm: train.sbatch starting this build with mpirun inside a Slurm allocation. CUDA is left
+# out of this build: these suites run on the CPU.
 launch/setup.sh --mpi ulfm
 cmake --preset ulfm -DMT_WITH_CUDA=OFF >/dev/null
 cmake --build --preset ulfm -j "$jobs" --target mpi_trainer mt_fsync_fault

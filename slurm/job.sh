@@ -13,10 +13,21 @@ role=${MT_ROLE:-all}
 here=$(cd "$(dirname "$0")" && pwd)
 loop=${MT_RESTART_LOOP:-$here/../launch/restart_loop.sh}
 trainer=${MT_TRAINER:-mpi_trainer}
-launcher=${MT_LAUNCHER:-srun}
 say() { echo "$me: $*"; }
 die() { echo "$me: $*" >&2; exit 2; }
 [[ -x $loop ]] || die "$loop not found: set MT_RESTART_LOOP to launch/restart_loop.sh"
+# shellcheck source=../launch/mpi_lib.sh
+source "$(dirname "$loop")/mpi_lib.sh"
+# The trainer build's own mpirun with fault tolerance on (--enable-recovery; for a ULFM build,
+# Open MPI 5 with --with-ft ulfm). A ULFM build cannot be started by srun (Open MPI does not
+# support ULFM under a direct srun launch): it is started by mpirun inside the allocation.
+mt_mpirun_for "$trainer" || die "cannot run '$trainer --version' or find its mpirun: set MT_TRAINER (and MPIRUN)"
+if ((MT_MPI_ULFM)); then
+  launcher=${MT_LAUNCHER:-mpirun}
+  [[ $launcher == srun ]] && die "$trainer is a ULFM build (Open MPI 5, --with-ft ulfm): srun cannot start it; use MT_LAUNCHER=mpirun (its default)"
+else
+  launcher=${MT_LAUNCHER:-srun}
+fi
 case $role in
   all|ps) ckpt=${MT_CKPT_DIR:-$SLURM_SUBMIT_DIR/runs/$SLURM_JOB_ID} ;;
   # Workers use the parameter server's directory: its port file and status live there.
@@ -41,7 +52,10 @@ common=(--model "${MT_MODEL:-resnet32}" --train-steps "${MT_TRAIN_STEPS:-64000}"
         ${MT_DATA:+--data "$MT_DATA"} --ckpt-dir "$ckpt" ${MT_TRAIN_ARGS:-})
 ps_flags=(--resume auto --ckpt-every-steps "${MT_CKPT_EVERY_STEPS:-500}"
           --ckpt-every-seconds "${MT_CKPT_EVERY_SECONDS:-300}" --metrics "$ckpt/metrics.jsonl")
-mpirun=(mpirun --enable-recovery --mca odls_base_sigkill_timeout 30 -x OMP_WAIT_POLICY)
+mpirun=("${MT_MPIRUN[@]}" -x OMP_WAIT_POLICY)
+# Open MPI 4.1's mpirun passes TERM on to the ranks only this long before its SIGKILL (the ranks
+# checkpoint on the USR1 this script sends first); Open MPI 5's runtime has no such setting.
+((MT_MPI_ULFM)) || mpirun+=(--mca odls_base_sigkill_timeout 30)
 # ps and worker run one process on this node: Open MPI's Slurm support is turned off, so no
 # daemon is started through srun (on the one-host test cluster, whose node names are not host
 # names, it would try to reach this node as a remote one and fail).
@@ -57,6 +71,7 @@ case $role in
     het=()
     if [[ -n ${SLURM_HET_SIZE:-} ]]; then
       het=(--het-group="0-$((SLURM_HET_SIZE - 1))")
+      ((MT_MPI_ULFM)) && die "a heterogeneous job is started by srun, which cannot start a ULFM build: use slurm/train.sbatch"
       [[ $launcher == srun ]] || die "a heterogeneous job needs MT_LAUNCHER=srun"
     fi
     case $launcher in
@@ -66,6 +81,9 @@ case $role in
       *) die "MT_LAUNCHER must be srun or mpirun, not '$launcher'" ;;
     esac
     cmd=("$loop" --attempts "${MT_ATTEMPTS:-3}" --status "$status" -- "${launch[@]}" "$trainer" train "${common[@]}" "${ps_flags[@]}") ;;
+  ps|worker) ((MT_MPI_ULFM)) &&
+      die "MT_ROLE=$role joins workers through Open MPI 4.1's ompi-server; the ULFM build (Open MPI 5) has none: use the default build for ps.sbatch/worker.sbatch"
+    ;;&
   ps)
     # Joins go through an ompi-server that every worker job reaches (its URI on shared storage).
     rm -f "$uri" "$ckpt/ps-port"
