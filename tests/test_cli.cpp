@@ -67,6 +67,8 @@ TEST_CASE("bad flags exit 2 with a helpful message", "[unit][cli]") {
                         Case{"train --failure-timeout 0", "--failure-timeout"},
                         Case{"train --time-scale 0", "--time-scale"},
                         Case{"train --revoke rank=1@step=5", "need the parameter server"},
+                        Case{"train --emulate-device tpu", "not a device of the shipped table (k80, p100, v100)"},
+                        Case{"train --emulate-scale 0", "--emulate-scale: must be greater than 0"},
                         Case{"frobnicate", "subcommand"}}) {
     const auto r = run(c.args);
     INFO("args: " << c.args << "\noutput: " << r.output);
@@ -75,6 +77,13 @@ TEST_CASE("bad flags exit 2 with a helpful message", "[unit][cli]") {
   }
   const auto r = run("train --train-steps 5", "MT_MODEL=resnet7");
   CHECK(r.code == 2);  // environment defaults are validated like flags
+}
+
+TEST_CASE("devices prints the emulation's device table with its sources", "[unit][cli]") {
+  const auto r = run("devices");
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "k80     0.220"));
+  CHECK(contains(r.output, "ICAC'19 Table III: 1 V100"));
 }
 
 TEST_CASE("help documents every flag and the environment defaults", "[unit][cli]") {

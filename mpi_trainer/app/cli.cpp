@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/config.hpp"
+#include "app/emulation.hpp"
 #include "app/evaluate.hpp"
 #include "app/export.hpp"
 #include "app/ps_report.hpp"
@@ -208,6 +209,18 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "Price table file replacing the paper's Table II: lines 'TYPE ON_DEMAND "
                      "TRANSIENT' in $/hour, '#' comments (see docs/user-guide.md)"),
       "MT_PRICES");
+  env(cmd.add_option("--emulate-device", c.emulate_device,
+                     "Emulate a device's speed (real compute, MPI and kills; each step padded to the "
+                     "device's step time): a device of the shipped table (k80, p100, v100; "
+                     "'mpi_trainer devices' lists them with their sources) for every worker, "
+                     "'worker-types' for each worker's --worker-types entry, or a table FILE of your "
+                     "own ('NAME STEP_SECONDS [JITTER_CV]' lines), looked up by worker type; off by default"),
+      "MT_EMULATE_DEVICE");
+  env(cmd.add_option("--emulate-scale", c.emulate_scale,
+                     "Multiply emulated step times by this (the table's are ResNet-32 at batch 128)")
+          ->capture_default_str()
+          ->check(kPositive),
+      "MT_EMULATE_SCALE");
   env(cmd.add_option("--pricing", c.pricing, "on-demand or transient prices")
           ->capture_default_str()
           ->check(CLI::IsMember({"on-demand", "transient"})),
@@ -400,6 +413,9 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   env_default(info_cmd->add_option("--model", info_model, "Model: " + model_choices())->capture_default_str(),
               "MT_MODEL");
 
+  auto* devices_cmd = app.add_subcommand(
+      "devices", "Print the device table --emulate-device uses (step times and their sources)");
+
   std::string gen_dir;
   std::int64_t gen_train = 5000, gen_test = 1000;
   std::uint64_t gen_seed = 1;
@@ -516,6 +532,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       for (const auto& e : model.stats().entries()) bn_stats += e.size;
       out << "bn_running_stats: " << bn_stats << '\n';
       out << "parameters: " << model.param_count() << '\n';
+    } else if (*devices_cmd) {
+      out << DeviceTable::shipped_text();
     } else if (*export_cmd) {
       return export_checkpoint(export_cfg, out);
     } else if (*eval_cmd) {

@@ -34,6 +34,8 @@ struct TrainConfig {
   std::string worker_types;           // comma list, one per worker; empty: instance_type
   std::string ps_type = "ps";         // every parameter-server shard
   std::string prices;                 // price table file; empty: the paper's Table II
+  std::string emulate_device;         // empty/off | a device | worker-types | a device table file
+  double emulate_scale = 1;           // emulated step times multiplied by this
   std::string pricing = "on-demand";  // on-demand | transient
   std::string ckpt_dir;               // empty: no checkpoints
   std::int64_t ckpt_every_steps = 0;  // 0: only at the end

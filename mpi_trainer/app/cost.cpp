@@ -1,9 +1,8 @@
 #include "app/cost.hpp"
 
-#include <cmath>
 #include <fstream>
-#include <sstream>
 
+#include "app/table_file.hpp"
 #include "core/error.hpp"
 
 namespace mt {
@@ -21,29 +20,14 @@ PriceTable PriceTable::from_file(const std::string& path) {
   if (!in) throw DataError("--prices " + path + ": cannot open the file");
   PriceTable t;
   t.source_ = path;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
-    for (char& ch : line)
-      if (ch == ',' || ch == '\t' || ch == '\r') ch = ' ';
-    std::istringstream fields(line);
-    std::string type, od, tr, extra;
-    if (!(fields >> type)) continue;  // blank or comment
-    if (type == "type") continue;     // header
-    const std::string where = "--prices " + path + " line " + std::to_string(number) + ": ";
-    if (!(fields >> od >> tr) || (fields >> extra))
-      throw DataError(where + "expected 'TYPE ON_DEMAND TRANSIENT' ($/hour), got '" + line + "'");
-    auto number_of = [&](const std::string& text) {
-      try {
-        std::size_t used = 0;
-        const double v = std::stod(text, &used);
-        if (used == text.size() && std::isfinite(v) && v >= 0) return v;
-      } catch (const std::exception&) {
-      }
-      throw DataError(where + "'" + text + "' is not a price (a number >= 0, $/hour)");
-    };
+  for (const TableRow& row : read_table(in, "type")) {
+    const std::string where = "--prices " + path + " line " + std::to_string(row.line) + ": ";
+    if (row.fields.size() != 3)
+      throw DataError(where + "expected 'TYPE ON_DEMAND TRANSIENT' ($/hour), got '" + row.text + "'");
+    const std::string& type = row.fields[0];
+    const char* what = "a price (a number >= 0, $/hour)";
     if (t.prices_.count(type)) throw DataError(where + "type '" + type + "' is listed twice");
-    t.prices_[type] = InstancePrice{number_of(od), number_of(tr)};
+    t.prices_[type] = InstancePrice{table_number(row.fields[1], where, what), table_number(row.fields[2], where, what)};
   }
   if (t.prices_.empty()) throw DataError("--prices " + path + ": no prices in the file");
   return t;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "app/device.hpp"
+#include "app/emulation.hpp"
 #include "core/atomic_file.hpp"
 #include "ps/faults.hpp"
 #include "ps/ulfm.hpp"
@@ -78,6 +79,7 @@ void PsReport::started(const Started& e) {
                                       {"momentum_correction", cfg_.momentum_correction},
                                       {"max_staleness", cfg_.max_staleness},
                                       {"worker_types", types_},
+                                      {"emulation", emulation_json(cfg_, emulations(cfg_, types_))},
                                       {"ps_type", cfg_.ps_type},
                                       {"pricing", cfg_.pricing},
                                       {"prices", setup_.prices.source()},
@@ -91,7 +93,8 @@ void PsReport::started(const Started& e) {
     log_ << "mpi_trainer: parameter server: " << e.shards << " shard(s), " << e.workers << " worker(s), "
          << setup_.spec.name << " (" << model_.param_count() << " parameters) on " << setup_.data.format << ", "
          << cfg_.train_steps << " global steps of " << cfg_.batch_size << ", lr " << setup_.schedule.describe()
-         << ", lr scaling " << cfg_.lr_scaling << ", momentum " << cfg_.momentum
+         << ", lr scaling " << cfg_.lr_scaling << emulating_note(cfg_, emulations(cfg_, types_))
+         << ", momentum " << cfg_.momentum
          << (cfg_.momentum_correction == "implicit" && e.workers > 1
                  ? " (applied with " + std::to_string(e.workers) +
                        " workers: " + std::to_string(e.momentum_applied).substr(0, 5) + ")"
@@ -123,6 +126,7 @@ void PsReport::progress(const Progress& e) {
                                                 {"pushes", w.pushes},
                                                 {"images_per_second", w.images_per_second},
                                                 {"mean_staleness", w.mean_staleness},
+                                                {"step_seconds", w.step_seconds},
                                                 {"active", w.active}});
   metrics_.write(nlohmann::ordered_json{{"event", "progress"},
                                         {"global_step", e.global_step},

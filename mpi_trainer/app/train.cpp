@@ -21,6 +21,7 @@
 #include "ckpt/async_writer.hpp"
 #include "ps/faults.hpp"
 #include "app/device.hpp"
+#include "app/emulation.hpp"
 #include "app/metrics.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
@@ -197,6 +198,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     backend->synchronize();
   };
 
+  const std::vector<Emulation> emulated = emulations(cfg, {cfg.instance_type});
+  StepPacer pacer(emulated[0], pacer_seed(cfg.seed, 0));
   const nlohmann::ordered_json config_event{
       {"event", "config"},        {"model", spec.name},
       {"parameters", model.param_count()},
@@ -210,6 +213,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       {"augment", augment},       {"seed", cfg.seed},
       {"instance_type", cfg.instance_type}, {"pricing", cfg.pricing},
       {"prices", setup.prices.source()},
+      {"emulation", emulation_json(cfg, emulated)},
       {"ckpt_dir", cfg.ckpt_dir},  {"resume", cfg.resume},
       {"processes", 1}};
   metrics.write(config_event);
@@ -220,7 +224,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
         << "mpi_trainer: device " << device.name << " (" << device.note << "), "
         << (backend->device_resident() ? backend->name() + ", " : std::string()) << threads
         << " threads, batch " << cfg.batch_size << ", " << cfg.train_steps << " steps, lr "
-        << schedule.describe() << (nesterov ? ", Nesterov" : "") << ", setup "
+        << schedule.describe() << (nesterov ? ", Nesterov" : "") << emulating_note(cfg, emulated) << ", setup "
         << std::fixed << std::setprecision(2) << seconds_since(t_setup) << " s\n";
   }
 
@@ -286,7 +290,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   std::int64_t window_steps = 0, window_correct = 0;
   const auto log_every = std::max<std::int64_t>(1, cfg.log_every_steps);
   for (std::int64_t step = prev.global_step; step < cfg.train_steps; ++step) {
-    const auto t0 = Clock::now();
+    pacer.begin();
     const float lr = static_cast<float>(schedule.lr_at(step));
     const BatchAhead::Staged batch = ahead.current();
     const StepStats st = net.train_step(batch.images, batch.labels, on_device ? dparams : params,
@@ -300,7 +304,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       dsgd->step(*backend, dparams, dgrads, lr);
     else
       sgd.step(*backend, params, grads, lr);
-    const double dt = seconds_since(t0);
+    const double dt = pacer.finish();  // an emulated device's padding included
     train_seconds += dt;
     window_seconds += dt;
     window_loss += st.loss;
@@ -321,7 +325,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       }
       metrics.write(nlohmann::ordered_json{{"event", "progress"}, {"global_step", step + 1}, {"loss", mean_loss},
                      {"train_accuracy", acc}, {"lr", lr}, {"images_per_second", ips},
-                     {"active_workers", 1}, {"elapsed_seconds", train_seconds}});
+                     {"active_workers", 1}, {"step_seconds", window_seconds / double(window_steps)},
+                     {"elapsed_seconds", train_seconds}});
       window_loss = window_seconds = 0;
       window_steps = window_correct = 0;
     }

@@ -16,6 +16,7 @@
 #include "app/batch_ahead.hpp"
 #include "app/checkpointing.hpp"
 #include "app/device.hpp"
+#include "app/emulation.hpp"
 #include "app/ps_report.hpp"
 #include "app/run_setup.hpp"
 #include "ckpt/checkpoint.hpp"
@@ -100,10 +101,14 @@ WorkerOptions worker_options(const TrainConfig& cfg) {
 
 // A worker's step: a network on this process's device, its data slot's batches, the next batch
 // staged while a step computes (so a push carries the cursor after the batch it trained).
+// With an emulated device each step is padded to that device's step time (app/emulation.hpp).
 class NetworkStep final : public StepComputer {
  public:
-  NetworkStep(const Model& model, const RunSetup& setup, int batch)
-      : setup_(setup), backend_(make_backend(setup.device, setup.threads)), net_(model, *backend_, batch) {}
+  NetworkStep(const Model& model, const RunSetup& setup, int batch, StepPacer pacer)
+      : setup_(setup),
+        backend_(make_backend(setup.device, setup.threads)),
+        net_(model, *backend_, batch),
+        pacer_(std::move(pacer)) {}
 
   void start(int slot, int slots, LoaderCursor from) override {
     LoaderOptions lo = setup_.loader;
@@ -115,10 +120,11 @@ class NetworkStep final : public StepComputer {
   }
 
   Step step(const FlatTensors& params, FlatTensors& grads, FlatTensors& batch_stats) override {
+    pacer_.begin();
     const BatchAhead::Staged batch = ahead_->current();
     const StepStats st =
         net_.train_step(batch.images, batch.labels, params, grads, batch_stats, [&] { ahead_->advance(); });
-    return Step{st.loss, st.correct, batch.cursor};
+    return Step{st.loss, st.correct, batch.cursor, pacer_.finish()};
   }
 
  private:
@@ -127,13 +133,16 @@ class NetworkStep final : public StepComputer {
   Network net_;
   std::optional<BatchLoader> loader_;
   std::optional<BatchAhead> ahead_;
+  StepPacer pacer_;
 };
 
-TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm ps, int rank, FaultPlan plan) {
+// `rank` names the worker (-1: a joiner); `pacer_seed` makes each worker's emulated jitter its own.
+TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm ps, int rank, FaultPlan plan,
+                        const Emulation& emulation, std::uint64_t pacer_seed) {
   const Model model(setup.spec);
   const WorkerOptions opts = worker_options(cfg);
   const WorkerResult w = run_worker(opts, model, ps, rank, std::move(plan), [&]() -> std::unique_ptr<StepComputer> {
-    return std::make_unique<NetworkStep>(model, setup, cfg.batch_size);
+    return std::make_unique<NetworkStep>(model, setup, cfg.batch_size, StepPacer(emulation, pacer_seed));
   });
   TrainResult res;
   res.global_step = w.pushes;
@@ -261,12 +270,14 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   std::optional<Model> model;
   std::optional<PsReport> report;
   std::vector<std::string> types;
+  std::vector<Emulation> emulated;
   std::exception_ptr error;
   try {
     plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, mpi.rank(), mpi.size());
     install_rank_signal_handlers();
     setup.emplace(prepare_run(c));
     types = worker_types(c, setup->prices, mpi.size() - c.num_ps);
+    emulated = emulations(c, types);
     if (mpi.rank() == 0) check_checkpoint_dir(c);  // shard 0 writes the checkpoints
     if (mpi.rank() < c.num_ps) {
       model.emplace(setup->spec);
@@ -283,7 +294,8 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   }
   precise_naps(log);
   if (mpi.rank() < c.num_ps) return ps_role(c, *setup, *model, *report, mpi.rank(), std::move(types), std::move(*plan));
-  return worker_role(c, *setup, MPI_COMM_WORLD, mpi.rank(), std::move(*plan));
+  return worker_role(c, *setup, MPI_COMM_WORLD, mpi.rank(), std::move(*plan),
+                     emulated[static_cast<std::size_t>(mpi.rank() - c.num_ps)], pacer_seed(c.seed, mpi.rank()));
 }
 
 int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize_timeout_s) {
@@ -297,6 +309,7 @@ int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize
   FaultPlan plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, self, self + 1);
   install_rank_signal_handlers();
   const RunSetup setup = prepare_run(c);
+  const Emulation emulation = emulations(c, {c.instance_type})[0];
   precise_naps(log);
   const MPI_Comm ps = connect_to_parameter_server(file);
   if (ps == MPI_COMM_NULL) {
@@ -306,7 +319,7 @@ int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize
     return kExitOk;
   }
   if (!c.quiet) log << "mpi_trainer join: connected to the parameter server (" << file << ")\n" << std::flush;
-  const TrainResult r = worker_role(c, setup, ps, -1, std::move(plan));
+  const TrainResult r = worker_role(c, setup, ps, -1, std::move(plan), emulation, pacer_seed(c.seed, self));
   if (r.exit_code != kExitOk)
     log << "mpi_trainer join: the job's parameter server failed (exit " << r.exit_code << ", see its log) after "
         << r.global_step << " pushes from this worker\n"

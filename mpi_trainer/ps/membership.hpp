@@ -47,7 +47,7 @@ struct Member {
   std::int64_t pushes = 0, dropped = 0;
   double staleness_sum = 0;
   std::int64_t window_pushes = 0, window_images = 0;  // since the last progress report
-  double window_staleness = 0;
+  double window_staleness = 0, window_step_seconds = 0;
 
   bool live() const {
     return state == MemberState::kJoining || state == MemberState::kActive || state == MemberState::kDraining;

@@ -38,7 +38,7 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 4;
+inline constexpr std::uint16_t kProtocolVersion = 5;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
@@ -86,7 +86,7 @@ struct MsgHeader {
   std::int32_t shm = 0;              // join: kShmOffer; its reply: kShmAccepted
   std::int32_t end = 0;              // stop: kCleanEnd or kFailedEnd
   std::int32_t exit_code = 0;        // stop with kFailedEnd: the job's exit code
-  std::int32_t reserved = 0;         // zero (keeps the header a whole number of 8-byte words)
+  float step_seconds = 0;            // push: the worker's step time (an emulated device's padding included)
 };
 static_assert(sizeof(MsgHeader) == 104, "header is 104 bytes = 26 floats");
 inline constexpr std::int64_t kHeaderFloats = sizeof(MsgHeader) / sizeof(float);

@@ -135,6 +135,7 @@ class PsEvents {
       std::string type;
       std::int64_t pushes = 0;
       double images_per_second = 0, mean_staleness = 0;
+      double step_seconds = 0;  // mean of the window's pushes (the worker's own step time)
       bool active = false;
     };
     std::vector<Worker> workers;  // this window
@@ -226,6 +227,7 @@ class StepComputer {
     float loss = 0;
     std::int32_t correct = 0;
     LoaderCursor cursor;  // after the batch this step trained
+    double seconds = 0;   // the step's time, an emulated device's padding included
   };
   // One step on `params`: fills `grads` and `batch_stats`.
   virtual Step step(const FlatTensors& params, FlatTensors& grads, FlatTensors& batch_stats) = 0;

@@ -151,6 +151,7 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   ++m.window_pushes;
   m.window_images += h.batch;
   m.window_staleness += staleness;
+  m.window_step_seconds += h.step_seconds;
   window_loss_ += h.loss;
   window_correct_ += h.correct;
   window_images_ += h.batch;
@@ -395,9 +396,11 @@ void Shard::report_progress(double lr) {
   for (auto& m : members_.members()) {
     p.workers.push_back(
         PsEvents::Progress::Worker{m.rank, m.type, m.window_pushes, double(m.window_images) / std::max(dt, 1e-9),
-                                   m.window_pushes ? m.window_staleness / double(m.window_pushes) : 0.0, m.working()});
+                                   m.window_pushes ? m.window_staleness / double(m.window_pushes) : 0.0,
+                                   m.window_pushes ? m.window_step_seconds / double(m.window_pushes) : 0.0,
+                                   m.working()});
     m.window_pushes = m.window_images = 0;
-    m.window_staleness = 0;
+    m.window_staleness = m.window_step_seconds = 0;
   }
   events_.progress(p);
   window_start_ = Clock::now();

@@ -351,6 +351,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       h.cursor_position = st.cursor.position;
       h.loss = st.loss;
       h.correct = st.correct;
+      h.step_seconds = static_cast<float>(st.seconds);
       h.batch = opts.batch_size;
       if (computer || res.pushes == 0) {  // a synthetic gradient is packed once
         part.pack(s, grads, std::span<float>(b.payload(), static_cast<std::size_t>(part.floats(s))));
