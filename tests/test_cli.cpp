@@ -18,25 +18,8 @@
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Run run(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " + MT_TRAINER_EXE + " " + args + " 2>&1";
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p)) r.output += buf.data();
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  INFO("command: " << cmd << "\noutput:\n" << r.output);
-  return r;
-}
-
-bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+using mt::test::contains;
+using mt::test::run;
 
 }  // namespace
 
@@ -69,6 +52,14 @@ TEST_CASE("bad flags exit 2 with a helpful message", "[unit][cli]") {
                         Case{"train --revoke rank=1@step=5", "need the parameter server"},
                         Case{"train --emulate-device tpu", "not a device of the shipped table (k80, p100, v100)"},
                         Case{"train --emulate-scale 0", "--emulate-scale: must be greater than 0"},
+                        // Virtual-clock runs refuse what they cannot do, and bad link and join specs.
+                        Case{"train --virtual-workers 2 --ckpt-dir /tmp/x", "keep no checkpoints"},
+                        Case{"train --virtual-workers 2 --worker-links fast", "LATENCY_MS/GBIT_PER_S"},
+                        Case{"train --virtual-workers 2 --worker-links 1/1,1/1,1/1", "3 links for 2 workers"},
+                        Case{"train --virtual-workers 2 --virtual-joins k80", "TYPE@step=N"},
+                        Case{"train --virtual-workers 2 --virtual-joins tpu@step=5", "unknown instance type 'tpu'"},
+                        Case{"train --virtual-workers 2 --revoke rank=5@step=3", "not a worker of this virtual run"},
+                        Case{"train --virtual-workers 0", "--virtual-workers"},
                         Case{"frobnicate", "subcommand"}}) {
     const auto r = run(c.args);
     INFO("args: " << c.args << "\noutput: " << r.output);

@@ -1,8 +1,12 @@
 // Helpers shared by the tests: random tensors, comparisons with tolerances, temp dirs.
 #pragma once
 
+#include <sys/wait.h>
+
+#include <array>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -12,6 +16,29 @@
 #include "core/tensor.hpp"
 
 namespace mt::test {
+
+#ifdef MT_TRAINER_EXE
+// The mpi_trainer executable run as a user runs it: its exit code, stdout and stderr together.
+struct Run {
+  int code = -1;
+  std::string output;
+};
+
+inline Run run(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " " + MT_TRAINER_EXE + " " + args + " 2>&1";
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p)) r.output += buf.data();
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  INFO("command: " << cmd << "\noutput:\n" << r.output);
+  return r;
+}
+
+inline bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+#endif
 
 inline void fill_random(Tensor& t, Rng& rng, float scale = 1.0f) {
   if (t.rank() == 4 && t.layout() != Layout::kPlain) {

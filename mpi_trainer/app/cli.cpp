@@ -16,6 +16,7 @@
 #include "app/ps_report.hpp"
 #include "app/train.hpp"
 #include "app/train_dist.hpp"
+#include "app/train_virtual.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/ulfm.hpp"
 #include "ckpt/checkpoint.hpp"
@@ -221,6 +222,26 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(kPositive),
       "MT_EMULATE_SCALE");
+  env(cmd.add_option("--virtual-workers", c.virtual_workers,
+                     "Virtual-clock run in this one process: N logical workers against an in-process "
+                     "parameter server, real gradients on real data, step times from --emulate-device "
+                     "(default: each worker's --worker-types entry), links and updates timed on a "
+                     "virtual clock; what N workers would do, without a cluster (docs/user-guide.md)")
+          ->check(CLI::Range(1, 4096)),
+      "MT_VIRTUAL_WORKERS");
+  env(cmd.add_option("--worker-links", c.worker_links,
+                     "Virtual runs: each worker's link to the parameter server, LATENCY_MS/GBIT_PER_S, one "
+                     "for all or one per worker (default 0.1/10: one cloud zone)"),
+      "MT_WORKER_LINKS");
+  env(cmd.add_option("--virtual-joins", c.virtual_joins,
+                     "Virtual runs: workers that join later, TYPE@step=N or TYPE@TIME (s, m, h), "
+                     "comma-separated (e.g. k80@step=16000,k80@step=32000)"),
+      "MT_VIRTUAL_JOINS");
+  env(cmd.add_option("--ps-update-seconds", c.ps_update_seconds,
+                     "Virtual runs: the parameter server's time per update (default: 0.11 ms per ResNet-32 "
+                     "update, measured, in proportion to the model's parameters)")
+          ->check(kNonNegative),
+      "MT_PS_UPDATE_SECONDS");
   env(cmd.add_option("--pricing", c.pricing, "on-demand or transient prices")
           ->capture_default_str()
           ->check(CLI::IsMember({"on-demand", "transient"})),
@@ -486,6 +507,12 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
 
   try {
     if (*train_cmd) {
+      if (cfg.virtual_workers > 0) {
+        if (launcher_world_size() > 1)
+          throw UsageError("--virtual-workers runs in one process: start it without mpirun or srun");
+        const TrainResult r = train_virtual(cfg, out);
+        return r.exit_code;
+      }
       if (launcher_world_size() > 1 || cfg.max_workers > 0) {  // --max-workers: a PS may start alone
         // Elastic joins accept on a thread while the loop serves workers: MPI_THREAD_MULTIPLE.
         MpiSession mpi(&argc, &argv, cfg.max_workers > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);

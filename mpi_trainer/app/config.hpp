@@ -36,6 +36,11 @@ struct TrainConfig {
   std::string prices;                 // price table file; empty: the paper's Table II
   std::string emulate_device;         // empty/off | a device | worker-types | a device table file
   double emulate_scale = 1;           // emulated step times multiplied by this
+  // Virtual-clock runs (app/train_virtual.hpp): logical workers in one process.
+  int virtual_workers = 0;            // 0: a real run
+  std::string worker_links;           // "LATENCY_MS/GBIT_S" for all, or one per worker; empty: the default
+  std::string virtual_joins;          // "k80@step=16000,p100@2h": workers that join on the virtual clock
+  double ps_update_seconds = -1;      // the PS's time per update; < 0: from the model's size
   std::string pricing = "on-demand";  // on-demand | transient
   std::string ckpt_dir;               // empty: no checkpoints
   std::int64_t ckpt_every_steps = 0;  // 0: only at the end

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "app/checkpointing.hpp"
 #include "app/config.hpp"
@@ -40,6 +41,10 @@ int usable_cores();
 
 // Validates the recipe flags and loads the data. Throws UsageError / DataError.
 RunSetup prepare_run(const TrainConfig& cfg);
+
+// "k80,k80,p100" -> one instance type per worker (a single type: every worker; none:
+// --instance-type); every type and --ps-type must be priced. Throws UsageError.
+std::vector<std::string> worker_types(const TrainConfig& cfg, const PriceTable& prices, int workers);
 
 struct EvalResult {
   double accuracy = 0, loss = 0;

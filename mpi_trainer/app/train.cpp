@@ -91,6 +91,28 @@ int usable_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// "k80,k80,p100" -> one type per worker; a single type applies to every worker. Every type must
+// be priced.
+std::vector<std::string> worker_types(const TrainConfig& cfg, const PriceTable& prices, int workers) {
+  std::vector<std::string> types;
+  if (cfg.worker_types.empty()) {
+    types.assign(static_cast<std::size_t>(workers), cfg.instance_type);
+  } else {
+    std::stringstream ss(cfg.worker_types);
+    for (std::string t; std::getline(ss, t, ',');)
+      types.push_back(t);
+    if (types.size() == 1) types.assign(static_cast<std::size_t>(workers), types[0]);
+    if (static_cast<int>(types.size()) != workers)
+      throw UsageError("--worker-types lists " + std::to_string(types.size()) + " types for " +
+                       std::to_string(workers) + " workers; give one per worker, in rank order");
+  }
+  for (const auto& t : types)
+    prices.at(t);
+  prices.at(cfg.ps_type);
+  if (cfg.max_workers > 0) prices.at(cfg.instance_type);  // joined workers are billed at it
+  return types;
+}
+
 RunSetup prepare_run(const TrainConfig& cfg) {
   // Checkpoint flags do nothing without a directory: say so instead of silently training unsaved.
   if (cfg.ckpt_dir.empty()) {

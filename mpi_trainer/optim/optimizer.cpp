@@ -26,12 +26,16 @@ Sgd::Sgd(const ParamLayout& layout, SgdConfig config, FlatTensors velocity)
 }
 
 void Sgd::step(Backend& backend, FlatTensors& params, const FlatTensors& grads, float lr) {
+  step(backend, params, grads, lr, config_.momentum);
+}
+
+void Sgd::step(Backend& backend, FlatTensors& params, const FlatTensors& grads, float lr, float momentum) {
   auto p = params.span();
   auto g = grads.span();
   auto v = velocity_.span();
   for (const auto& r : runs_) {
     const auto b = static_cast<std::size_t>(r.begin), n = static_cast<std::size_t>(r.end - r.begin);
-    SgdSpec spec{lr, config_.momentum, r.decay ? config_.weight_decay : 0.f, config_.nesterov};
+    SgdSpec spec{lr, momentum, r.decay ? config_.weight_decay : 0.f, config_.nesterov};
     backend.sgd_update(p.subspan(b, n), g.subspan(b, n), v.subspan(b, n), spec);
   }
 }

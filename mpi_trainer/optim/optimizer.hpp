@@ -26,6 +26,9 @@ class Sgd {
 
   // params -= update(grads) at learning rate `lr`.
   void step(Backend& backend, FlatTensors& params, const FlatTensors& grads, float lr);
+  // The same with this step's momentum instead of the configured one (the parameter server's
+  // momentum for its active workers).
+  void step(Backend& backend, FlatTensors& params, const FlatTensors& grads, float lr, float momentum);
 
   FlatTensors& velocity() { return velocity_; }
   const FlatTensors& velocity() const { return velocity_; }

@@ -1,0 +1,134 @@
+// Virtual-clock runs (`train --virtual-workers N`, issue 19): the executable as a user runs it.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "app/train_virtual.hpp"
+#include "core/error.hpp"
+#include "test_util.hpp"
+
+using mt::test::contains;
+using mt::test::run;
+using Json = nlohmann::json;
+
+namespace {
+
+std::vector<Json> events(const std::filesystem::path& file) {
+  std::vector<Json> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) out.push_back(Json::parse(line));
+  return out;
+}
+
+// Every event without the fields that measure real time.
+std::vector<Json> without_real_time(std::vector<Json> ev) {
+  for (auto& e : ev)
+    for (const char* k : {"elapsed_seconds", "train_seconds", "eta_seconds"}) e.erase(k);
+  return ev;
+}
+
+struct Data {
+  mt::test::TempDir dir{"virtual"};
+  std::string path = (dir.path() / "data").string();
+  Data() { REQUIRE(run("gen-data " + path + " --train 512 --test 128 --seed 3").code == 0); }
+};
+
+}  // namespace
+
+TEST_CASE("a virtual run of one worker is bit-identical to the single-process trainer", "[unit][virtual]") {
+  Data d;
+  const std::string common = "train --data " + d.path +
+                             " --model resnet8 --batch-size 16 --train-steps 24 --threads 1 --log-every-steps 1 --seed 9"
+                             " --augment on --lr 0.05 --metrics ";
+  const auto one = d.dir.path() / "one.jsonl", virt = d.dir.path() / "virtual.jsonl";
+  REQUIRE(run(common + one.string()).code == 0);
+  const auto r = run(common + virt.string() + " --virtual-workers 1");
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "virtual run: 1 worker(s)"));
+  const auto a = events(one), b = events(virt);
+  std::vector<double> la, lb;
+  for (const auto& e : a)
+    if (e["event"] == "progress") la.push_back(e["loss"]);
+  for (const auto& e : b)
+    if (e["event"] == "progress") lb.push_back(e["loss"]);
+  REQUIRE(la.size() == 24);
+  CHECK(la == lb);  // every step's loss, to the bit
+  CHECK(a.back()["test_loss"] == b.back()["test_loss"]);
+  CHECK(a.back()["test_accuracy"] == b.back()["test_accuracy"]);
+  CHECK(b.back()["virtual"] == true);
+  CHECK(b.back()["evidence"] == "E");
+}
+
+TEST_CASE("two virtual runs with the same seed are bit-identical, revocations and joins included", "[unit][virtual]") {
+  Data d;
+  const auto go = [&](const std::string& name) {
+    const auto m = d.dir.path() / name;
+    const auto r = run("train --data " + d.path +
+                       " --model resnet8 --batch-size 8 --train-steps 90 --threads 1 --log-every-steps 10 --seed 4"
+                       " --virtual-workers 3 --worker-types k80,p100,v100 --revoke rank=2@step=20,rank=3@1s:TERM"
+                       " --virtual-joins k80@step=50 --eval-every-steps 45 --metrics " +
+                       m.string());
+    REQUIRE(r.code == 0);
+    return events(m);
+  };
+  const auto a = go("a.jsonl"), b = go("b.jsonl");
+  CHECK(without_real_time(a) == without_real_time(b));
+  const Json& s = a.back();
+  CHECK(s["global_step"] == 90);
+  CHECK(s["revocations"] == 2);
+  CHECK(s["lost_workers"] == 1);
+  CHECK(s["left_workers"] == 1);
+  CHECK(s["joined_workers"] == 1);
+  CHECK(s["workers_end"] == 2);
+  int seen = 0;
+  for (const auto& e : a) {
+    if (e["event"] != "revocation") continue;
+    ++seen;
+    if (e["rank"] == 2) {  // SIGKILLed: noticed --failure-timeout later, by its silence
+      CHECK(e["cause"] == "lost");
+      CHECK(e["detected_by"] == "heartbeat");
+      CHECK(contains(e["detail"].get<std::string>(), "--revoke at global step 20"));
+      CHECK(e["global_step"].get<int>() > 20);
+    } else {  // a notice: it pushed its last step and left
+      CHECK(e["rank"] == 3);
+      CHECK(e["cause"] == "notice");
+    }
+  }
+  CHECK(seen == 2);
+}
+
+TEST_CASE("N equal workers: mean staleness N-1 in steady state", "[unit][virtual]") {
+  Data d;
+  for (const int n : {2, 4, 8}) {
+    INFO(n << " workers");
+    const auto m = d.dir.path() / std::to_string(n).append("-workers.jsonl");
+    const auto r = run("train --data " + d.path +
+                       " --model resnet8 --batch-size 8 --train-steps 160 --threads 1 --log-every-steps 40 --seed 2"
+                       " --virtual-workers " +
+                       std::to_string(n) + " --emulate-device k80 --metrics " + m.string());
+    REQUIRE(r.code == 0);
+    double staleness = 0, pushes = 0;
+    for (const auto& e : events(m))
+      if (e["event"] == "progress" && e["global_step"].get<int>() > 40)  // after the first window
+        for (const auto& w : e["workers"]) {
+          staleness += w["mean_staleness"].get<double>() * w["pushes"].get<double>();
+          pushes += w["pushes"].get<double>();
+        }
+    CHECK(staleness / pushes == Approx(n - 1).margin(0.2));
+  }
+}
+
+TEST_CASE("links, joins and the parameter server's update time", "[unit][virtual]") {
+  const auto l = mt::parse_links("0.5/2", 3);
+  REQUIRE(l.size() == 3);
+  CHECK(l[2].seconds(1e6) == Approx(0.0005 + 8e6 / 2e9));
+  CHECK(mt::parse_links("", 2)[0].latency_seconds == Approx(0.0001));
+  const auto j = mt::parse_virtual_joins("k80@step=16000,p100@1.5h");
+  REQUIRE(j.size() == 2);
+  CHECK(j[0].step == 16000);
+  CHECK(j[1].seconds == Approx(5400));
+  CHECK(mt::default_ps_update_seconds(464154) == Approx(0.00011));
+}
