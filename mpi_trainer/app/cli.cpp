@@ -222,6 +222,10 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(kPositive),
       "MT_EMULATE_SCALE");
+  env(cmd.add_option("--push-log", c.push_log,
+                     "Parameter server and virtual runs: a CSV line per applied push "
+                     "(step,rank,pulled,staleness,seconds), to compare runs push by push"),
+      "MT_PUSH_LOG");
   env(cmd.add_option("--virtual-workers", c.virtual_workers,
                      "Virtual-clock run in this one process: N logical workers against an in-process "
                      "parameter server, real gradients on real data, step times from --emulate-device "

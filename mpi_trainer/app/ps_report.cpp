@@ -33,6 +33,7 @@ PsReport::PsReport(const TrainConfig& cfg, const RunSetup& setup, const Model& m
       shard_(shard),
       log_(log),
       metrics_(shard == 0 ? cfg.metrics : std::string()),
+      push_log_(shard == 0 ? cfg.push_log : std::string()),
       status_path_(lead() ? run_status_path(cfg) : std::string()) {}
 
 void PsReport::log(const std::string& line) { log_ << line << '\n' << std::flush; }

@@ -44,6 +44,9 @@ class PsReport final : public PsEvents, public SnapshotSink {
   void progress(const Progress& e) override;
   void departure(const Departure& e) override;
   void join(const Join& e) override;
+  void pushed(std::int64_t step, int rank, std::int64_t pulled, double seconds) override {
+    push_log_.write(step, rank, pulled, seconds);
+  }
   void stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) override;
   void eval_skipped(std::int64_t global_step) override;
   void snapshot_taken(std::int64_t global_step, double stall_seconds, double gather_seconds, bool final) override;
@@ -83,6 +86,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
   const int shard_;
   std::ostream& log_;
   MetricsWriter metrics_;
+  PushLog push_log_;
   const std::string status_path_;
   TrainProgress prev_;
   std::string config_json_ = "{}";

@@ -171,6 +171,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
 
   auto backend = make_backend(setup.device, setup.threads);
   MetricsWriter metrics(c.metrics);
+  PushLog push_log(c.push_log);
   FlatTensors params(model.params()), stats(model.stats()), grads(model.params()), batch_stats(model.stats());
   model.init_params(params, stats, c.seed);
   Sgd sgd(model.params(), SgdConfig{static_cast<float>(c.momentum), static_cast<float>(c.weight_decay), setup.nesterov});
@@ -361,6 +362,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       model.update_running_stats(stats, batch_stats, net.bn_counts());
       last_lr = lr;
       ++step;
+      push_log.write(step, w.rank, w.version, applied);
       staleness_sum += staleness;
       max_staleness = std::max(max_staleness, staleness);
       ++w.pushes;

@@ -168,6 +168,9 @@ class PsEvents {
     double lr_divisor = 1, momentum = 0;
   };
   virtual void join(const Join& e) = 0;
+  // Shard 0: a push applied, making global step `step`, from worker `rank`, computed on version
+  // `pulled`, `seconds` after the start (--push-log).
+  virtual void pushed(std::int64_t /*step*/, int /*rank*/, std::int64_t /*pulled*/, double /*seconds*/) {}
 
   // Every shard: training stops early (a notice, or no worker left).
   virtual void stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) = 0;

@@ -146,6 +146,7 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   }
   ++step_;
   if (lead() && step_ == start_step_ + 1) events_.first_step(step_, since(t0_));  // bench/fault_bench.sh
+  if (lead()) events_.pushed(step_, m.rank, h.model_version, since(t0_));
   ++m.pushes;
   m.staleness_sum += staleness;
   ++m.window_pushes;
