@@ -25,11 +25,13 @@
 # file is left. Work lost per PS kill: the last step the PS reported before it was lost minus
 # the step the next attempt resumed from.
 #
-#   bench/chaos.sh [--kill-runs N] [--other-runs M] [--only S1,S2] [--sync] [--seed S] [--trainer PATH] [--shim PATH]
+#   bench/chaos.sh [--kill-runs N] [--other-runs M] [--only S1,S2] [--sync|--async] [--seed S] [--trainer PATH] [--shim PATH]
 #   --kill-runs N   N worker-kill runs and N PS-kill runs (ps-kill-mid and ps-kill in turn); default 20
 #   --other-runs M  M runs of each other scenario; default 3 (CTest's chaos_short: 2 and 1)
 #   --only LIST     only these scenarios (comma-separated)
-#   --sync          train with --ckpt-sync (training waits for each checkpoint to be durable)
+#   --sync          train with --ckpt-sync on (training waits for each checkpoint to be durable;
+#                   default: the trainer's --ckpt-sync auto, a bounded wait)
+#   --async         train with --ckpt-sync off (the write overlaps training)
 #   --shim PATH     the fsync shim (default: bench/libmt_fsync_fault.so beside the trainer's build)
 # disk-full and read-only need to mount a tmpfs (root); fsync-fail needs the shim. Where they
 # cannot run they are reported as skipped, never as passed. Prints one line per run, the
@@ -43,11 +45,12 @@ while (($#)); do
     --kill-runs) kill_runs=${2:?}; shift 2 ;;
     --other-runs) other_runs=${2:?}; shift 2 ;;
     --only) only=${2:?}; shift 2 ;;
-    --sync) sync=--ckpt-sync; shift ;;
+    --sync) sync="--ckpt-sync on"; shift ;;
+    --async) sync="--ckpt-sync off"; shift ;;
     --seed) seed=${2:?}; shift 2 ;;
     --trainer) trainer=${2:?}; shift 2 ;;
     --shim) shim=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "chaos.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -10,7 +10,8 @@
 #     fsync'ed and renamed), median over REPEATS each (goal < 1 s);
 #  3. the chaos suite (bench/chaos.sh --kill-runs K --other-runs M): runs finished / runs, per
 #     scenario, and work lost per PS kill (goal: at most one checkpoint interval);
-#  4. work lost per PS kill with --ckpt-sync (chaos.sh --sync, the PS-kill scenarios, K runs).
+#  4. work lost per PS kill with --ckpt-sync on (chaos.sh --sync, the PS-kill scenarios, K runs),
+#  5. and with --ckpt-sync off (chaos.sh --async): the default, auto, is part 3.
 #   bench/ckpt_figures.sh [--rounds 15] [--repeats 3] [--kill-runs 20] [--other-runs 3] [--disk DIR]
 # --disk: a directory on the disk to measure (default: build/ckpt-figures in this checkout).
 set -euo pipefail
@@ -107,11 +108,15 @@ for kind, what in (("single", "one process"), ("ps", "parameter server (1 PS + 2
           f"(runs: {', '.join(f'{x:.3f}' for x in dur)}; goal < 1 s)")
 PY
 
-echo "== 3. chaos (bench/chaos.sh --kill-runs $kill_runs --other-runs $other_runs)"
+echo "== 3. chaos (bench/chaos.sh --kill-runs $kill_runs --other-runs $other_runs; the default --ckpt-sync auto)"
 bash bench/chaos.sh --kill-runs "$kill_runs" --other-runs "$other_runs" --trainer "$trainer" | tee "$dir/chaos.txt" |
   grep -v "^run [0-9]* .*: finished in" || true
 
-echo "== 4. work lost per PS kill with --ckpt-sync (bench/chaos.sh --sync --only ps-kill,ps-kill-mid --kill-runs $kill_runs)"
+echo "== 4. work lost per PS kill with --ckpt-sync on (bench/chaos.sh --sync --only ps-kill,ps-kill-mid --kill-runs $kill_runs)"
 bash bench/chaos.sh --sync --only ps-kill,ps-kill-mid --kill-runs "$kill_runs" --trainer "$trainer" | tee "$dir/sync.txt" |
   grep -v "^run [0-9]* .*: finished in" || true
-for f in chaos sync; do grep -q "^chaos: " "$dir/$f.txt" && ! grep -q "FAILED" "$dir/$f.txt"; done
+
+echo "== 5. the same with --ckpt-sync off (bench/chaos.sh --async --only ps-kill,ps-kill-mid --kill-runs $kill_runs)"
+bash bench/chaos.sh --async --only ps-kill,ps-kill-mid --kill-runs "$kill_runs" --trainer "$trainer" | tee "$dir/async.txt" |
+  grep -v "^run [0-9]* .*: finished in" || true
+for f in chaos sync async; do grep -q "^chaos: " "$dir/$f.txt" && ! grep -q "FAILED" "$dir/$f.txt"; done

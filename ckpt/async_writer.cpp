@@ -34,6 +34,11 @@ void AsyncWriter::flush() {
   cv_.wait(lock, [&] { return !busy_ && !waiting_; });
 }
 
+bool AsyncWriter::flush_for(double seconds) {
+  std::unique_lock lock(mutex_);
+  return cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return !busy_ && !waiting_; });
+}
+
 Checkpoint AsyncWriter::take_spare() {
   std::lock_guard lock(mutex_);
   if (spares_.empty()) return {};

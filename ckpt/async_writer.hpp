@@ -38,6 +38,8 @@ class AsyncWriter {
   void submit(Checkpoint&& snapshot);
   // Blocks until nothing runs or waits.
   void flush();
+  // The same for at most `seconds`; true when nothing runs or waits.
+  bool flush_for(double seconds);
   // Writes finished (published or failed) since the last call.
   std::vector<Written> take_written();
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -182,8 +183,9 @@ TEST_CASE("a diverging single-process run stops with exit 3 before checkpointing
 
 TEST_CASE("ckpt-sync: training waits for each checkpoint to be durable", "[unit][cli][ckpt]") {
   // Issue 17, work lost per kill: with the write in the background, a kill in the middle of it
-  // also loses the steps trained meanwhile. With --ckpt-sync the pause (stall_seconds of the
-  // snapshot) covers the whole write (durable_seconds); without it, only the copy in memory.
+  // also loses the steps trained meanwhile. With --ckpt-sync (on) the pause (stall_seconds of the
+  // snapshot) covers the whole write (durable_seconds); off, only the copy in memory; auto (the
+  // default) waits for the write up to a quarter of --failure-timeout and says whether it did.
   mt::test::TempDir dir("cli_ckpt_sync");
   const auto data = (dir.path() / "data").string();
   REQUIRE(run("gen-data " + data + " --train 256 --test 64").code == 0);
@@ -193,26 +195,41 @@ TEST_CASE("ckpt-sync: training waits for each checkpoint to be durable", "[unit]
                        " --ckpt-dir " + (dir.path() / name).string() + " --metrics " + metrics + " --quiet " + flags);
     REQUIRE(r.code == 0);
     std::map<std::int64_t, double> stall, durable;
+    std::map<std::int64_t, bool> waited;
     std::ifstream in(metrics);
     for (std::string line; std::getline(in, line);) {
       const auto e = nlohmann::json::parse(line);
-      if (e["event"] == "checkpoint_snapshot") stall[e["global_step"].get<std::int64_t>()] = e["stall_seconds"].get<double>();
-      if (e["event"] == "checkpoint") durable[e["global_step"].get<std::int64_t>()] = e["durable_seconds"].get<double>();
+      const auto step = e.value("global_step", std::int64_t{0});
+      if (e["event"] == "checkpoint_snapshot") {
+        stall[step] = e["stall_seconds"].get<double>();
+        waited[step] = e["durable_before_training"].get<bool>();
+      }
+      if (e["event"] == "checkpoint") durable[step] = e["durable_seconds"].get<double>();
     }
-    std::vector<std::pair<double, double>> out;  // (stall, durable) of the periodic checkpoints
+    std::vector<std::tuple<double, double, bool>> out;  // (stall, durable, waited) of the periodic ones
     for (const auto& [step, d] : durable)
-      if (stall.count(step)) out.emplace_back(stall[step], d);
+      if (stall.count(step)) out.emplace_back(stall[step], d, waited[step]);
     return out;
   };
-  const auto sync = stalls("--ckpt-sync", "sync");
+  const auto sync = stalls("--ckpt-sync", "sync");  // alone: on
   REQUIRE(sync.size() >= 3);
-  for (const auto& [stall, durable] : sync) CHECK(stall >= durable);
-  const auto overlap = stalls("", "overlap");
+  for (const auto& [stall, durable, waited] : sync) {
+    CHECK(stall >= durable);
+    CHECK(waited);
+  }
+  const auto overlap = stalls("--ckpt-sync off", "overlap");
   // While a write runs, a newer snapshot replaces one still waiting: fewer checkpoint events.
   REQUIRE(!overlap.empty());
   int shorter = 0;
-  for (const auto& [stall, durable] : overlap) shorter += stall < durable;
+  for (const auto& [stall, durable, waited] : overlap) {
+    shorter += stall < durable;
+    CHECK_FALSE(waited);
+  }
   CHECK(shorter >= 1);
+  // auto: waited until durable, or for its whole bound (1.5 s / 4) before training went on.
+  const auto bounded = stalls("", "auto");
+  REQUIRE(bounded.size() >= 3);
+  for (const auto& [stall, durable, waited] : bounded) CHECK((waited ? stall >= durable : stall >= 0.375));
 }
 
 TEST_CASE("environment defaults: the command line wins unread, an error names the variable", "[unit][cli]") {

@@ -296,6 +296,17 @@ ckpt::Loaded load_named_checkpoint(const std::string& path) {
   return std::move(*found);
 }
 
+double ckpt_sync_bound(const TrainConfig& cfg) { return std::min(1.0, cfg.failure_timeout / 4); }
+
+bool wait_until_durable(ckpt::AsyncWriter& writer, const TrainConfig& cfg) {
+  if (cfg.ckpt_sync == "off") return false;
+  if (cfg.ckpt_sync == "on" || cfg.ckpt_sync.empty()) {  // --ckpt-sync alone: on
+    writer.flush();
+    return true;
+  }
+  return writer.flush_for(ckpt_sync_bound(cfg));
+}
+
 void check_checkpoint_dir(const TrainConfig& cfg) {
   if (cfg.ckpt_dir.empty()) return;
   if (const std::string why = probe_writable_directory(cfg.ckpt_dir); !why.empty())

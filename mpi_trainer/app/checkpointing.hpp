@@ -85,6 +85,14 @@ ckpt::Loaded load_named_checkpoint(const std::string& path);
 // otherwise be found at the first checkpoint, after training). Throws DataError (exit 3).
 void check_checkpoint_dir(const TrainConfig& cfg);
 
+// --ckpt-sync auto: how long training waits for a checkpoint to be durable before it goes on with
+// the write in the background: a quarter of --failure-timeout (workers take a parameter server
+// silent for that long as lost), at most 1 s.
+double ckpt_sync_bound(const TrainConfig& cfg);
+// After a snapshot was submitted: waits as --ckpt-sync says (on: until durable or failed; auto: up
+// to ckpt_sync_bound(); off: not at all). True when training waited until nothing was left to write.
+bool wait_until_durable(ckpt::AsyncWriter& writer, const TrainConfig& cfg);
+
 // What became of this run's checkpoint writes (both trainers).
 struct CheckpointTally {
   int failures = 0;

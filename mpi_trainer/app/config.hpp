@@ -48,7 +48,8 @@ struct TrainConfig {
   double ckpt_every_seconds = 0;      // 0: off
   int ckpt_keep = 3;                  // newest valid ones kept; 0: all
   std::string ckpt_fail = "continue"; // a failed write: continue (exit 4 at the end) | stop (exit 4 now)
-  bool ckpt_sync = false;             // training waits until each checkpoint is durable
+  std::string ckpt_sync = "auto";     // training waits until each checkpoint is durable: on | off |
+                                      // auto (for at most ckpt_sync_bound(); then the write overlaps)
   std::string resume = "auto";        // auto | never | PATH
   std::string resume_override;        // fields a resume accepts when they differ: data,batch_size,lr_schedule
   bool quiet = false;

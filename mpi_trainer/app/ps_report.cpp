@@ -222,10 +222,12 @@ void PsReport::eval_skipped(std::int64_t global_step) {
 void PsReport::snapshot_taken(std::int64_t global_step, double stall_seconds, double gather_seconds, bool final) {
   nlohmann::ordered_json j{
       {"event", "checkpoint_snapshot"}, {"global_step", global_step}, {"stall_seconds", stall_seconds}};
-  if (final)
+  if (final) {
     j["final"] = true;
-  else
+  } else {
     j["gather_seconds"] = gather_seconds;
+    j["durable_before_training"] = durable_wait_;
+  }
   metrics_.write(j);
 }
 
@@ -256,8 +258,9 @@ TrainProgress PsReport::progress_of(const Snapshot& s) const {
 void PsReport::checkpoint(const Snapshot& s) {
   writer_->submit(
       make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, setup_.job, writer_->take_spare()));
-  // --ckpt-sync: shard 0 applies no further push until the checkpoint is durable (or failed).
-  if (cfg_.ckpt_sync) writer_->flush();
+  // --ckpt-sync: shard 0 applies no further push until the checkpoint is durable (or failed), or
+  // (auto) for a bounded time.
+  durable_wait_ = wait_until_durable(*writer_, cfg_);
 }
 
 void PsReport::evaluate(const Snapshot& s) { eval_->start(s.global_step, s.params, s.bn_stats); }

@@ -87,6 +87,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
   std::ostream& log_;
   MetricsWriter metrics_;
   PushLog push_log_;
+  bool durable_wait_ = false;  // the last snapshot's write was durable before training went on
   const std::string status_path_;
   TrainProgress prev_;
   std::string config_json_ = "{}";

@@ -120,7 +120,7 @@ RunSetup prepare_run(const TrainConfig& cfg) {
                                       {"--ckpt-every-seconds", cfg.ckpt_every_seconds > 0},
                                       {"--ckpt-keep", cfg.ckpt_keep != TrainConfig{}.ckpt_keep},
                                       {"--ckpt-fail", cfg.ckpt_fail != TrainConfig{}.ckpt_fail},
-                                      {"--ckpt-sync", cfg.ckpt_sync}})
+                                      {"--ckpt-sync", cfg.ckpt_sync != TrainConfig{}.ckpt_sync}})
       if (given)
         throw UsageError(std::string(flag) + " needs --ckpt-dir (the directory the checkpoints go to); without it "
                                              "nothing is saved");
@@ -293,11 +293,11 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     p.cost_usd = prev.cost_usd + setup.prices.cost_usd(cfg.instance_type, transient, run_seconds);
     p.lr = lr;
     writer->submit(make_checkpoint(model, params, sgd.velocity(), stats, p, config_json, setup.job, writer->take_spare()));
-    if (cfg.ckpt_sync) writer->flush();  // durable (or failed) before the next step
+    const bool durable = wait_until_durable(*writer, cfg);  // durable (or failed) before the next step
     last_ckpt = Clock::now();
     const double stall = seconds_since(t0);
     metrics.write(nlohmann::ordered_json{{"event", "checkpoint_snapshot"}, {"global_step", step},
-                                         {"stall_seconds", stall}});
+                                         {"stall_seconds", stall}, {"durable_before_training", durable}});
   };
   // A failed write leaves the earlier checkpoints as they are and training goes on (the next
   // interval tries again) unless --ckpt-fail stop; the run then ends with exit 4.
