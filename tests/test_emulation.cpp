@@ -79,17 +79,21 @@ TEST_CASE("which device each process emulates", "[unit][emulation]") {
 }
 
 TEST_CASE("a paced step takes its emulated time when the real compute is faster", "[unit][emulation]") {
-  // 40 steps of 20 ms with 2 ms of work each: the mean within 5% of 20 ms (the bound).
+  // 40 steps of 20 ms with 2 ms of work each: never shorter than asked, and no more than the
+  // sleep's wake-up later. (The 5% bound is checked where nothing else runs beside it:
+  // tests/test_emulation_mpi.sh, serial; here other tests share the cores, under the sanitizers
+  // too, and a wake-up can come a few ms late.)
   Emulation e{"k80", 0.020, 0};
   StepPacer pacer(e, 1);
   double total = 0;
   for (int i = 0; i < 40; ++i) {
     pacer.begin();
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    total += pacer.finish();
+    const double s = pacer.finish();
+    CHECK(s >= 0.020);
+    total += s;
   }
-  CHECK(total / 40 == Approx(0.020).epsilon(0.05));
-  CHECK(total / 40 >= 0.020);
+  CHECK(total / 40 < 0.020 * 1.5);
   CHECK(pacer.steps() == 40);
   CHECK(pacer.slower_than_target() == 0);
   // Real compute slower than the device: not shortened, and counted.
