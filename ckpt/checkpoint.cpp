@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <map>
-#include <memory>
 #include <chrono>
 #include <cstring>
-#include <future>
 #include <fstream>
+#include <future>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 
@@ -142,22 +142,28 @@ std::uint32_t content_crc(const Checkpoint& c, double created_unix) {
 
 // ---------------------------------------------------------------- attributes
 
-void write_attr(hid_t loc, const fs::path& file, const std::string& name, hid_t mem_type,
-                hid_t file_type, const void* value) {
-  Handle space(check(H5Screate(H5S_SCALAR), file, "H5Screate"), H5Sclose);
-  Handle attr(check(H5Acreate2(loc, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                    file, "create attribute " + name),
-              H5Aclose);
+// Writes a scalar attribute: created in a new file (`create`), rewritten in a kept one.
+void put_attr(hid_t loc, const fs::path& file, const std::string& name, hid_t mem_type, hid_t file_type,
+              const void* value, bool create) {
+  hid_t id = -1;
+  if (create) {
+    Handle space(check(H5Screate(H5S_SCALAR), file, "H5Screate"), H5Sclose);
+    id = check(H5Acreate2(loc, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT), file,
+               "create attribute " + name);
+  } else {
+    id = check(H5Aopen(loc, name.c_str(), H5P_DEFAULT), file, "open attribute " + name);
+  }
+  Handle attr(id, H5Aclose);
   check(H5Awrite(attr.get(), mem_type, value), file, "write attribute " + name);
 }
 
 // Variable-length UTF-8: h5py returns it as a Python str.
-void write_string(hid_t loc, const fs::path& file, const std::string& name, const std::string& v) {
+void put_string_attr(hid_t loc, const fs::path& file, const std::string& name, const std::string& v, bool create) {
   Handle type(check(H5Tcopy(H5T_C_S1), file, "H5Tcopy"), H5Tclose);
   check(H5Tset_size(type.get(), H5T_VARIABLE), file, "H5Tset_size");
   check(H5Tset_cset(type.get(), H5T_CSET_UTF8), file, "H5Tset_cset");
   const char* p = v.c_str();
-  write_attr(loc, file, name, type.get(), type.get(), &p);
+  put_attr(loc, file, name, type.get(), type.get(), &p, create);
 }
 
 struct AttrValue {
@@ -278,14 +284,6 @@ struct OpenImage {
 };
 thread_local std::unique_ptr<OpenImage> t_open;
 
-// Writes a scalar attribute: created in a new file, opened in a kept one.
-void put_attr(hid_t loc, const fs::path& file, const std::string& name, hid_t mem_type, hid_t file_type,
-              const void* value, bool create) {
-  if (create) return write_attr(loc, file, name, mem_type, file_type, value);
-  Handle attr(check(H5Aopen(loc, name.c_str(), H5P_DEFAULT), file, "open attribute " + name), H5Aclose);
-  check(H5Awrite(attr.get(), mem_type, value), file, "write attribute " + name);
-}
-
 void fill_file(OpenImage& img, const Checkpoint& c, double created_unix, const fs::path& name, bool create);
 
 // Where each array's chunk lies in a freshly built image. Empty (no direct writes) unless every
@@ -399,14 +397,7 @@ void fill_file(OpenImage& img, const Checkpoint& c, double created_unix, const f
   const auto put_string = [&](const std::string& k, const std::string& v) {
     auto [it, fresh] = img.strings.try_emplace(k, v);
     if (!fresh && it->second == v) return;
-    if (create) {
-      write_string(f, name, k, v);
-    } else {
-      Handle attr(check(H5Aopen(f, k.c_str(), H5P_DEFAULT), name, "open attribute " + k), H5Aclose);
-      Handle type(check(H5Aget_type(attr.get()), name, "type of attribute " + k), H5Tclose);
-      const char* p = v.c_str();
-      check(H5Awrite(attr.get(), type.get(), &p), name, "write attribute " + k);
-    }
+    put_string_attr(f, name, k, v, create);
     it->second = v;
   };
   put_int(kAttrFormat, kFormatVersion);
@@ -509,7 +500,6 @@ void write_durably(const fs::path& tmp, const std::vector<char>& image, std::int
 
 }  // namespace
 
-// Bob Jenkins' lookup3 hashlittle (public domain), byte by byte, as HDF5 checksums its metadata.
 std::uint32_t hdf5_fletcher32(const void* data, std::size_t length) {
   // HDF5's H5_checksum_fletcher32: sums of big-endian 16-bit words in blocks of 360 (no 32-bit
   // overflow inside a block), each block's sums folded (end-around carry), an odd last byte as the
@@ -545,6 +535,7 @@ std::uint32_t hdf5_fletcher32(const void* data, std::size_t length) {
   return sum2 << 16 | sum1;
 }
 
+// Bob Jenkins' lookup3 hashlittle (public domain), byte by byte, as HDF5 checksums its metadata.
 std::uint32_t hdf5_metadata_checksum(const void* data, std::size_t length) {
   const auto rot = [](std::uint32_t x, int k) { return (x << k) | (x >> (32 - k)); };
   const auto* k = static_cast<const unsigned char*>(data);
@@ -663,21 +654,20 @@ void retain(const fs::path& dir, int keep, const fs::path& written) {
   }
 }
 
-fs::path publish(const fs::path& dir, const Checkpoint& input, int keep, PublishStats* stats) {
+fs::path publish(const fs::path& dir, const Checkpoint& c, int keep, PublishStats* stats) {
   quiet_hdf5();
   const auto t0 = std::chrono::steady_clock::now();
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw CheckpointError(dir.string() + ": cannot create checkpoint directory: " + ec.message());
   // Not a copy of the checkpoint with the time set (a few MB copied on every write).
-  const double created_unix = input.created_unix != 0 ? input.created_unix : now_unix();
-  const Checkpoint* c = &input;
-  const fs::path final_path = dir / file_name(c->global_step);
+  const double created_unix = c.created_unix != 0 ? c.created_unix : now_unix();
+  const fs::path final_path = dir / file_name(c.global_step);
   const fs::path tmp = fs::path(final_path.string() + ".tmp");
   bool rewritten = false;
-  const std::vector<char>& image = file_image(*c, created_unix, tmp, &rewritten);
+  const std::vector<char>& image = file_image(c, created_unix, tmp, &rewritten);
   const auto t_image = std::chrono::steady_clock::now();
-  write_durably(tmp, image, c->global_step);
+  write_durably(tmp, image, c.global_step);
   const auto t1 = std::chrono::steady_clock::now();
   try {
     rename_durably(tmp, final_path);
@@ -695,7 +685,7 @@ fs::path publish(const fs::path& dir, const Checkpoint& input, int keep, Publish
     const std::string name = e.path().filename().string();
     if (name.ends_with(".h5.tmp")) {
       const auto s = step_of(name.substr(0, name.size() - 4));
-      if (s && *s < c->global_step) fs::remove(e.path(), ec);
+      if (s && *s < c.global_step) fs::remove(e.path(), ec);
     }
   }
   if (stats) {

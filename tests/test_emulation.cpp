@@ -83,7 +83,7 @@ TEST_CASE("a paced step takes its emulated time when the real compute is faster"
   // sleep's wake-up later. (The issue's 5% bound is checked where nothing else runs beside it:
   // tests/test_emulation_mpi.sh, serial; here other tests share the cores, under the sanitizers
   // too, and a wake-up can come a few ms late.)
-  Emulation e{"k80", 0.020, 0};
+  Emulation e{"k80", 0.020, 0, "shipped"};
   StepPacer pacer(e, 1);
   double total = 0;
   for (int i = 0; i < 40; ++i) {
@@ -97,7 +97,7 @@ TEST_CASE("a paced step takes its emulated time when the real compute is faster"
   CHECK(pacer.steps() == 40);
   CHECK(pacer.slower_than_target() == 0);
   // Real compute slower than the device: not shortened, and counted.
-  StepPacer slow(Emulation{"v100", 0.001, 0}, 1);
+  StepPacer slow(Emulation{"v100", 0.001, 0, "shipped"}, 1);
   slow.begin();
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK(slow.finish() >= 0.005);
@@ -111,7 +111,7 @@ TEST_CASE("a paced step takes its emulated time when the real compute is faster"
 
 TEST_CASE("emulated jitter: mean 1, the table's spread, the same per seed", "[unit][emulation]") {
   const auto sample = [](std::uint64_t seed) {
-    StepPacer p(Emulation{"x", 0.2, 0.1}, seed);
+    StepPacer p(Emulation{"x", 0.2, 0.1, "test"}, seed);
     std::vector<double> t;
     for (int i = 0; i < 4000; ++i) t.push_back(p.draw_target());
     return t;
@@ -124,6 +124,6 @@ TEST_CASE("emulated jitter: mean 1, the table's spread, the same per seed", "[un
   CHECK(std::sqrt(var) / mean == Approx(0.1).epsilon(0.1));
   CHECK(sample(pacer_seed(1, 2)) == a);  // deterministic per seed
   CHECK(sample(pacer_seed(1, 3)) != a);  // each process its own
-  StepPacer flat(Emulation{"x", 0.2, 0}, 1);
+  StepPacer flat(Emulation{"x", 0.2, 0, "test"}, 1);
   CHECK(flat.draw_target() == 0.2);
 }

@@ -89,7 +89,7 @@ std::vector<Emulation> emulations(const TrainConfig& cfg, const std::vector<std:
   for (std::size_t i = 0; i < types.size(); ++i) {
     const std::string name = one_device ? spec : only ? table.names()[0] : types[i];
     const DeviceSpeed& d = table.at(name);
-    out[i] = Emulation{name, d.step_seconds * cfg.emulate_scale, d.jitter_cv};
+    out[i] = Emulation{name, d.step_seconds * cfg.emulate_scale, d.jitter_cv, table.source()};
   }
   return out;
 }
@@ -126,8 +126,7 @@ nlohmann::ordered_json emulation_json(const TrainConfig& cfg, const std::vector<
     devices.push_back(x.device);
     steps.push_back(x.step_seconds);
   }
-  const bool file = cfg.emulate_device != "worker-types" && !DeviceTable::shipped().has(cfg.emulate_device);
-  return {{"table", file ? cfg.emulate_device : std::string("shipped")},
+  return {{"table", e[0].table},
           {"scale", cfg.emulate_scale},
           {"devices", devices},
           {"step_seconds", steps}};

@@ -49,6 +49,7 @@ struct Emulation {
   std::string device;
   double step_seconds = 0;  // the table's time times --emulate-scale
   double jitter_cv = 0;
+  std::string table;        // "shipped", or the table file's path
   bool on() const { return !device.empty(); }
 };
 
@@ -65,12 +66,12 @@ std::string emulating_note(const TrainConfig& cfg, const std::vector<Emulation>&
 // process), or null when off.
 nlohmann::ordered_json emulation_json(const TrainConfig& cfg, const std::vector<Emulation>& e);
 
-// Pads a step to its emulated time: begin() at the step's start, finish() at its end sleeps until
-// target = step_seconds * jitter factor (log-normal, mean 1, CV jitter_cv; deterministic per seed)
-// has passed since begin(), and returns the step's time, padding included. Off: no padding.
 // The seed of process `rank`'s jitter (a single process: 0): each its own, the same on every run.
 std::uint64_t pacer_seed(std::uint64_t seed, int rank);
 
+// Pads a step to its emulated time: begin() at the step's start, finish() at its end sleeps until
+// target = step_seconds * jitter factor (log-normal, mean 1, CV jitter_cv; deterministic per seed)
+// has passed since begin(), and returns the step's time, padding included. Off: no padding.
 class StepPacer {
  public:
   StepPacer(const Emulation& e, std::uint64_t seed);

@@ -60,6 +60,7 @@ PsStart PsReport::restore(FlatTensors& params, FlatTensors& momentum, FlatTensor
 }
 
 void PsReport::started(const Started& e) {
+  const std::vector<Emulation> emulated = emulations(cfg_, types_);
   const nlohmann::ordered_json config{{"event", "config"},
                                       {"model", setup_.spec.name},
                                       {"parameters", model_.param_count()},
@@ -80,7 +81,7 @@ void PsReport::started(const Started& e) {
                                       {"momentum_correction", cfg_.momentum_correction},
                                       {"max_staleness", cfg_.max_staleness},
                                       {"worker_types", types_},
-                                      {"emulation", emulation_json(cfg_, emulations(cfg_, types_))},
+                                      {"emulation", emulation_json(cfg_, emulated)},
                                       {"ps_type", cfg_.ps_type},
                                       {"pricing", cfg_.pricing},
                                       {"prices", setup_.prices.source()},
@@ -94,7 +95,7 @@ void PsReport::started(const Started& e) {
     log_ << "mpi_trainer: parameter server: " << e.shards << " shard(s), " << e.workers << " worker(s), "
          << setup_.spec.name << " (" << model_.param_count() << " parameters) on " << setup_.data.format << ", "
          << cfg_.train_steps << " global steps of " << cfg_.batch_size << ", lr " << setup_.schedule.describe()
-         << ", lr scaling " << cfg_.lr_scaling << emulating_note(cfg_, emulations(cfg_, types_))
+         << ", lr scaling " << cfg_.lr_scaling << emulating_note(cfg_, emulated)
          << ", momentum " << cfg_.momentum
          << (cfg_.momentum_correction == "implicit" && e.workers > 1
                  ? " (applied with " + std::to_string(e.workers) +

@@ -38,19 +38,6 @@ bool parse_number(const std::string& text, double& v) {
   }
 }
 
-// "30s", "2.5m", "2h" -> seconds; false when malformed.
-bool parse_duration(std::string text, double& seconds) {
-  if (text.empty()) return false;
-  const char unit = text.back();
-  const double scale = unit == 's' ? 1 : unit == 'm' ? 60 : unit == 'h' ? 3600 : 0;
-  if (scale == 0) return false;
-  text.pop_back();
-  double v = 0;
-  if (!parse_number(text, v) || v < 0) return false;
-  seconds = v * scale;
-  return true;
-}
-
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -63,7 +50,6 @@ std::vector<std::string> split(const std::string& s) {
 struct Worker {
   int rank = 0;  // as in a real job with one parameter server: 1, 2, ...
   std::string type;
-  Emulation emu;
   Link link;
   int slot = 0;
   std::optional<StepPacer> pacer;  // its step times (draw_target: no sleeping)
@@ -122,7 +108,7 @@ std::vector<VirtualJoin> parse_virtual_joins(const std::string& spec) {
       double v = 0;
       if (!parse_number(when.substr(5), v) || v < 1 || v != std::floor(v)) throw bad();
       j.step = static_cast<std::int64_t>(v);
-    } else if (!parse_duration(when, j.seconds)) {
+    } else if (!parse_duration(when, j.seconds).empty()) {
       throw bad();
     }
     joins.push_back(j);
@@ -184,10 +170,9 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
     Worker& w = workers[static_cast<std::size_t>(i)];
     w.rank = i + 1;
     w.type = types[static_cast<std::size_t>(i)];
-    w.emu = emulated[static_cast<std::size_t>(i)];
     w.link = links[static_cast<std::size_t>(i)];
     w.slot = i;
-    w.pacer.emplace(w.emu, pacer_seed(c.seed, w.rank));
+    w.pacer.emplace(emulated[static_cast<std::size_t>(i)], pacer_seed(c.seed, w.rank));
     w.alive = w.counted = i < n0;  // joiners start later
     for (const auto& e : revokes) {
       if (e.rank < 1 || e.rank > total)
@@ -203,7 +188,12 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   int active = n0;
   std::int64_t step = 0;
   double ps_free = 0, now = 0;
-  // A worker starts: it receives the parameters (one message down), computes, pushes (one up).
+  // A worker's next push: from `at` the parameters reach it (one message down), it computes its
+  // step, and the push reaches the parameter server (one message up).
+  const auto next_step = [&](Worker& w, double at) {
+    w.last_step_seconds = w.pacer->draw_target();
+    w.arrival = at + w.link.seconds(message_bytes) + w.last_step_seconds + w.link.seconds(message_bytes);
+  };
   auto start_worker = [&](Worker& w, double at) {
     LoaderOptions lo = setup.loader;
     lo.shard = w.slot;
@@ -214,8 +204,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
     w.version = step;
     w.begun = true;
     w.started = at;
-    w.last_step_seconds = w.pacer->draw_target();
-    w.arrival = at + w.link.seconds(message_bytes) + w.last_step_seconds + w.link.seconds(message_bytes);
+    next_step(w, at);
     if (lifetimes) {
       const double life = sampled_lifetime_seconds(*lifetimes, c.seed, w.rank, 1.0);
       if (life >= 0) w.kill_at = std::min(w.kill_at, at + life);
@@ -386,8 +375,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       w.loader.reset();
       departure(w, false, applied, w.kill_why + ": a notice, its last step pushed");
     } else {
-      w.last_step_seconds = w.pacer->draw_target();
-      w.arrival = applied + w.link.seconds(message_bytes) + w.last_step_seconds + w.link.seconds(message_bytes);
+      next_step(w, applied);
     }
     // Step-based revocations and joins fire once the global step reaches theirs.
     for (auto& x : workers)

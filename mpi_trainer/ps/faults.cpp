@@ -78,6 +78,16 @@ std::string signal_name(int signo) {
   }
 }
 
+std::string parse_duration(const std::string& text, double& seconds) {
+  const char unit = text.empty() ? '\0' : text.back();
+  const double scale = unit == 's' ? 1 : unit == 'm' ? 60 : unit == 'h' ? 3600 : 0;
+  if (scale == 0) return "a time needs a unit: s, m or h";
+  double v = 0;
+  if (!to_double(text.substr(0, text.size() - 1), v) || !(v >= 0)) return "bad time";
+  seconds = v * scale;
+  return {};
+}
+
 std::vector<RevokeEntry> parse_revoke(const std::string& spec) {
   std::vector<RevokeEntry> out;
   std::stringstream ss(spec);
@@ -114,21 +124,8 @@ std::vector<RevokeEntry> parse_revoke(const std::string& spec) {
     } else if (when.rfind("ckpt=", 0) == 0) {
       if (!to_int64(when.substr(5), e.ckpt_write) || e.ckpt_write < 1) throw bad("bad checkpoint number (>= 1)");
       if (e.rank != 0) throw bad("@ckpt= applies to rank 0, the parameter server that writes checkpoints");
-    } else {
-      double unit = 0;
-      std::string num = when;
-      if (!num.empty() && num.back() == 's')
-        unit = 1;
-      else if (!num.empty() && num.back() == 'm')
-        unit = 60;
-      else if (!num.empty() && num.back() == 'h')
-        unit = 3600;
-      else
-        throw bad("a time needs a unit: s, m or h");
-      num.pop_back();
-      double v = 0;
-      if (!to_double(num, v) || !(v >= 0)) throw bad("bad time");
-      e.seconds = v * unit;
+    } else if (const std::string why = parse_duration(when, e.seconds); !why.empty()) {
+      throw bad(why);
     }
     out.push_back(e);
   }

@@ -28,6 +28,8 @@ struct RevokeEntry {
 // Parses "rank=R@30s", "rank=R@2.5m", "rank=R@step=N", "rank=R@ckpt=N", each optionally
 // followed by ":KILL", ":TERM" or ":USR1", comma-separated. Throws UsageError.
 std::vector<RevokeEntry> parse_revoke(const std::string& spec);
+// "30s", "2.5m", "2h" (--revoke, --virtual-joins) into `seconds`; else why not ("" when parsed).
+std::string parse_duration(const std::string& text, double& seconds);
 std::string signal_name(int signo);
 
 // Cumulative fraction of servers revoked by age, linear between rows.
