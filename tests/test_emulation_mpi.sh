@@ -2,11 +2,13 @@
 # Device speed emulation under the parameter server (issue 19): 1 PS + 3 workers emulating a K80,
 # a P100 and a V100 (--emulate-device worker-types: steps of 220, 84 and 69 ms, far above
 # resnet8's real compute, even with 4 processes on 2 cores). Each worker's mean step time, as it pushed it, is
-# within 5% of its device's; the faster devices push more; the config event says what is emulated.
+# within 5% of its device's once past the first progress window (its first steps build the network's
+# kernels and can take longer than the device's time: the bound is for real compute that is
+# faster); the faster devices push more; the config event says what is emulated.
 # Usage: test_emulation_mpi.sh MPIEXEC TRAINER
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
-train 4 --train-steps 160 --threads 1 --worker-types k80,p100,v100 \
+train 4 --train-steps 200 --threads 1 --worker-types k80,p100,v100 \
   --emulate-device worker-types ||
   { echo "mpirun failed"; cat "$dir/out.txt"; exit 1; }
 grep -q "emulating k80,p100,v100" "$dir/out.txt" || { echo "FAIL: no 'emulating' in the PS's first line"; cat "$dir/out.txt"; exit 1; }
@@ -18,7 +20,7 @@ assert emu["devices"] == ["k80", "p100", "v100"] and emu["scale"] == 1 and emu["
 want = dict(zip((1, 2, 3), emu["step_seconds"]))
 pushes, seconds = {1: 0, 2: 0, 3: 0}, {1: 0.0, 2: 0.0, 3: 0.0}
 for e in ev:
-    if e["event"] == "progress":
+    if e["event"] == "progress" and e["global_step"] > 40:  # past the first window (warm-up)
         for w in e["workers"]:
             pushes[w["rank"]] += w["pushes"]
             seconds[w["rank"]] += w["step_seconds"] * w["pushes"]
@@ -28,6 +30,6 @@ for r in (1, 2, 3):
     assert abs(got - want[r]) <= 0.05 * want[r], (r, got, want[r])
 assert pushes[1] < pushes[2] < pushes[3], pushes
 s = ev[-1]
-assert s["event"] == "summary" and s["global_step"] == 160 and s["exit_code"] == 0, s
+assert s["event"] == "summary" and s["global_step"] == 200 and s["exit_code"] == 0, s
 PY
 echo PASS
