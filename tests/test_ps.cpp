@@ -159,6 +159,33 @@ TEST_CASE("update policy: implicit momentum of asynchrony is subtracted", "[unit
   CHECK_THROWS_AS(parse_momentum_correction("explicit"), UsageError);
 }
 
+TEST_CASE("update policy: the rate warms up again after a join", "[unit][ps]") {
+  LrSchedule constant;
+  constant.kind = LrSchedule::Kind::kConstant;
+  constant.base_lr = 0.1;
+  UpdatePolicy p(constant, LrScaling::kNone, MomentumCorrection::kNone, 0.9, 100);
+  CHECK(p.lr(50, 2, 1) == Approx(0.1));  // no join yet: no ramp
+  p.joined(200, 2, 4);                   // 2 -> 4 workers at step 200: from half the rate
+  CHECK(p.lr(200, 4, 3) == Approx(0.05));
+  CHECK(p.lr(250, 4, 3) == Approx(0.075));
+  CHECK(p.lr(300, 4, 3) == Approx(0.1));
+  CHECK(p.lr(1000, 4, 3) == Approx(0.1));
+  p.joined(250, 4, 5);  // mid-ramp (factor 0.75): starts from 0.75 * 4/5 = 0.6
+  CHECK(p.join_factor(250) == Approx(0.6));
+  CHECK(p.join_factor(300) == Approx(0.8));
+  CHECK(p.join_factor(350) == Approx(1.0));
+  p.joined(400, 0, 3);  // the first workers, or a shrink: no ramp
+  p.joined(400, 3, 2);
+  CHECK(p.join_factor(400) == 1.0);
+  // It multiplies whatever the scaling gives; without --join-warmup a join changes nothing.
+  UpdatePolicy active(constant, LrScaling::kActiveWorkers, MomentumCorrection::kNone, 0.9, 10);
+  active.joined(0, 1, 2);
+  CHECK(active.lr(0, 2, 1) == Approx(0.025));
+  UpdatePolicy off(constant, LrScaling::kActiveWorkers, MomentumCorrection::kNone, 0.9);
+  off.joined(0, 1, 2);
+  CHECK(off.lr(0, 2, 1) == Approx(0.05));
+}
+
 TEST_CASE("snapshot: the state at the request, not what the shard applied after it", "[unit][ps]") {
   ModelSpec spec = parse_model("resnet8");
   const Model model(spec);

@@ -132,3 +132,28 @@ TEST_CASE("links, joins and the parameter server's update time", "[unit][virtual
   CHECK(j[1].seconds == Approx(5400));
   CHECK(mt::default_ps_update_seconds(464154) == Approx(0.00011));
 }
+
+TEST_CASE("--join-warmup: after a join the rate ramps up from the old cluster's share", "[unit][virtual]") {
+  Data d;
+  const auto lr_at = [&](const std::string& warmup) {
+    const auto m = d.dir.path() / ("warmup" + warmup + ".jsonl");
+    const auto r = run("train --data " + d.path +
+                       " --model resnet8 --batch-size 8 --train-steps 40 --threads 1 --log-every-steps 1 --seed 2"
+                       " --lr-schedule constant --lr 0.1 --lr-scaling none --virtual-workers 1 --emulate-device k80"
+                       " --virtual-joins k80@step=20 --join-warmup " +
+                       warmup + " --metrics " + m.string());
+    REQUIRE(r.code == 0);
+    std::vector<double> lr(41, -1);
+    for (const auto& e : events(m))
+      if (e["event"] == "progress") lr[e["global_step"].get<std::size_t>()] = e["lr"].get<double>();
+    return lr;
+  };
+  const auto ramp = lr_at("10");
+  CHECK(ramp[20] == Approx(0.1));   // one worker: the schedule's rate
+  CHECK(ramp[21] == Approx(0.05));  // the join at step 20: 1 of 2 workers' share
+  CHECK(ramp[26] == Approx(0.075));
+  CHECK(ramp[31] == Approx(0.1));   // ramped up after 10 steps
+  CHECK(ramp[40] == Approx(0.1));
+  const auto off = lr_at("0");
+  CHECK(off[21] == Approx(0.1));
+}

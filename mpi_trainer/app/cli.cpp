@@ -101,9 +101,10 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->check(CLI::Range(1, 1024)),
       "MT_NUM_PS");
   env(cmd.add_option("--lr-scaling", c.lr_scaling,
-                     "Parameter server: each update's rate is the schedule's divided by the number "
-                     "of active workers (active-workers; the paper's adaptive rate), by the update's "
-                     "staleness + 1 (staleness-aware async SGD), or not scaled (none)")
+                     "Parameter server: each update's rate is the schedule's (none, the default: with "
+                     "--momentum-correction implicit, the best measured; bench/README.md), divided by "
+                     "the number of active workers (active-workers; the paper's adaptive rate), or by "
+                     "the update's staleness + 1 (staleness-aware async SGD)")
           ->capture_default_str()
           ->check(CLI::IsMember({"none", "active-workers", "staleness"})),
       "MT_LR_SCALING");
@@ -115,6 +116,13 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::IsMember({"implicit", "none"})),
       "MT_MOMENTUM_CORRECTION");
+  env(cmd.add_option("--join-warmup", c.join_warmup,
+                     "Parameter server: for N global steps after a worker joins, the rate is "
+                     "multiplied by a factor rising linearly from (workers before)/(workers after) "
+                     "to 1, so the grown cluster's extra staleness comes in gradually (0: none)")
+          ->capture_default_str()
+          ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40)),
+      "MT_JOIN_WARMUP");
   env(cmd.add_option("--max-staleness", c.max_staleness,
                      "Parameter server: drop a push computed on parameters more than N updates old "
                      "(the worker gets fresh parameters and tries again; -1: no bound)")

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <ostream>
+#include <sstream>
 #include <thread>
 
 #include "app/device.hpp"
@@ -17,6 +18,14 @@
 namespace mt {
 
 namespace {
+
+// What the update policy now does for `active` workers, for the revocation and join lines.
+std::string policy_note(const TrainConfig& c, int active, double momentum) {
+  std::ostringstream s;
+  if (c.lr_scaling == "active-workers" && active > 0) s << ", learning rate / " << active;
+  if (c.momentum_correction == "implicit" && active > 0) s << ", momentum " << std::setprecision(3) << momentum;
+  return s.str();
+}
 
 nlohmann::ordered_json or_null(const std::string& s) {
   return s.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(s);
@@ -79,6 +88,7 @@ void PsReport::started(const Started& e) {
                                       {"seed", cfg_.seed},
                                       {"lr_scaling", cfg_.lr_scaling},
                                       {"momentum_correction", cfg_.momentum_correction},
+                                      {"join_warmup", cfg_.join_warmup},
                                       {"max_staleness", cfg_.max_staleness},
                                       {"worker_types", types_},
                                       {"emulation", emulation_json(cfg_, emulated)},
@@ -170,10 +180,7 @@ void PsReport::departure(const Departure& e) {
                                               : std::string())
          << "; "
          << e.active_workers << " worker(s) remain"
-         << (cfg_.lr_scaling == "active-workers" && e.active_workers > 0
-                 ? ", learning rate / " + std::to_string(e.active_workers)
-                 : std::string())
-         << '\n'
+         << policy_note(cfg_, e.active_workers, e.momentum) << '\n'
          << std::flush;
 }
 
@@ -190,9 +197,7 @@ void PsReport::join(const Join& e) {
   if (!cfg_.quiet)
     log_ << "join: worker rank " << e.rank << " (" << e.type << ") joined at global step " << e.global_step
          << " in data slot " << e.slot << "; " << e.active_workers << " worker(s)"
-         << (cfg_.lr_scaling == "active-workers" ? ", learning rate / " + std::to_string(e.active_workers)
-                                                 : std::string())
-         << '\n'
+         << policy_note(cfg_, e.active_workers, e.momentum) << '\n'
          << std::flush;
 }
 

@@ -49,6 +49,7 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.momentum = cfg.momentum;
   o.weight_decay = cfg.weight_decay;
   o.nesterov = setup.nesterov;
+  o.join_warmup = cfg.join_warmup;
   o.max_staleness = cfg.max_staleness;
   o.max_loss = cfg.max_loss;
   o.failure_timeout = cfg.failure_timeout;

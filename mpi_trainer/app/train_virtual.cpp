@@ -146,8 +146,8 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   Model model(spec);
   const double update_seconds = c.ps_update_seconds >= 0 ? c.ps_update_seconds : default_ps_update_seconds(model.param_count());
   const double message_bytes = double(model.param_count()) * sizeof(float);
-  const UpdatePolicy policy(setup.schedule, parse_lr_scaling(c.lr_scaling), parse_momentum_correction(c.momentum_correction),
-                            c.momentum);
+  UpdatePolicy policy(setup.schedule, parse_lr_scaling(c.lr_scaling), parse_momentum_correction(c.momentum_correction),
+                      c.momentum, c.join_warmup);
 
   // Revocations on the virtual clock: --revoke names worker ranks 1..N (rank 0 is the parameter
   // server, which is not revoked here); --revocation-model draws each worker's lifetime.
@@ -222,7 +222,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       {"lr_schedule", setup.schedule.describe()}, {"momentum", c.momentum},
       {"nesterov", setup.nesterov},  {"weight_decay", c.weight_decay},
       {"seed", c.seed},              {"lr_scaling", c.lr_scaling},
-      {"momentum_correction", c.momentum_correction}, {"max_staleness", c.max_staleness},
+      {"momentum_correction", c.momentum_correction}, {"join_warmup", c.join_warmup}, {"max_staleness", c.max_staleness},
       {"worker_types", types},       {"emulation", emulation_json(c, emulated)},
       {"worker_links_seconds", [&] {
          nlohmann::ordered_json l = nlohmann::ordered_json::array();
@@ -288,6 +288,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
     w.alive = w.counted = true;
     ++active;
     ++joined;
+    policy.joined(step, active - 1, active);
     start_worker(w, at);
     metrics.write(nlohmann::ordered_json{{"event", "join"},        {"global_step", step},
                                          {"rank", w.rank},         {"instance_type", w.type},

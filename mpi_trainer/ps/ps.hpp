@@ -40,11 +40,12 @@ struct PsOptions {
   int num_ps = 1;       // shards: ranks 0..num_ps-1
   int max_workers = 0;  // elastic joins: data slots (0: the launched workers only)
   // The update: SGD with momentum, the learning rate scaled by the policy (ps/update_policy.hpp).
-  LrScaling lr_scaling = LrScaling::kActiveWorkers;
+  LrScaling lr_scaling = LrScaling::kNone;
   MomentumCorrection momentum_correction = MomentumCorrection::kImplicit;
   double momentum = 0.9;
   double weight_decay = 1e-4;
   bool nesterov = false;
+  std::int64_t join_warmup = 0;     // rate ramp after a join (UpdatePolicy::joined)
   std::int64_t max_staleness = -1;  // pushes staler than this are not applied (-1: no bound)
   double max_loss = 1000;           // a push whose loss is not finite or above this: diverged (0: non-finite only)
   // Fault tolerance (docs/fault-model.md).

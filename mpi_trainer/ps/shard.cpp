@@ -35,7 +35,7 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
              PsEvents& events, SnapshotSink& sink)
     : opts_(opts),
       model_(model),
-      policy_(schedule, opts.lr_scaling, opts.momentum_correction, opts.momentum),
+      policy_(schedule, opts.lr_scaling, opts.momentum_correction, opts.momentum, opts.join_warmup),
       update_(update),
       plan_(std::move(plan)),
       events_(events),
@@ -354,6 +354,7 @@ void Shard::take_joins() {
     irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
     ++joined_;
     const int live = members_.live();
+    policy_.joined(step_, live - 1, live);
     events_.join(PsEvents::Join{step_, m.rank, m.slot, m.type, live, policy_.lr_divisor(live), policy_.momentum(live)});
   }
 }

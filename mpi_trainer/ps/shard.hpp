@@ -63,7 +63,7 @@ class Shard {
 
   const PsOptions& opts_;
   const Model& model_;
-  const UpdatePolicy policy_;
+  UpdatePolicy policy_;
   Backend& update_;
   FaultPlan plan_;
   PsEvents& events_;

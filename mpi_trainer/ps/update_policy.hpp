@@ -13,14 +13,15 @@ namespace mt {
 
 class UpdatePolicy {
  public:
-  UpdatePolicy(const LrSchedule& schedule, LrScaling scaling, MomentumCorrection correction, double momentum)
-      : schedule_(schedule), scaling_(scaling), correction_(correction), momentum_(momentum) {}
+  UpdatePolicy(const LrSchedule& schedule, LrScaling scaling, MomentumCorrection correction, double momentum,
+               std::int64_t join_warmup = 0)
+      : schedule_(schedule), scaling_(scaling), correction_(correction), momentum_(momentum), join_warmup_(join_warmup) {}
 
   // The rate for a push applied at `step` by one of `active` workers, computed on parameters
   // `staleness` updates old: the schedule's rate divided by the active workers (active-workers)
-  // or by 1 + staleness (staleness).
+  // or by 1 + staleness (staleness), times the warm-up after a join.
   double lr(std::int64_t step, int active, double staleness) const {
-    double lr = schedule_.lr_at(step);
+    double lr = schedule_.lr_at(step) * join_factor(step);
     if (scaling_ == LrScaling::kActiveWorkers)
       lr /= std::max(1, active);
     else if (scaling_ == LrScaling::kStaleness)
@@ -37,11 +38,29 @@ class UpdatePolicy {
   }
   const LrSchedule& schedule() const { return schedule_; }
 
+  // --join-warmup: the active workers grew from `before` to `after` at global step `step`. For the
+  // next join_warmup steps the rate is multiplied by a factor that rises linearly from
+  // before/after to 1 (the grown cluster starts at the rate per worker it had; a join during a
+  // ramp starts from the factor reached).
+  void joined(std::int64_t step, int before, int after) {
+    if (join_warmup_ <= 0 || after <= before || before <= 0) return;
+    ramp_from_ = join_factor(step) * double(before) / double(after);
+    ramp_start_ = step;
+  }
+  double join_factor(std::int64_t step) const {
+    if (ramp_start_ < 0 || step >= ramp_start_ + join_warmup_) return 1.0;
+    const double done = double(std::max<std::int64_t>(0, step - ramp_start_)) / double(join_warmup_);
+    return ramp_from_ + (1.0 - ramp_from_) * done;
+  }
+
  private:
   const LrSchedule& schedule_;
   LrScaling scaling_;
   MomentumCorrection correction_;
   double momentum_;
+  std::int64_t join_warmup_;
+  std::int64_t ramp_start_ = -1;
+  double ramp_from_ = 1.0;
 };
 
 }  // namespace mt
