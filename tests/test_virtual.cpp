@@ -133,7 +133,7 @@ TEST_CASE("links, joins and the parameter server's update time", "[unit][virtual
   CHECK(mt::default_ps_update_seconds(464154) == Approx(0.00011));
 }
 
-TEST_CASE("--join-warmup: after a join the rate ramps up from the old cluster's share", "[unit][virtual]") {
+TEST_CASE("join warm-up (--join-warmup): after a join the rate ramps up from the old cluster's share", "[unit][virtual]") {
   Data d;
   const auto lr_at = [&](const std::string& warmup) {
     const auto m = d.dir.path() / ("warmup" + warmup + ".jsonl");
