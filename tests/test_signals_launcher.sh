@@ -33,7 +33,7 @@ wait_running() {  # until attempt $1 trains (its status says running, a progress
   done
   fail "attempt $1 did not start training"
 }
-newest_ckpt() { ls "$dir/ck"/ckpt-*.h5 2>/dev/null | tail -1; }
+newest_ckpt() { ls "$dir/ck"/ckpt-*.h5 2>/dev/null | tail -1 || true; }
 
 deliver() {  # deliver WHERE SIGNAL EXPECTED_EXIT (rerun: the loop must start attempt 2)
   local where=$1 sig=$2 expect=$3 launcher mp ranks ps0 p t0 rc=0 ck durable
@@ -42,8 +42,12 @@ deliver() {  # deliver WHERE SIGNAL EXPECTED_EXIT (rerun: the loop must start at
     --ckpt-dir "$dir/ck" --ckpt-every-steps 1000000 --log-every-steps 50 >"$dir/out" 2>&1 &
   launcher=$!
   wait_running 1
-  mp=$(pgrep -f "^[^ ]*(mpirun|mpiexec|prterun) .*$dir/ck" | head -1)  # Open MPI 5's mpirun runs as prterun
-  ranks=$(pgrep -f "^/[^ ]*mpi_trainer train .*$dir/ck" | tr '\n' ' ')
+  # (|| true: a search that finds nothing must reach fail() below, not end the script silently
+  # under set -e and pipefail)
+  mp=$(pgrep -f "^[^ ]*(mpirun|mpiexec|prterun) .*$dir/ck" | head -1 || true)  # Open MPI 5's mpirun runs as prterun
+  ranks=$(pgrep -f "^/[^ ]*mpi_trainer train .*$dir/ck" | tr '\n' ' ' || true)
+  [[ -n $ranks ]] || fail "$where $sig: no rank running before the signal"
+  [[ $where != mpirun || -n $mp ]] || fail "$where $sig: no mpirun process found"
   ps0=$(field pid)
   t0=$(date +%s.%N)
   case $where in
@@ -55,7 +59,7 @@ deliver() {  # deliver WHERE SIGNAL EXPECTED_EXIT (rerun: the loop must start at
   esac
   if [[ $expect == rerun ]]; then
     wait_running 2
-    ck=$(grep -o "resumed from [^ ]*" "$dir/out" | head -1 | cut -d' ' -f3)
+    ck=$(grep -o "resumed from [^ ]*" "$dir/out" | head -1 | cut -d' ' -f3 || true)
     [[ -n $ck ]] || fail "$where $sig: attempt 2 did not resume from a checkpoint"
     local first_step=${ck##*ckpt-}
     first_step=$((10#${first_step%.h5}))
