@@ -3,6 +3,7 @@
 usage: time_to_accuracy.py OUT SEEDS "1 2 4 8" STEPS MODEL EPOCHS
 """
 import json
+import re
 import statistics
 import sys
 
@@ -86,7 +87,8 @@ lines = [f"{model}, {steps} global steps ({epochs} epochs), batch per step as th
          "| configuration | final test accuracy | vs 1 worker (points) | virtual minutes to target | speed-up | run (virtual min) | cost ($) | paper: accuracy vs 1 / speed-up |",
          "|---|---|---|---|---|---|---|---|"]
 for r in table:
-    n = int(r["config"][1]) if r["config"][0] == "w" and "revoked" not in r["config"] else None
+    static = re.fullmatch(r"w(\d+)(-naive|-default)?", r["config"])  # a static cluster of n workers
+    n = int(static.group(1)) if static else None
     paper = ""
     if n in PAPER and n > 1:
         paper = f"{PAPER[n][1] - PAPER[1][1]:+.2f} / {PAPER[1][0] / PAPER[n][0]:.2f}x"
