@@ -60,7 +60,8 @@ runs=$dir/runs.txt
 for ((s = 1; s <= seeds; s++)); do
   for n in $workers; do
     if ((n == 1)); then
-      echo "w1 s$s --virtual-workers 1 --seed $s"  # one worker: every policy is the same
+      # one worker: the single-process trainer's update (heavy-ball momentum, bit-identical)
+      echo "w1 s$s --virtual-workers 1 --seed $s --momentum-correction none"
     else
       echo "w$n-naive s$s --virtual-workers $n --seed $s ${naive[*]}"
       echo "w$n-default s$s --virtual-workers $n --seed $s ${default[*]}"

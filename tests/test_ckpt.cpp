@@ -10,6 +10,7 @@
 #include "app/train.hpp"
 #include "ckpt/async_writer.hpp"
 #include "ckpt/checkpoint.hpp"
+#include "ps/snapshot.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "test_util.hpp"
@@ -327,6 +328,38 @@ TEST_CASE("damaged checkpoints are detected with a clear reason", "[unit][ckpt]"
     CHECK(ckpt::list(dir.path()).front().filename() == "ckpt-0000000020.h5");
     CHECK(ckpt::load_latest_valid(dir.path(), {}, nullptr)->checkpoint.global_step == 20);
   }
+}
+
+TEST_CASE("dana's momentum per data slot is checkpointed and resumed exactly, or from the mean", "[unit][ckpt]") {
+  test::TempDir dir("ckpt_slots");
+  const Model model(parse_model("resnet8"));
+  FlatTensors params(model.params()), mean(model.params()), stats(model.stats());
+  model.init_params(params, stats, 1);
+  std::vector<FlatTensors> slots;
+  for (int j = 0; j < 2; ++j) {
+    slots.emplace_back(model.params());
+    float* v = slots.back().flat().data();
+    for (std::int64_t i = 0; i < slots.back().flat().numel(); ++i) v[i] = static_cast<float>((j + 1) * (i % 7));
+  }
+  mean_momentum(slots, mean);
+  TrainProgress p;
+  p.global_step = 11;
+  const auto file = ckpt::publish(dir.path(), make_checkpoint(model, params, mean, stats, p, "{}", {}, {}, &slots), 0);
+  const ckpt::Checkpoint c = ckpt::read(file);
+  CHECK(c.find(array_path("optimizer/slot_momentum/1", model.params().entries().front().name)) != nullptr);
+  // As many slots: each its own, to the bit.
+  FlatTensors rp(model.params()), rm(model.params()), rs(model.stats());
+  restore_checkpoint(c, model, rp, rm, rs);
+  std::vector<FlatTensors> back;
+  for (int j = 0; j < 2; ++j) back.emplace_back(model.params());
+  restore_slot_momenta(c, rm, back);
+  for (int j = 0; j < 2; ++j)
+    CHECK(std::equal(back[j].span().begin(), back[j].span().end(), slots[static_cast<std::size_t>(j)].span().begin()));
+  // Another number of slots (a resume with more workers): every slot starts from the mean.
+  std::vector<FlatTensors> three;
+  for (int j = 0; j < 3; ++j) three.emplace_back(model.params());
+  restore_slot_momenta(c, rm, three);
+  for (const auto& t : three) CHECK(std::equal(t.span().begin(), t.span().end(), mean.span().begin()));
 }
 
 TEST_CASE("a checkpoint of another model is refused and the previous one used", "[unit][ckpt]") {

@@ -2,6 +2,7 @@
 // detector on a fake clock, the learning-rate / momentum policy, and snapshot consistency.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.hpp"
@@ -159,6 +160,21 @@ TEST_CASE("update policy: implicit momentum of asynchrony is subtracted", "[unit
   CHECK_THROWS_AS(parse_momentum_correction("explicit"), UsageError);
 }
 
+TEST_CASE("update policy: dana gives every data slot its own Nesterov momentum", "[unit][ps]") {
+  LrSchedule s;
+  const UpdatePolicy p(s, LrScaling::kNone, MomentumCorrection::kDana, 0.9);
+  CHECK(p.momentum(1) == Approx(0.9));
+  CHECK(p.momentum(8) == Approx(0.9));  // not lowered: the look-ahead handles the staleness
+  CHECK(p.per_slot_momentum());
+  CHECK(p.nesterov(false));
+  const UpdatePolicy implicit(s, LrScaling::kNone, MomentumCorrection::kImplicit, 0.9);
+  CHECK_FALSE(implicit.per_slot_momentum());
+  CHECK_FALSE(implicit.nesterov(false));
+  CHECK(implicit.nesterov(true));
+  CHECK(parse_momentum_correction("dana") == MomentumCorrection::kDana);
+  CHECK(std::string(to_string(MomentumCorrection::kDana)) == "dana");
+}
+
 TEST_CASE("update policy: the rate warms up again after a join", "[unit][ps]") {
   LrSchedule constant;
   constant.kind = LrSchedule::Kind::kConstant;
@@ -184,6 +200,37 @@ TEST_CASE("update policy: the rate warms up again after a join", "[unit][ps]") {
   UpdatePolicy off(constant, LrScaling::kActiveWorkers, MomentumCorrection::kNone, 0.9);
   off.joined(0, 1, 2);
   CHECK(off.lr(0, 2, 1) == Approx(0.05));
+}
+
+TEST_CASE("snapshot: one momentum per data slot (dana) travels whole, with their mean", "[unit][ps]") {
+  const Model model(parse_model("resnet8"));
+  const Partition part(model.params(), 1);
+  SnapshotGather gather(model, part, 60.0, 2);
+  const auto n = static_cast<std::size_t>(part.floats(0));
+  std::vector<float> params(n, 1.f), velocity(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    velocity[i] = 2.f;       // slot 0
+    velocity[n + i] = 4.f;   // slot 1
+  }
+  FlatTensors stats(model.stats());
+  gather.begin(kForCheckpoint, params, velocity, stats, SnapshotMeta{7, {LoaderCursor{}, LoaderCursor{}}, 1.0, 0.1, {}});
+  REQUIRE(gather.arrived());
+  const Snapshot s = gather.complete();
+  REQUIRE(s.slot_momenta != nullptr);
+  REQUIRE(s.slot_momenta->size() == 2);
+  std::vector<float> v0(n), v1(n), mean(n);
+  part.pack(0, (*s.slot_momenta)[0], v0);
+  part.pack(0, (*s.slot_momenta)[1], v1);
+  part.pack(0, s.momentum, mean);
+  CHECK(std::all_of(v0.begin(), v0.end(), [](float x) { return x == 2.f; }));
+  CHECK(std::all_of(v1.begin(), v1.end(), [](float x) { return x == 4.f; }));
+  CHECK(std::all_of(mean.begin(), mean.end(), [](float x) { return x == 3.f; }));
+  // One buffer: no slot momenta.
+  SnapshotGather single(model, part, 60.0);
+  std::vector<float> one(n, 5.f);
+  single.begin(kForCheckpoint, params, one, stats, SnapshotMeta{7, {LoaderCursor{}}, 1.0, 0.1, {}});
+  REQUIRE(single.arrived());
+  CHECK(single.complete().slot_momenta == nullptr);
 }
 
 TEST_CASE("snapshot: the state at the request, not what the shard applied after it", "[unit][ps]") {

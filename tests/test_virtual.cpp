@@ -62,6 +62,28 @@ TEST_CASE("a virtual run of one worker is bit-identical to the single-process tr
   CHECK(b.back()["evidence"] == "E");
 }
 
+TEST_CASE("dana with one virtual worker is the single-process trainer with Nesterov momentum", "[unit][virtual]") {
+  // One data slot, one momentum buffer: dana's update is Nesterov SGD (bench/README.md has what
+  // it does with more workers).
+  Data d;
+  const std::string common = "train --data " + d.path +
+                             " --model resnet8 --batch-size 16 --train-steps 24 --threads 1 --log-every-steps 1 --seed 9"
+                             " --lr 0.05 --metrics ";
+  const auto one = d.dir.path() / "nesterov.jsonl", virt = d.dir.path() / "dana.jsonl";
+  REQUIRE(run(common + one.string() + " --nesterov on").code == 0);
+  const auto r = run(common + virt.string() + " --virtual-workers 1 --momentum-correction dana");
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "Nesterov momentum 0.9 per worker (dana)"));
+  std::vector<double> la, lb;
+  for (const auto& e : events(one))
+    if (e["event"] == "progress") la.push_back(e["loss"]);
+  for (const auto& e : events(virt))
+    if (e["event"] == "progress") lb.push_back(e["loss"]);
+  REQUIRE(la.size() == 24);
+  CHECK(la == lb);  // every step's loss, to the bit
+  CHECK(events(virt).front()["momentum_correction"] == "dana");
+}
+
 TEST_CASE("two virtual runs with the same seed are bit-identical, revocations and joins included", "[unit][virtual]") {
   Data d;
   const auto go = [&](const std::string& name) {

@@ -18,6 +18,9 @@ namespace {
 
 constexpr const char* kParams = "params";
 constexpr const char* kMomentum = "optimizer/momentum";
+// --momentum-correction dana: data slot j's momentum under kSlotMomentum/j (kMomentum: their mean).
+constexpr const char* kSlotMomentum = "optimizer/slot_momentum";
+std::string slot_group(std::size_t j) { return std::string(kSlotMomentum) + "/" + std::to_string(j); }
 constexpr const char* kBnStats = "bn_stats";
 
 // Appends the group's arrays at c.arrays[*next...], or overwrites them in place when the
@@ -39,7 +42,7 @@ void add_group(ckpt::Checkpoint& c, std::size_t* next, const std::string& group,
 }
 
 // True when `c`'s arrays are exactly these groups' arrays, in order.
-bool same_arrays(const ckpt::Checkpoint& c, const std::vector<std::pair<const char*, const FlatTensors*>>& groups) {
+bool same_arrays(const ckpt::Checkpoint& c, const std::vector<std::pair<std::string, const FlatTensors*>>& groups) {
   std::size_t i = 0;
   for (const auto& [group, flat] : groups)
     for (const auto& e : flat->layout().entries()) {
@@ -94,6 +97,19 @@ void rescale_cursors(ckpt::Checkpoint& c, std::int64_t batch_size) {
 
 }  // namespace
 
+void restore_slot_momenta(const ckpt::Checkpoint& c, const FlatTensors& momentum, std::vector<FlatTensors>& slots) {
+  std::size_t saved = 0;
+  while (!slots.empty() && c.find(array_path(slot_group(saved), slots[0].layout().entries().front().name))) ++saved;
+  for (std::size_t j = 0; j < slots.size(); ++j) {
+    if (saved == slots.size()) {
+      check_group(c, slot_group(j), slots[j].layout(), c.model);
+      restore_group(c, slot_group(j), slots[j]);
+    } else {
+      std::copy_n(momentum.flat().data(), momentum.flat().numel(), slots[j].flat().data());
+    }
+  }
+}
+
 std::string array_path(const std::string& group, const std::string& dotted_name) {
   std::string p = dotted_name;
   std::replace(p.begin(), p.end(), '.', '/');
@@ -103,9 +119,12 @@ std::string array_path(const std::string& group, const std::string& dotted_name)
 ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
                                  const FlatTensors& momentum, const FlatTensors& bn_stats,
                                  const TrainProgress& p, const std::string& config_json,
-                                 const JobIdentity& job, ckpt::Checkpoint&& reuse) {
-  const std::vector<std::pair<const char*, const FlatTensors*>> groups = {
+                                 const JobIdentity& job, ckpt::Checkpoint&& reuse,
+                                 const std::vector<FlatTensors>* slot_momenta) {
+  std::vector<std::pair<std::string, const FlatTensors*>> groups = {
       {kParams, &params}, {kMomentum, &momentum}, {kBnStats, &bn_stats}};
+  if (slot_momenta)
+    for (std::size_t j = 0; j < slot_momenta->size(); ++j) groups.emplace_back(slot_group(j), &(*slot_momenta)[j]);
   ckpt::Checkpoint c;
   if (same_arrays(reuse, groups)) c.arrays = std::move(reuse.arrays);
   c.global_step = p.global_step;
@@ -137,7 +156,7 @@ ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
     for (std::int64_t i = 0; i < n; ++i)
       if (!std::isfinite(v[i]))
         throw DataError("training diverged by global step " + std::to_string(p.global_step) + ": /" +
-                        std::string(group) + " holds a value that is not finite; not checkpointed (the newest "
+                        group + " holds a value that is not finite; not checkpointed (the newest "
                         "checkpoint holds the last good state): lower --lr, then rerun");
   }
   std::size_t next = 0;

@@ -110,11 +110,13 @@ struct CheckpointTally {
 
 // Copies the state into a checkpoint (the in-memory snapshot). `reuse`, a checkpoint made by an
 // earlier call for the same model (ckpt::AsyncWriter::take_spare), is filled in place without
-// allocating; anything else is rebuilt.
+// allocating; anything else is rebuilt. `slot_momenta` (--momentum-correction dana): each data
+// slot's momentum, written as /optimizer/slot_momentum/<slot>/... (`momentum`: their mean).
 ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
                                  const FlatTensors& momentum, const FlatTensors& bn_stats,
                                  const TrainProgress& progress, const std::string& config_json,
-                                 const JobIdentity& job, ckpt::Checkpoint&& reuse = {});
+                                 const JobIdentity& job, ckpt::Checkpoint&& reuse = {},
+                                 const std::vector<FlatTensors>* slot_momenta = nullptr);
 
 // Throws CheckpointError unless `c` holds exactly this model's arrays.
 void check_compatible(const ckpt::Checkpoint& c, const Model& model);
@@ -122,6 +124,9 @@ void check_compatible(const ckpt::Checkpoint& c, const Model& model);
 // Puts a compatible checkpoint's state back; returns its progress.
 TrainProgress restore_checkpoint(const ckpt::Checkpoint& c, const Model& model, FlatTensors& params,
                                  FlatTensors& momentum, FlatTensors& bn_stats);
+// After restore_checkpoint, under dana: each data slot's momentum from the checkpoint when it
+// holds one per slot for as many slots, else every slot starts from its /optimizer/momentum.
+void restore_slot_momenta(const ckpt::Checkpoint& c, const FlatTensors& momentum, std::vector<FlatTensors>& slots);
 
 // "stage2.block3.conv1.weight" -> "params/stage2/block3/conv1/weight" (group "params").
 std::string array_path(const std::string& group, const std::string& dotted_name);

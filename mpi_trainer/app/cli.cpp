@@ -101,20 +101,24 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->check(CLI::Range(1, 1024)),
       "MT_NUM_PS");
   env(cmd.add_option("--lr-scaling", c.lr_scaling,
-                     "Parameter server: each update's rate is the schedule's (none, the default: with "
-                     "--momentum-correction implicit, the best measured; bench/README.md), divided by "
-                     "the number of active workers (active-workers; the paper's adaptive rate), or by "
-                     "the update's staleness + 1 (staleness-aware async SGD)")
+                     "Parameter server: each update's rate is the schedule's (none, the default and the "
+                     "best measured with every --momentum-correction; bench/README.md), divided by the number of active workers "
+                     "(active-workers; the paper's adaptive rate), or by the update's staleness + 1 "
+                     "(staleness-aware async SGD)")
           ->capture_default_str()
           ->check(CLI::IsMember({"none", "active-workers", "staleness"})),
       "MT_LR_SCALING");
   env(cmd.add_option("--momentum-correction", c.momentum_correction,
                      "Parameter server: implicit (default) lowers the momentum applied with N active "
                      "workers to max(0, momentum - (1 - 1/N)), since asynchrony itself acts as "
-                     "momentum 1 - 1/N (Mitliagkas et al. 2016; momentum 0.9 with stale gradients "
-                     "diverges early otherwise); none applies --momentum as given (TensorFlow's behaviour)")
+                     "momentum 1 - 1/N (Mitliagkas et al. 2016); dana (Hakimi et al. 2019) gives each "
+                     "worker's data slot its own Nesterov momentum buffer, so the parameters a worker "
+                     "is sent already carry every worker's next momentum step (better with resnet8 "
+                     "over 5 epochs, worse early in resnet32: docs/user-guide.md); none applies "
+                     "--momentum as given (TensorFlow's behaviour; diverges with 4 or more workers "
+                     "at momentum 0.9)")
           ->capture_default_str()
-          ->check(CLI::IsMember({"implicit", "none"})),
+          ->check(CLI::IsMember({"implicit", "dana", "none"})),
       "MT_MOMENTUM_CORRECTION");
   env(cmd.add_option("--join-warmup", c.join_warmup,
                      "Parameter server: for N global steps after a worker joins, the rate is "

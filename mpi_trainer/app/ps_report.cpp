@@ -47,9 +47,16 @@ PsReport::PsReport(const TrainConfig& cfg, const RunSetup& setup, const Model& m
 
 void PsReport::log(const std::string& line) { log_ << line << '\n' << std::flush; }
 
-PsStart PsReport::restore(FlatTensors& params, FlatTensors& momentum, FlatTensors& bn_stats, int slots) {
+PsStart PsReport::restore(FlatTensors& params, std::vector<FlatTensors>& momenta, FlatTensors& bn_stats, int slots) {
+  MT_ASSERT(!momenta.empty(), "a momentum buffer");
+  // Under dana (a momentum per data slot) the checkpoint's /optimizer/momentum is their mean.
+  const bool per_slot = momenta.size() > 1;
+  std::optional<FlatTensors> mean;
+  if (per_slot) mean.emplace(model_.params());
+  FlatTensors& momentum = per_slot ? *mean : momenta[0];
   if (auto found = find_resume_checkpoint(cfg_, model_, setup_.job, metrics_, log_)) {
     prev_ = restore_checkpoint(found->checkpoint, model_, params, momentum, bn_stats);
+    if (per_slot) restore_slot_momenta(found->checkpoint, momentum, momenta);
     prev_.attempts += 1;
     if (!cfg_.quiet)
       log_ << "mpi_trainer: resumed from " << found->file.string() << " at global step " << prev_.global_step
@@ -63,7 +70,8 @@ PsStart PsReport::restore(FlatTensors& params, FlatTensors& momentum, FlatTensor
   if (!cfg_.ckpt_dir.empty()) {
     writer_.emplace(cfg_.ckpt_dir, cfg_.ckpt_keep);
     // The first snapshot's memory, allocated now rather than in the first checkpoint's stall.
-    writer_->give_spare(make_checkpoint(model_, params, momentum, bn_stats, prev_, config_json_, setup_.job));
+    writer_->give_spare(make_checkpoint(model_, params, momentum, bn_stats, prev_, config_json_, setup_.job, {},
+                                        per_slot ? &momenta : nullptr));
   }
   return PsStart{prev_.global_step, start_cursors(prev_, slots)};
 }
@@ -106,11 +114,11 @@ void PsReport::started(const Started& e) {
          << setup_.spec.name << " (" << model_.param_count() << " parameters) on " << setup_.data.format << ", "
          << cfg_.train_steps << " global steps of " << cfg_.batch_size << ", lr " << setup_.schedule.describe()
          << ", lr scaling " << cfg_.lr_scaling << emulating_note(cfg_, emulated)
-         << ", momentum " << cfg_.momentum
+         << (cfg_.momentum_correction == "dana" ? ", Nesterov momentum " : ", momentum ") << cfg_.momentum
          << (cfg_.momentum_correction == "implicit" && e.workers > 1
                  ? " (applied with " + std::to_string(e.workers) +
                        " workers: " + std::to_string(e.momentum_applied).substr(0, 5) + ")"
-                 : std::string())
+                 : cfg_.momentum_correction == "dana" ? std::string(" per worker (dana)") : std::string())
          << '\n'
          << std::flush;
   if (cfg_.eval_every_steps > 0) eval_.emplace(model_, setup_, cfg_.batch_size, 1);
@@ -263,7 +271,8 @@ TrainProgress PsReport::progress_of(const Snapshot& s) const {
 
 void PsReport::checkpoint(const Snapshot& s) {
   writer_->submit(
-      make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, setup_.job, writer_->take_spare()));
+      make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, setup_.job, writer_->take_spare(),
+                        s.slot_momenta));
   // --ckpt-sync: shard 0 applies no further push until the checkpoint is durable (or failed), or
   // (auto) for a bounded time.
   durable_wait_ = wait_until_durable(*writer_, cfg_);
@@ -381,7 +390,8 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
   if (writer_ && s.global_step > e.start_step && s.global_step != e.last_snapshot_step) {
     const auto t = Clock::now();
     writer_->submit(
-        make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, setup_.job, writer_->take_spare()));
+        make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, setup_.job, writer_->take_spare(),
+                        s.slot_momenta));
     snapshot_taken(s.global_step, since(t), 0, /*final=*/true);
   }
   if (writer_) {

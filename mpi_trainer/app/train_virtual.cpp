@@ -55,6 +55,7 @@ struct Worker {
   std::optional<StepPacer> pacer;  // its step times (draw_target: no sleeping)
   std::unique_ptr<BatchLoader> loader;
   FlatTensors snapshot;            // the parameters of its last reply
+  std::optional<Sgd> own;          // --momentum-correction dana: its own (its data slot's) momentum
   std::int64_t version = 0;        // their global step
   double arrival = kNever;         // its next push reaches the parameter server
   bool begun = false;              // started (a joiner: once it joined)
@@ -201,6 +202,8 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
     w.loader = std::make_unique<BatchLoader>(setup.data.train, lo);
     w.snapshot = FlatTensors(model.params());
     std::copy(params.span().begin(), params.span().end(), w.snapshot.span().begin());
+    if (policy.per_slot_momentum())
+      w.own.emplace(model.params(), SgdConfig{static_cast<float>(c.momentum), static_cast<float>(c.weight_decay), true});
     w.version = step;
     w.begun = true;
     w.started = at;
@@ -239,7 +242,9 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
         << (joins.empty() ? std::string() : " + " + std::to_string(joins.size()) + " joining") << " and 1 parameter server on a virtual clock, "
         << spec.name << " (" << model.param_count() << " parameters) on " << setup.data.format << ", "
         << c.train_steps << " global steps of " << c.batch_size << ", lr " << setup.schedule.describe() << ", lr scaling "
-        << c.lr_scaling << emulating << "\n"
+        << c.lr_scaling
+        << (c.momentum_correction == "dana" ? ", Nesterov momentum " : ", momentum ") << c.momentum
+        << (c.momentum_correction == "dana" ? " per worker (dana)" : "") << emulating << "\n"
         << std::flush;
 
   TrainResult res;
@@ -348,7 +353,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
     } else {
       check_divergence(st.loss, c.max_loss, step + 1);
       const double lr = policy.lr(step, active, staleness);
-      sgd.step(*backend, params, grads, static_cast<float>(lr), static_cast<float>(policy.momentum(active)));
+      (w.own ? *w.own : sgd).step(*backend, params, grads, static_cast<float>(lr), static_cast<float>(policy.momentum(active)));
       model.update_running_stats(stats, batch_stats, net.bn_counts());
       last_lr = lr;
       ++step;

@@ -26,7 +26,7 @@ namespace mt {
 class Backend;
 
 enum class LrScaling { kNone, kActiveWorkers, kStaleness };
-enum class MomentumCorrection { kNone, kImplicit };
+enum class MomentumCorrection { kNone, kImplicit, kDana };
 // "none" | "active-workers" | "staleness"; "implicit" | "none". Throw UsageError naming the flag.
 LrScaling parse_lr_scaling(const std::string& text);
 MomentumCorrection parse_momentum_correction(const std::string& text);
@@ -84,6 +84,8 @@ struct Snapshot {
   double run_seconds = 0;                  // of this attempt
   double lr = 0;                           // at the last step
   std::vector<WorkerUsage> workers;        // for the cost so far
+  // --momentum-correction dana: each data slot's momentum (`momentum` is then their mean).
+  const std::vector<FlatTensors>* slot_momenta = nullptr;
 };
 
 // Where training starts, filled by SnapshotSink::restore.
@@ -97,8 +99,10 @@ class SnapshotSink {
  public:
   virtual ~SnapshotSink() = default;
   // The state to start from: the tensors arrive freshly initialised (seeded); a resume
-  // overwrites them. `slots`: data slots to give cursors for.
-  virtual PsStart restore(FlatTensors& params, FlatTensors& momentum, FlatTensors& bn_stats, int slots) = 0;
+  // overwrites them. `slots`: data slots to give cursors for. `momenta`: one momentum buffer, or
+  // one per data slot (--momentum-correction dana).
+  virtual PsStart restore(FlatTensors& params, std::vector<FlatTensors>& momenta, FlatTensors& bn_stats,
+                          int slots) = 0;
   virtual bool checkpoints() const = 0;  // whether checkpoints are written at all
   virtual bool evaluates() const = 0;    // whether evaluations run during training
   virtual bool eval_busy() = 0;          // an evaluation is still running

@@ -46,21 +46,23 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
       part_(model.params(), shards_),
       mine_(part_.floats(shard_)),
       stats_floats_(shard_ == 0 ? model.stats().total() : 0),
+      momenta_(opts.momentum_correction == MomentumCorrection::kDana ? std::max(workers_, opts.max_workers) : 1),
       full_(model.params()),
-      velocity_full_(model.params()),
       stats_(model.stats()),
       batch_stats_(model.stats()),
+      mean_momentum_(model.params()),
       params_(static_cast<std::size_t>(mine_)),
-      velocity_(params_.size(), 0.f),
+      velocity_(params_.size() * static_cast<std::size_t>(momenta_), 0.f),
       runs_(part_.runs(shard_)),
       counts_(model.bn_counts(opts.batch_size)),
       members_(
           std::max(workers_, opts.max_workers),
           Membership::Deadlines{opts.failure_timeout, std::max(60.0, 10 * opts.failure_timeout), opts.drain_deadline}) {
+  for (int j = 0; j < momenta_; ++j) momenta_full_.emplace_back(model.params());
   if (lead())
-    gather_.emplace(model, part_, shard_deadline(opts));
+    gather_.emplace(model, part_, shard_deadline(opts), momenta_);
   else
-    answer_.emplace(shard_, mine_, shard_deadline(opts));
+    answer_.emplace(shard_, mine_, shard_deadline(opts), momenta_);
 }
 
 // Every shard starts from the same state: shard 0 resumes (or initializes) and hands each shard
@@ -68,13 +70,14 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
 void Shard::start_state() {
   model_.init_params(full_, stats_, opts_.seed);
   if (lead()) {
-    const PsStart start = sink_.restore(full_, velocity_full_, stats_, members_.slots());
+    const PsStart start = sink_.restore(full_, momenta_full_, stats_, members_.slots());
     MT_ASSERT(static_cast<int>(start.slot_cursors.size()) == members_.slots(), "a cursor per data slot");
     start_step_ = start.global_step;
     slot_cursors_ = start.slot_cursors;
-    gather_->send_start(full_, velocity_full_, start_step_);
+    gather_->send_start(full_, momenta_full_, start_step_);
     part_.pack(0, full_, params_);
-    part_.pack(0, velocity_full_, velocity_);
+    for (std::size_t j = 0; j < momenta_full_.size(); ++j)
+      part_.pack(0, momenta_full_[j], std::span<float>(velocity_).subspan(j * params_.size(), params_.size()));
   } else {
     start_step_ = answer_->receive_start(params_, velocity_);
   }
@@ -130,12 +133,17 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   // The worker's previous reply is complete (it pushed again), so its buffer takes the update.
   if (!settle_send(m)) return false;
   const std::span<float> out(m.send.payload(), static_cast<std::size_t>(mine_));
+  // Its data slot's momentum under dana (UpdatePolicy::per_slot_momentum), else the one.
+  const std::span<float> velocity =
+      std::span<float>(velocity_).subspan(momenta_ > 1 ? static_cast<std::size_t>(m.slot) * params_.size() : 0,
+                                          params_.size());
+  const bool nesterov = policy_.nesterov(opts_.nesterov);
   for (const auto& r : runs_) {
     const auto o = static_cast<std::size_t>(r.offset), len = static_cast<std::size_t>(r.length);
-    update_.sgd_update_to(current().subspan(o, len), std::span<const float>(g + o, len),
-                          std::span<float>(velocity_).subspan(o, len), out.subspan(o, len),
+    update_.sgd_update_to(current().subspan(o, len), std::span<const float>(g + o, len), velocity.subspan(o, len),
+                          out.subspan(o, len),
                           SgdSpec{static_cast<float>(lr), static_cast<float>(momentum),
-                                  r.decay ? static_cast<float>(opts_.weight_decay) : 0.f, opts_.nesterov});
+                                  r.decay ? static_cast<float>(opts_.weight_decay) : 0.f, nesterov});
   }
   current_ = out.data();
   if (lead()) {
@@ -543,7 +551,7 @@ void Shard::end_after_failure(const std::exception_ptr& error) {
     settle_members();
     if (lead() && !finals_collected_ && shards_ > 1) {
       finals_collected_ = true;
-      gather_->collect_final(full_, velocity_full_);
+      gather_->collect_final(full_, momenta_full_);
       gather_->send_control(MsgKind::kStop, 0, /*blocking=*/true);
       gather_->settle();
     }
@@ -680,13 +688,22 @@ PsResult Shard::finish() {
   }
   // Shard 0: the final state of every shard, then no more requests.
   part_.unpack(0, current(), full_);
-  part_.unpack(0, velocity_, velocity_full_);
+  for (std::size_t j = 0; j < momenta_full_.size(); ++j)
+    part_.unpack(0, std::span<const float>(velocity_).subspan(j * params_.size(), params_.size()), momenta_full_[j]);
   finals_collected_ = true;
-  gather_->collect_final(full_, velocity_full_);
+  gather_->collect_final(full_, momenta_full_);
   gather_->send_control(MsgKind::kStop, members_.lost() == 0 ? kCleanEnd : 0, /*blocking=*/true);
   gather_->settle();
-  const Snapshot final_state{full_,           velocity_full_,    stats_, step_, slot_cursors_,
-                             res.run_seconds, schedule_lr_now(), usage()};
+  if (momenta_ > 1) mean_momentum(momenta_full_, mean_momentum_);
+  const Snapshot final_state{full_,
+                             momenta_ > 1 ? mean_momentum_ : momenta_full_[0],
+                             stats_,
+                             step_,
+                             slot_cursors_,
+                             res.run_seconds,
+                             schedule_lr_now(),
+                             usage(),
+                             momenta_ > 1 ? &momenta_full_ : nullptr};
   res.evaluated = events_.finished(PsEvents::Finished{
       final_state, start_step_, last_snapshot_step_, res.images_per_second, shards_, workers_, joined_, members_.lost(),
       members_.left(), shm_workers_, max_staleness_, dropped_, stop_at_.has_value(), stop_reason_, exit_code_});

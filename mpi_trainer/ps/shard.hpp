@@ -71,12 +71,16 @@ class Shard {
   const int shards_, shard_, workers_;
   const Partition part_;
   const std::int64_t mine_, stats_floats_;
-  FlatTensors full_, velocity_full_, stats_, batch_stats_;
+  // Momentum buffers: one, or one per data slot under --momentum-correction dana (each worker's
+  // pushes go through its slot's). `momenta_full_` holds them whole at the start and the end.
+  const int momenta_;
+  FlatTensors full_, stats_, batch_stats_, mean_momentum_;
+  std::vector<FlatTensors> momenta_full_;
   // This shard's part, packed. The newest parameters live in `current_`: at first in params_,
   // then in the reply buffer of the worker whose push was applied last (each update reads the
   // newest parameters and writes the updated ones straight into the next reply, so a reply costs
   // no copy). A buffer with a send in flight is only read, never written.
-  std::vector<float> params_, velocity_;
+  std::vector<float> params_, velocity_;  // velocity_: this shard's part of each momentum, one after the other
   float* current_ = nullptr;
   const std::vector<Partition::Run> runs_;
   const std::vector<std::int64_t> counts_;

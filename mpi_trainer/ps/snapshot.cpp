@@ -13,10 +13,30 @@ Error shard_lost(int shard, double deadline) {
                                 std::to_string(static_cast<int>(deadline)) + " s: the parameter server is lost");
 }
 
-SnapshotGather::SnapshotGather(const Model& model, const Partition& part, double deadline)
-    : part_(part), deadline_(deadline), params_(model.params()), velocity_(model.params()), stats_(model.stats()) {
+void mean_momentum(const std::vector<FlatTensors>& momenta, FlatTensors& out) {
+  MT_ASSERT(!momenta.empty(), "a momentum to average");
+  float* o = out.flat().data();
+  const std::int64_t n = out.flat().numel();
+  std::fill_n(o, n, 0.f);
+  for (const auto& m : momenta) {
+    const float* v = m.flat().data();
+    for (std::int64_t i = 0; i < n; ++i) o[i] += v[i];
+  }
+  const float scale = 1.f / static_cast<float>(momenta.size());
+  for (std::int64_t i = 0; i < n; ++i) o[i] *= scale;
+}
+
+SnapshotGather::SnapshotGather(const Model& model, const Partition& part, double deadline, int momenta)
+    : part_(part),
+      deadline_(deadline),
+      momenta_(momenta),
+      params_(model.params()),
+      stats_(model.stats()),
+      mean_(model.params()) {
+  MT_ASSERT(momenta >= 1, "at least one momentum buffer");
+  for (int j = 0; j < momenta; ++j) velocities_.emplace_back(model.params());
   for (int k = 1; k < part.shards(); ++k) {
-    parts_.emplace_back(2 * part.floats(k));
+    parts_.emplace_back(message_floats(k));
     requests_.emplace_back(0);
   }
   part_reqs_.assign(parts_.size(), MPI_REQUEST_NULL);
@@ -27,16 +47,28 @@ void SnapshotGather::wait(MPI_Request* req, int k) const {
   if (!wait_for(req, deadline_)) throw shard_lost(k, deadline_);
 }
 
-void SnapshotGather::send_start(const FlatTensors& params, const FlatTensors& momentum, std::int64_t step) {
+void SnapshotGather::unpack(int k, std::span<const float> message, FlatTensors& params,
+                            std::vector<FlatTensors>& momenta) const {
+  const auto n = static_cast<std::size_t>(part_.floats(k));
+  MT_ASSERT(static_cast<int>(momenta.size()) == momenta_ && message.size() == (1 + momenta.size()) * n,
+            "a shard's message: its parameters and every momentum");
+  part_.unpack(k, message.subspan(0, n), params);
+  for (std::size_t j = 0; j < momenta.size(); ++j) part_.unpack(k, message.subspan((1 + j) * n, n), momenta[j]);
+}
+
+void SnapshotGather::send_start(const FlatTensors& params, const std::vector<FlatTensors>& momenta,
+                                std::int64_t step) {
+  MT_ASSERT(static_cast<int>(momenta.size()) == momenta_, "a momentum per buffer");
   for (int k = 1; k < part_.shards(); ++k) {
     const auto n = static_cast<std::size_t>(part_.floats(k));
-    Buffer b(2 * part_.floats(k));
+    Buffer b(message_floats(k));
     b.header() = MsgHeader{};
     b.header().kind = MsgKind::kParams;
     b.header().step = step;
-    b.header().payload = 2 * part_.floats(k);
+    b.header().payload = message_floats(k);
     part_.pack(k, params, std::span<float>(b.payload(), n));
-    part_.pack(k, momentum, std::span<float>(b.payload() + n, n));
+    for (std::size_t j = 0; j < momenta.size(); ++j)
+      part_.pack(k, momenta[j], std::span<float>(b.payload() + (1 + j) * n, n));
     MT_MPI(MPI_Send(b.data.data(), b.count(), MPI_FLOAT, k, kTagControl, MPI_COMM_WORLD));
   }
 }
@@ -68,7 +100,9 @@ void SnapshotGather::begin(unsigned purposes, std::span<const float> params0, st
   started_ = Clock::now();
   ++id_;
   part_.unpack(0, params0, params_);
-  part_.unpack(0, velocity0, velocity_);
+  const auto n0 = static_cast<std::size_t>(part_.floats(0));
+  MT_ASSERT(velocity0.size() == static_cast<std::size_t>(momenta_) * n0, "shard 0's momenta");
+  for (std::size_t j = 0; j < velocities_.size(); ++j) part_.unpack(0, velocity0.subspan(j * n0, n0), velocities_[j]);
   std::copy_n(stats.flat().data(), stats.flat().numel(), stats_.flat().data());
   meta_ = std::move(meta);
   MsgHeader request;
@@ -92,26 +126,30 @@ bool SnapshotGather::arrived() {
 Snapshot SnapshotGather::complete() {
   for (int k = 1; k < part_.shards(); ++k) {
     Buffer& b = parts_[static_cast<std::size_t>(k - 1)];
-    if (const auto bad = check_header(b.header(), 2 * part_.floats(k)); !bad.empty())
+    if (const auto bad = check_header(b.header(), message_floats(k)); !bad.empty())
       throw Error(kExitInternal, "parameter server: bad snapshot from shard " + std::to_string(k) + ": " + bad);
-    const auto n = static_cast<std::size_t>(part_.floats(k));
-    part_.unpack(k, std::span<const float>(b.payload(), n), params_);
-    part_.unpack(k, std::span<const float>(b.payload() + n, n), velocity_);
+    unpack(k, std::span<const float>(b.payload(), static_cast<std::size_t>(message_floats(k))), params_, velocities_);
   }
   gathering_ = false;
-  return Snapshot{params_,           velocity_, stats_,       meta_.global_step, meta_.slot_cursors,
-                  meta_.run_seconds, meta_.lr,  meta_.workers};
+  if (momenta_ > 1) mean_momentum(velocities_, mean_);
+  return Snapshot{params_,
+                  momenta_ > 1 ? mean_ : velocities_[0],
+                  stats_,
+                  meta_.global_step,
+                  meta_.slot_cursors,
+                  meta_.run_seconds,
+                  meta_.lr,
+                  meta_.workers,
+                  momenta_ > 1 ? &velocities_ : nullptr};
 }
 
-void SnapshotGather::collect_final(FlatTensors& params, FlatTensors& momentum) {
+void SnapshotGather::collect_final(FlatTensors& params, std::vector<FlatTensors>& momenta) {
   for (int k = 1; k < part_.shards(); ++k) {
-    Buffer b(2 * part_.floats(k));
+    Buffer b(message_floats(k));
     MPI_Request req = MPI_REQUEST_NULL;
     irecv(b, k, kTagFinal, &req);
     wait(&req, k);
-    const auto n = static_cast<std::size_t>(part_.floats(k));
-    part_.unpack(k, std::span<const float>(b.payload(), n), params);
-    part_.unpack(k, std::span<const float>(b.payload() + n, n), momentum);
+    unpack(k, std::span<const float>(b.payload(), static_cast<std::size_t>(message_floats(k))), params, momenta);
   }
 }
 
@@ -122,20 +160,22 @@ void SnapshotGather::settle() {
   gathering_ = false;
 }
 
-SnapshotAnswer::SnapshotAnswer(int shard, std::int64_t floats, double deadline)
-    : shard_(shard), floats_(floats), deadline_(deadline), snapshot_(2 * floats) {}
+SnapshotAnswer::SnapshotAnswer(int shard, std::int64_t floats, double deadline, int momenta)
+    : shard_(shard), floats_(floats), momenta_(momenta), deadline_(deadline), snapshot_((1 + momenta) * floats) {}
 
 void SnapshotAnswer::wait(MPI_Request* req) const {
   if (!wait_for(req, deadline_)) throw shard_lost(0, deadline_);
 }
 
 std::int64_t SnapshotAnswer::receive_start(std::span<float> params, std::span<float> velocity) {
-  Buffer b(2 * floats_);
+  const std::int64_t total = (1 + momenta_) * floats_;
+  MT_ASSERT(static_cast<std::int64_t>(velocity.size()) == momenta_ * floats_, "this shard's momenta");
+  Buffer b(total);
   MT_MPI(MPI_Recv(b.data.data(), b.count(), MPI_FLOAT, 0, kTagControl, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-  if (const auto bad = check_header(b.header(), 2 * floats_); !bad.empty())
+  if (const auto bad = check_header(b.header(), total); !bad.empty())
     throw Error(kExitInternal, "parameter server shard " + std::to_string(shard_) + ": bad start state: " + bad);
   std::copy_n(b.payload(), floats_, params.data());
-  std::copy_n(b.payload() + floats_, floats_, velocity.data());
+  std::copy_n(b.payload() + floats_, momenta_ * floats_, velocity.data());
   rearm();
   return b.header().step;
 }
@@ -148,10 +188,12 @@ void SnapshotAnswer::send(Buffer& buf, int tag, std::int64_t id, std::int64_t st
   buf.header().kind = MsgKind::kSnapshot;
   buf.header().step = step;
   buf.header().request_id = id;
-  buf.header().payload = 2 * floats_;
+  const std::int64_t total = (1 + momenta_) * floats_;
+  MT_ASSERT(static_cast<std::int64_t>(velocity.size()) == momenta_ * floats_, "this shard's momenta");
+  buf.header().payload = total;
   std::copy(params.begin(), params.end(), buf.payload());
   std::copy(velocity.begin(), velocity.end(), buf.payload() + floats_);
-  isend(buf, 2 * floats_, 0, tag, req);
+  isend(buf, total, 0, tag, req);
 }
 
 void SnapshotAnswer::answer(std::int64_t id, std::int64_t step, std::span<const float> params,
@@ -161,7 +203,7 @@ void SnapshotAnswer::answer(std::int64_t id, std::int64_t step, std::span<const 
 }
 
 std::int32_t SnapshotAnswer::finish(std::int64_t step, std::span<const float> params, std::span<const float> velocity) {
-  Buffer final_state(2 * floats_);
+  Buffer final_state((1 + momenta_) * floats_);
   MPI_Request final_req = MPI_REQUEST_NULL;
   send(final_state, kTagFinal, 0, step, params, velocity, &final_req);
   wait(&final_req);

@@ -14,7 +14,8 @@ LrScaling parse_lr_scaling(const std::string& text) {
 MomentumCorrection parse_momentum_correction(const std::string& text) {
   if (text == "implicit") return MomentumCorrection::kImplicit;
   if (text == "none") return MomentumCorrection::kNone;
-  throw UsageError("--momentum-correction: '" + text + "': use implicit or none");
+  if (text == "dana") return MomentumCorrection::kDana;
+  throw UsageError("--momentum-correction: '" + text + "': use implicit, dana or none");
 }
 
 const char* to_string(LrScaling s) {
@@ -26,6 +27,13 @@ const char* to_string(LrScaling s) {
   return "?";
 }
 
-const char* to_string(MomentumCorrection m) { return m == MomentumCorrection::kImplicit ? "implicit" : "none"; }
+const char* to_string(MomentumCorrection m) {
+  switch (m) {
+    case MomentumCorrection::kNone: return "none";
+    case MomentumCorrection::kImplicit: return "implicit";
+    case MomentumCorrection::kDana: return "dana";
+  }
+  return "?";
+}
 
 }  // namespace mt

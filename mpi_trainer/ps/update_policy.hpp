@@ -31,11 +31,18 @@ class UpdatePolicy {
   // What the rate is divided by for the worker count alone (reports).
   double lr_divisor(int active) const { return scaling_ == LrScaling::kActiveWorkers ? std::max(1, active) : 1; }
   // The momentum applied with `active` workers: --momentum less the implicit momentum of their
-  // asynchrony, 1 - 1/N (Mitliagkas et al. 2016), under --momentum-correction implicit.
+  // asynchrony, 1 - 1/N (Mitliagkas et al. 2016), under --momentum-correction implicit; as given
+  // under none and dana (where each data slot has its own momentum buffer: per_slot_momentum).
   double momentum(int active) const {
     if (correction_ != MomentumCorrection::kImplicit || active <= 1) return momentum_;
     return std::max(0.0, momentum_ - (1.0 - 1.0 / active));
   }
+  // --momentum-correction dana (DANA, Hakimi et al. 2019, "Taming Momentum in a Distributed
+  // Asynchronous Environment"): every worker's pushes (its data slot's) go through their own
+  // Nesterov momentum buffer, so the parameters a worker is sent already carry every worker's
+  // momentum step ahead, and a stale gradient is computed near where it is applied.
+  bool per_slot_momentum() const { return correction_ == MomentumCorrection::kDana; }
+  bool nesterov(bool configured) const { return configured || per_slot_momentum(); }
   const LrSchedule& schedule() const { return schedule_; }
 
   // --join-warmup: the active workers grew from `before` to `after` at global step `step`. For the
