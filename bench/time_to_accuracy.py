@@ -1,6 +1,7 @@
 """Tables and plot for bench/time_to_accuracy.sh (issue 19): reads OUT/NAME.sSEED.jsonl.
 
-usage: time_to_accuracy.py OUT SEEDS "1 2 4 8" STEPS MODEL EPOCHS
+usage: time_to_accuracy.py OUT SEEDS "1 2 4 8" STEPS MODEL EPOCHS [POLICY]
+POLICY: the flags of the "default" column (--policy of the script; empty: the trainer's defaults).
 """
 import json
 import re
@@ -9,6 +10,8 @@ import sys
 
 out, seeds, workers, steps, model, epochs = sys.argv[1], int(sys.argv[2]), [int(w) for w in sys.argv[3].split()], \
     int(sys.argv[4]), sys.argv[5], sys.argv[6]
+policy = sys.argv[7].strip() if len(sys.argv) > 7 else ""
+NAME = {"naive": "naive", "default": f"`{policy}`" if policy else "default"}
 # The paper (ICAC'19, Table I / Fig. 2: ResNet-32 on CIFAR-10, 64K steps, K80 workers, TensorFlow's
 # asynchronous SGD with one worker's rate): hours and final accuracy per cluster size.
 PAPER = {1: (3.91, 93.07), 2: (2.16, 91.93), 4: (1.05, 91.23), 8: (0.51, 88.79)}
@@ -70,10 +73,10 @@ for n in workers:
     if n == 1:
         continue
     for p in ("naive", "default"):
-        table.append(row(f"w{n}-{p}", f"{n} workers, {p}"))
+        table.append(row(f"w{n}-{p}", f"{n} workers, {NAME[p]}"))
 for p in ("naive", "default"):
-    table.append(row(f"w4-revoked-{p}", f"4 workers, one revoked at 25%, {p}"))
-    table.append(row(f"fig5-{p}", f"Fig. 5: 1 worker, +1 every quarter, {p}"))
+    table.append(row(f"w4-revoked-{p}", f"4 workers, one revoked at 25%, {NAME[p]}"))
+    table.append(row(f"fig5-{p}", f"Fig. 5: 1 worker, +1 every quarter, {NAME[p]}"))
 missing = [r for r in table if r is None]
 table = [r for r in table if r is not None]
 if missing:
@@ -115,7 +118,7 @@ for n, points, speed in ((4, 1.0, 3.5), (8, 2.0, 6.5)):
     ok_a = r["delta_points"] >= -points
     ok_s = r["speedup"] is not None and r["speedup"] >= speed
     goals.append(ok_a and ok_s)
-    print(f"goal {n} workers (default policy): accuracy {r['delta_points']:+.2f} points (at most {points} lower: "
+    print(f"goal {n} workers ({NAME['default']} policy): accuracy {r['delta_points']:+.2f} points (at most {points} lower: "
           f"{'met' if ok_a else 'MISSED'}), speed-up " + (f"{r['speedup']:.2f}x" if r["speedup"] else "never reached")
           + f" (at least {speed}x: {'met' if ok_s else 'MISSED'})")
 
@@ -132,10 +135,10 @@ try:
             k = min(len(x) for x in c)
             ts = [mean([x[i][0] for x in c]) / 60 for i in range(k)]
             acc = [mean([x[i][1] for x in c]) * 100 for i in range(k)]
-            ax.plot(ts, acc, label=r["label"].replace(f", {p}", ""), lw=1.3)
+            ax.plot(ts, acc, label=r["label"].replace(f", {NAME[p]}", ""), lw=1.3)
         ax.axhline(target, color="grey", ls=":", lw=1)
         ax.set_xscale("log")
-        ax.set_title(f"{p} policy")
+        ax.set_title(f"{NAME[p]} policy".replace("`", ""))
         ax.set_xlabel("virtual time (minutes, log scale)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy (%)")

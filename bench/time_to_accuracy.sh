@@ -88,4 +88,4 @@ export -f run_one
 t0=$SECONDS
 xargs -P "$jobs" -L 1 bash -c 'run_one "$@" '"${common[*]@Q}" _ <"$runs"
 echo "time_to_accuracy: runs took $((SECONDS - t0)) s"
-/usr/bin/python3 bench/time_to_accuracy.py "$out" "$seeds" "$workers" "$steps" "$model" "$epochs"
+/usr/bin/python3 bench/time_to_accuracy.py "$out" "$seeds" "$workers" "$steps" "$model" "$epochs" "$policy"
