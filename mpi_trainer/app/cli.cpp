@@ -101,10 +101,11 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->check(CLI::Range(1, 1024)),
       "MT_NUM_PS");
   env(cmd.add_option("--lr-scaling", c.lr_scaling,
-                     "Parameter server: each update's rate is the schedule's (none, the default and the "
-                     "best measured with every --momentum-correction; bench/README.md), divided by the number of active workers "
-                     "(active-workers; the paper's adaptive rate), or by the update's staleness + 1 "
-                     "(staleness-aware async SGD)")
+                     "Parameter server: each update's rate is the schedule's (none, the default: the "
+                     "best measured with --momentum-correction implicit), divided by the number of "
+                     "active workers (active-workers; the paper's adaptive rate), or by the update's "
+                     "staleness + 1 (staleness-aware async SGD; with --momentum-correction dana the "
+                     "best measured pair: docs/user-guide.md)")
           ->capture_default_str()
           ->check(CLI::IsMember({"none", "active-workers", "staleness"})),
       "MT_LR_SCALING");
@@ -113,8 +114,9 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "workers to max(0, momentum - (1 - 1/N)), since asynchrony itself acts as "
                      "momentum 1 - 1/N (Mitliagkas et al. 2016); dana (Hakimi et al. 2019) gives each "
                      "worker's data slot its own Nesterov momentum buffer, so the parameters a worker "
-                     "is sent already carry every worker's next momentum step (better with resnet8 "
-                     "over 5 epochs, worse early in resnet32: docs/user-guide.md); none applies "
+                     "is sent already carry every worker's next momentum step (alone: better with resnet8, "
+                     "unstable with resnet32; with --lr-scaling staleness: better than the default in "
+                     "every run measured, docs/user-guide.md); none applies "
                      "--momentum as given (TensorFlow's behaviour; diverges with 4 or more workers "
                      "at momentum 0.9)")
           ->capture_default_str()
