@@ -23,6 +23,14 @@ std::vector<Json> events(const std::filesystem::path& file) {
   return out;
 }
 
+// Each progress event's training loss, in order.
+std::vector<double> losses(const std::filesystem::path& file) {
+  std::vector<double> out;
+  for (const auto& e : events(file))
+    if (e["event"] == "progress") out.push_back(e["loss"]);
+  return out;
+}
+
 // Every event without the fields that measure real time.
 std::vector<Json> without_real_time(std::vector<Json> ev) {
   for (auto& e : ev)
@@ -49,11 +57,7 @@ TEST_CASE("a virtual run of one worker is bit-identical to the single-process tr
   REQUIRE(r.code == 0);
   CHECK(contains(r.output, "virtual run: 1 worker(s)"));
   const auto a = events(one), b = events(virt);
-  std::vector<double> la, lb;
-  for (const auto& e : a)
-    if (e["event"] == "progress") la.push_back(e["loss"]);
-  for (const auto& e : b)
-    if (e["event"] == "progress") lb.push_back(e["loss"]);
+  const auto la = losses(one), lb = losses(virt);
   REQUIRE(la.size() == 24);
   CHECK(la == lb);  // every step's loss, to the bit
   CHECK(a.back()["test_loss"] == b.back()["test_loss"]);
@@ -74,11 +78,7 @@ TEST_CASE("dana with one virtual worker is the single-process trainer with Neste
   const auto r = run(common + virt.string() + " --virtual-workers 1 --momentum-correction dana");
   REQUIRE(r.code == 0);
   CHECK(contains(r.output, "Nesterov momentum 0.9 per worker (dana)"));
-  std::vector<double> la, lb;
-  for (const auto& e : events(one))
-    if (e["event"] == "progress") la.push_back(e["loss"]);
-  for (const auto& e : events(virt))
-    if (e["event"] == "progress") lb.push_back(e["loss"]);
+  const auto la = losses(one), lb = losses(virt);
   REQUIRE(la.size() == 24);
   CHECK(la == lb);  // every step's loss, to the bit
   CHECK(events(virt).front()["momentum_correction"] == "dana");

@@ -27,7 +27,7 @@ class Backend;
 
 enum class LrScaling { kNone, kActiveWorkers, kStaleness };
 enum class MomentumCorrection { kNone, kImplicit, kDana };
-// "none" | "active-workers" | "staleness"; "implicit" | "none". Throw UsageError naming the flag.
+// "none" | "active-workers" | "staleness"; "implicit" | "dana" | "none". Throw UsageError naming the flag.
 LrScaling parse_lr_scaling(const std::string& text);
 MomentumCorrection parse_momentum_correction(const std::string& text);
 const char* to_string(LrScaling s);

@@ -77,7 +77,7 @@ void Shard::start_state() {
     gather_->send_start(full_, momenta_full_, start_step_);
     part_.pack(0, full_, params_);
     for (std::size_t j = 0; j < momenta_full_.size(); ++j)
-      part_.pack(0, momenta_full_[j], std::span<float>(velocity_).subspan(j * params_.size(), params_.size()));
+      part_.pack(0, momenta_full_[j], velocity(j));
   } else {
     start_step_ = answer_->receive_start(params_, velocity_);
   }
@@ -134,13 +134,11 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   if (!settle_send(m)) return false;
   const std::span<float> out(m.send.payload(), static_cast<std::size_t>(mine_));
   // Its data slot's momentum under dana (UpdatePolicy::per_slot_momentum), else the one.
-  const std::span<float> velocity =
-      std::span<float>(velocity_).subspan(momenta_ > 1 ? static_cast<std::size_t>(m.slot) * params_.size() : 0,
-                                          params_.size());
+  const std::span<float> v = velocity(momenta_ > 1 ? static_cast<std::size_t>(m.slot) : 0);
   const bool nesterov = policy_.nesterov(opts_.nesterov);
   for (const auto& r : runs_) {
     const auto o = static_cast<std::size_t>(r.offset), len = static_cast<std::size_t>(r.length);
-    update_.sgd_update_to(current().subspan(o, len), std::span<const float>(g + o, len), velocity.subspan(o, len),
+    update_.sgd_update_to(current().subspan(o, len), std::span<const float>(g + o, len), v.subspan(o, len),
                           out.subspan(o, len),
                           SgdSpec{static_cast<float>(lr), static_cast<float>(momentum),
                                   r.decay ? static_cast<float>(opts_.weight_decay) : 0.f, nesterov});
@@ -689,7 +687,7 @@ PsResult Shard::finish() {
   // Shard 0: the final state of every shard, then no more requests.
   part_.unpack(0, current(), full_);
   for (std::size_t j = 0; j < momenta_full_.size(); ++j)
-    part_.unpack(0, std::span<const float>(velocity_).subspan(j * params_.size(), params_.size()), momenta_full_[j]);
+    part_.unpack(0, velocity(j), momenta_full_[j]);
   finals_collected_ = true;
   gather_->collect_final(full_, momenta_full_);
   gather_->send_control(MsgKind::kStop, members_.lost() == 0 ? kCleanEnd : 0, /*blocking=*/true);

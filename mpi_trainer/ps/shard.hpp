@@ -33,6 +33,10 @@ class Shard {
  private:
   bool lead() const { return shard_ == 0; }
   std::span<const float> current() const { return {current_, static_cast<std::size_t>(mine_)}; }
+  // This shard's part of momentum buffer j (0: the only one, or data slot j's under dana).
+  std::span<float> velocity(std::size_t j) {
+    return std::span<float>(velocity_).subspan(j * params_.size(), params_.size());
+  }
   void start_state();
   void serve();
   void handle_worker(Member& m);
