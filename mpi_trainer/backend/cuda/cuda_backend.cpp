@@ -6,6 +6,8 @@
 // work is queued on one stream, and host <-> device copies go through a pinned staging arena so
 // they are asynchronous DMA. Numerics are strict FP32 by default (cuDNN FMA math, cuBLAS default
 // math); MT_CUDA_TF32=1 allows TF32 tensor cores as PyTorch does by default for convolutions.
+// MT_CUDA_DETERMINISTIC=1 takes cuDNN's heuristic choice among deterministic algorithms instead
+// of the fastest timed one: every run on the same GPU model then gives the same bits.
 #include "backend/cuda/cuda_context.hpp"
 
 namespace mt {
@@ -66,7 +68,7 @@ class CudaBackend final : public Backend {
     MT_CUDA(cudaGetDeviceProperties(&prop, device));
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ", sm_" +
             std::to_string(prop.major) + std::to_string(prop.minor) + (ctx_->tf32 ? ", TF32" : ", FP32") +
-            (ctx_->graphs ? ", graphs" : "") + ")";
+            (ctx_->graphs ? ", graphs" : "") + (ctx_->deterministic ? ", deterministic" : "") + ")";
   }
   ~CudaBackend() override = default;
 

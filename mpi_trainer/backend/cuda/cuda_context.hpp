@@ -115,6 +115,9 @@ struct Context {
   int device = 0;
   bool tf32 = false;
   bool graphs = false;  // MT_CUDA_GRAPH=1: Network records its training step as a CUDA graph
+  // MT_CUDA_DETERMINISTIC=1: convolutions from cuDNN's heuristics (not timed), deterministic
+  // algorithms only, so the same inputs give the same bits in every run and every process.
+  bool deterministic = false;
   cudaStream_t stream = nullptr;
   CudnnHandles h;
   Scratch workspace, bn_partial, labels, scalars;
@@ -147,6 +150,8 @@ struct Context {
     tf32 = t && *t && std::string(t) != "0";
     const char* g = std::getenv("MT_CUDA_GRAPH");
     graphs = g && *g && std::string(g) != "0";
+    const char* d = std::getenv("MT_CUDA_DETERMINISTIC");
+    deterministic = d && *d && std::string(d) != "0";
     MT_CUDA(cudaSetDevice(device));
     MT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     MT_CUDA(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));

@@ -45,18 +45,20 @@ ConvDesc conv_desc(const ConvSpec& s, cudnnMathType_t math) {
 // Workspaces above this are not worth it for these small convolutions.
 constexpr std::size_t kMaxWorkspace = std::size_t(512) << 20;
 
-// The fastest result that succeeded, fits the workspace limit and (strict FP32) uses no
-// tensor-core math.
+// The first result (fastest measured, or best by the heuristics) that succeeded, fits the
+// workspace limit, (strict FP32) uses no tensor-core math and (when asked) is deterministic.
 template <class Perf>
-const Perf& pick(const Perf* perf, int n, bool tf32, const char* what) {
+const Perf& pick(const Perf* perf, int n, bool tf32, bool deterministic, const char* what) {
   for (int i = 0; i < n; ++i) {
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspace) continue;
     if (!tf32 && (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       continue;
+    if (deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
     return p;
   }
-  throw LibraryError("cuDNN", "no usable algorithm", what, __FILE__, __LINE__);
+  throw LibraryError("cuDNN", deterministic ? "no usable deterministic algorithm" : "no usable algorithm", what,
+                     __FILE__, __LINE__);
 }
 
 
@@ -181,26 +183,44 @@ const ConvAlgos& Context::conv_algos(const ConvSpec& s, const Dims& x, cudnnTens
   if (auto it = algos.find(key); it != algos.end()) return it->second;
   ConvAlgos a;
   int n = 0;
-  std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> fwd{};
-  MT_CUDNN(cudnnFindConvolutionForwardAlgorithm(h.cudnn, xd, wd, cd, yd, static_cast<int>(fwd.size()), &n, fwd.data()));
-  const auto& f = pick(fwd.data(), n, tf32, "cudnnFindConvolutionForwardAlgorithm");
-  // Strict FP32 pins FMA math: CUDNN_DEFAULT_MATH would let Ampere and later use TF32.
+  // Timed (cudnnFind*) by default; MT_CUDA_DETERMINISTIC asks the heuristics (*_v7), whose answer
+  // does not depend on timing noise, and keeps deterministic algorithms only.
+  const bool det = deterministic;
   const auto math = [&](cudnnMathType_t found) { return tf32 ? found : CUDNN_FMA_MATH; };
+  // Strict FP32 pins FMA math: CUDNN_DEFAULT_MATH would let Ampere and later use TF32.
+  std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> fwd{};
+  if (det)
+    MT_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h.cudnn, xd, wd, cd, yd, static_cast<int>(fwd.size()), &n, fwd.data()));
+  else
+    MT_CUDNN(cudnnFindConvolutionForwardAlgorithm(h.cudnn, xd, wd, cd, yd, static_cast<int>(fwd.size()), &n, fwd.data()));
+  const auto& f = pick(fwd.data(), n, tf32, det, det ? "cudnnGetConvolutionForwardAlgorithm_v7" : "cudnnFindConvolutionForwardAlgorithm");
   a.fwd = f.algo;
   a.fwd_math = math(f.mathType);
-  a.workspace = std::max(a.workspace, f.memory);
+  std::size_t bytes = f.memory;
+  if (det) MT_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(h.cudnn, xd, wd, cd, yd, a.fwd, &bytes));
+  a.workspace = std::max(a.workspace, bytes);
   std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> bd{};
-  MT_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h.cudnn, wd, yd, cd, xd, static_cast<int>(bd.size()), &n, bd.data()));
-  const auto& b = pick(bd.data(), n, tf32, "cudnnFindConvolutionBackwardDataAlgorithm");
+  if (det)
+    MT_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h.cudnn, wd, yd, cd, xd, static_cast<int>(bd.size()), &n, bd.data()));
+  else
+    MT_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h.cudnn, wd, yd, cd, xd, static_cast<int>(bd.size()), &n, bd.data()));
+  const auto& b = pick(bd.data(), n, tf32, det, det ? "cudnnGetConvolutionBackwardDataAlgorithm_v7" : "cudnnFindConvolutionBackwardDataAlgorithm");
   a.bwd_data = b.algo;
   a.bwd_data_math = math(b.mathType);
-  a.workspace = std::max(a.workspace, b.memory);
+  bytes = b.memory;
+  if (det) MT_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(h.cudnn, wd, yd, cd, xd, a.bwd_data, &bytes));
+  a.workspace = std::max(a.workspace, bytes);
   std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> bf{};
-  MT_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h.cudnn, xd, yd, cd, wd, static_cast<int>(bf.size()), &n, bf.data()));
-  const auto& w = pick(bf.data(), n, tf32, "cudnnFindConvolutionBackwardFilterAlgorithm");
+  if (det)
+    MT_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h.cudnn, xd, yd, cd, wd, static_cast<int>(bf.size()), &n, bf.data()));
+  else
+    MT_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h.cudnn, xd, yd, cd, wd, static_cast<int>(bf.size()), &n, bf.data()));
+  const auto& w = pick(bf.data(), n, tf32, det, det ? "cudnnGetConvolutionBackwardFilterAlgorithm_v7" : "cudnnFindConvolutionBackwardFilterAlgorithm");
   a.bwd_filter = w.algo;
   a.bwd_filter_math = math(w.mathType);
-  a.workspace = std::max(a.workspace, w.memory);
+  bytes = w.memory;
+  if (det) MT_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(h.cudnn, xd, yd, cd, wd, a.bwd_filter, &bytes));
+  a.workspace = std::max(a.workspace, bytes);
   if (std::getenv("MT_CUDA_ALGOS"))
     std::fprintf(stderr, "mt: conv x%s k%d s%d -> co %d: fwd %d bwd-data %d bwd-filter %d, workspace %zu\n",
                  dims_to_string(x).c_str(), s.kernel, s.stride, s.out_channels, int(a.fwd),
