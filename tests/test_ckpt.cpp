@@ -3,6 +3,7 @@
 #include <hdf5.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -360,6 +361,50 @@ TEST_CASE("dana's momentum per data slot is checkpointed and resumed exactly, or
   for (int j = 0; j < 3; ++j) three.emplace_back(model.params());
   restore_slot_momenta(c, rm, three);
   for (const auto& t : three) CHECK(std::equal(t.span().begin(), t.span().end(), mean.span().begin()));
+  CHECK(c.ints.at("slot_momenta") == 2);
+}
+
+TEST_CASE("a dana checkpoint with a slot momentum missing or misshapen is refused with the array named",
+          "[unit][ckpt]") {
+  test::TempDir dir("ckpt_slots_bad");
+  const Model model(parse_model("resnet8"));
+  FlatTensors params(model.params()), mean(model.params()), stats(model.stats());
+  model.init_params(params, stats, 1);
+  std::vector<FlatTensors> slots;
+  for (int j = 0; j < 2; ++j) slots.emplace_back(model.params());
+  TrainProgress p;
+  p.global_step = 12;
+  ckpt::Checkpoint c = make_checkpoint(model, params, mean, stats, p, "{}", {}, {}, &slots);
+  std::vector<FlatTensors> back;
+  for (int j = 0; j < 2; ++j) back.emplace_back(model.params());
+  const auto& entries = model.params().entries();
+  const auto erase = [&](const std::string& path) {
+    const auto it = std::find_if(c.arrays.begin(), c.arrays.end(), [&](const ckpt::Array& a) { return a.path == path; });
+    REQUIRE(it != c.arrays.end());
+    c.arrays.erase(it);
+  };
+  const auto refused = [&](const std::string& needle) {
+    try {
+      restore_slot_momenta(c, mean, back);
+      FAIL("restored a damaged checkpoint");
+    } catch (const CheckpointError& e) {
+      INFO(e.what());
+      CHECK(has(e.what(), needle));
+    }
+  };
+  SECTION("one layer of slot 1 missing") {
+    erase(array_path("optimizer/slot_momentum/1", entries.back().name));
+    refused("lacks /" + array_path("optimizer/slot_momentum/1", entries.back().name));
+  }
+  SECTION("slot 1 missing entirely") {
+    for (const auto& e : entries) erase(array_path("optimizer/slot_momentum/1", e.name));
+    refused("records 2 slot momenta (--momentum-correction dana) but holds 1");
+  }
+  SECTION("a layer of slot 0 with another shape") {
+    for (auto& a : c.arrays)
+      if (a.path == array_path("optimizer/slot_momentum/0", entries.front().name)) a.dims = {a.dims.front()};
+    refused("has shape");
+  }
 }
 
 TEST_CASE("a checkpoint of another model is refused and the previous one used", "[unit][ckpt]") {

@@ -100,6 +100,11 @@ void rescale_cursors(ckpt::Checkpoint& c, std::int64_t batch_size) {
 void restore_slot_momenta(const ckpt::Checkpoint& c, const FlatTensors& momentum, std::vector<FlatTensors>& slots) {
   std::size_t saved = 0;
   while (!slots.empty() && c.find(array_path(slot_group(saved), slots[0].layout().entries().front().name))) ++saved;
+  // The writer records how many it wrote: fewer found means a damaged checkpoint, not another policy.
+  if (const auto it = c.ints.find("slot_momenta"); it != c.ints.end() && it->second != static_cast<std::int64_t>(saved))
+    throw CheckpointError("checkpoint at global step " + std::to_string(c.global_step) + " records " +
+                          std::to_string(it->second) + " slot momenta (--momentum-correction dana) but holds " +
+                          std::to_string(saved) + " under /" + kSlotMomentum);
   for (std::size_t j = 0; j < slots.size(); ++j) {
     if (saved == slots.size()) {
       check_group(c, slot_group(j), slots[j].layout(), c.model);
@@ -138,6 +143,7 @@ ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
     c.ints["workers"] = static_cast<std::int64_t>(p.worker_cursors.size());
     c.strings["data_cursors"] = nlohmann::json(p.worker_cursors).dump();
   }
+  if (slot_momenta) c.ints["slot_momenta"] = static_cast<std::int64_t>(slot_momenta->size());
   c.ints["attempts"] = p.attempts;
   c.reals["train_seconds"] = p.train_seconds;
   c.reals["cost_usd"] = p.cost_usd;

@@ -13,6 +13,7 @@
 #include "app/emulation.hpp"
 #include "core/atomic_file.hpp"
 #include "ps/faults.hpp"
+#include "ps/update_policy.hpp"
 #include "ps/ulfm.hpp"
 
 namespace mt {
@@ -114,11 +115,8 @@ void PsReport::started(const Started& e) {
          << setup_.spec.name << " (" << model_.param_count() << " parameters) on " << setup_.data.format << ", "
          << cfg_.train_steps << " global steps of " << cfg_.batch_size << ", lr " << setup_.schedule.describe()
          << ", lr scaling " << cfg_.lr_scaling << emulating_note(cfg_, emulated)
-         << (cfg_.momentum_correction == "dana" ? ", Nesterov momentum " : ", momentum ") << cfg_.momentum
-         << (cfg_.momentum_correction == "implicit" && e.workers > 1
-                 ? " (applied with " + std::to_string(e.workers) +
-                       " workers: " + std::to_string(e.momentum_applied).substr(0, 5) + ")"
-                 : cfg_.momentum_correction == "dana" ? std::string(" per worker (dana)") : std::string())
+         << describe_momentum(parse_momentum_correction(cfg_.momentum_correction), cfg_.momentum, e.workers,
+                              e.momentum_applied)
          << '\n'
          << std::flush;
   if (cfg_.eval_every_steps > 0) eval_.emplace(model_, setup_, cfg_.batch_size, 1);

@@ -243,8 +243,8 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
         << spec.name << " (" << model.param_count() << " parameters) on " << setup.data.format << ", "
         << c.train_steps << " global steps of " << c.batch_size << ", lr " << setup.schedule.describe() << ", lr scaling "
         << c.lr_scaling
-        << (c.momentum_correction == "dana" ? ", Nesterov momentum " : ", momentum ") << c.momentum
-        << (c.momentum_correction == "dana" ? " per worker (dana)" : "") << emulating << "\n"
+        << describe_momentum(parse_momentum_correction(c.momentum_correction), c.momentum, n0,
+                             policy.momentum(n0)) << emulating << "\n"
         << std::flush;
 
   TrainResult res;

@@ -50,7 +50,7 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
       full_(model.params()),
       stats_(model.stats()),
       batch_stats_(model.stats()),
-      mean_momentum_(model.params()),
+      mean_momentum_(momenta_ > 1 ? FlatTensors(model.params()) : FlatTensors()),  // dana only
       params_(static_cast<std::size_t>(mine_)),
       velocity_(params_.size() * static_cast<std::size_t>(momenta_), 0.f),
       runs_(part_.runs(shard_)),

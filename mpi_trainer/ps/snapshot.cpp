@@ -32,7 +32,7 @@ SnapshotGather::SnapshotGather(const Model& model, const Partition& part, double
       momenta_(momenta),
       params_(model.params()),
       stats_(model.stats()),
-      mean_(model.params()) {
+      mean_(momenta > 1 ? FlatTensors(model.params()) : FlatTensors()) {  // dana only
   MT_ASSERT(momenta >= 1, "at least one momentum buffer");
   for (int j = 0; j < momenta; ++j) velocities_.emplace_back(model.params());
   for (int k = 1; k < part.shards(); ++k) {

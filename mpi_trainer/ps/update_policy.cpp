@@ -1,5 +1,7 @@
 #include "ps/update_policy.hpp"
 
+#include <cstdio>
+
 #include "core/error.hpp"
 
 namespace mt {
@@ -34,6 +36,17 @@ const char* to_string(MomentumCorrection m) {
     case MomentumCorrection::kDana: return "dana";
   }
   return "?";
+}
+
+std::string describe_momentum(MomentumCorrection correction, double momentum, int workers, double applied) {
+  char buf[160];
+  if (correction == MomentumCorrection::kDana)
+    std::snprintf(buf, sizeof buf, ", Nesterov momentum %g per worker (dana)", momentum);
+  else if (correction == MomentumCorrection::kImplicit && workers > 1)
+    std::snprintf(buf, sizeof buf, ", momentum %g (applied with %d workers: %.3f)", momentum, workers, applied);
+  else
+    std::snprintf(buf, sizeof buf, ", momentum %g", momentum);
+  return buf;
 }
 
 }  // namespace mt

@@ -5,11 +5,17 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "optim/schedule.hpp"
 #include "ps/ps.hpp"
 
 namespace mt {
+
+// The start-up line's words for the momentum: ", momentum 0.9 (applied with 4 workers: 0.150)",
+// ", Nesterov momentum 0.9 per worker (dana)" or ", momentum 0.9". `applied`: UpdatePolicy::momentum
+// with `workers` active.
+std::string describe_momentum(MomentumCorrection correction, double momentum, int workers, double applied);
 
 class UpdatePolicy {
  public:
