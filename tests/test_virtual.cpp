@@ -53,7 +53,8 @@ TEST_CASE("a virtual run of one worker is bit-identical to the single-process tr
                              " --augment on --lr 0.05 --metrics ";
   const auto one = d.dir.path() / "one.jsonl", virt = d.dir.path() / "virtual.jsonl";
   REQUIRE(run(common + one.string()).code == 0);
-  const auto r = run(common + virt.string() + " --virtual-workers 1");
+  // Plain momentum at the PS, as one process applies it (the default, dana, is Nesterov: below).
+  const auto r = run(common + virt.string() + " --virtual-workers 1 --momentum-correction none");
   REQUIRE(r.code == 0);
   CHECK(contains(r.output, "virtual run: 1 worker(s)"));
   const auto a = events(one), b = events(virt);
@@ -66,22 +67,29 @@ TEST_CASE("a virtual run of one worker is bit-identical to the single-process tr
   CHECK(b.back()["evidence"] == "E");
 }
 
-TEST_CASE("dana with one virtual worker is the single-process trainer with Nesterov momentum", "[unit][virtual]") {
-  // One data slot, one momentum buffer: dana's update is Nesterov SGD (bench/README.md has what
-  // it does with more workers).
+TEST_CASE("the default policy (dana) with one virtual worker is the single-process trainer with Nesterov momentum",
+          "[unit][virtual]") {
+  // One data slot, one momentum buffer: dana's update is Nesterov SGD, and --lr-scaling auto's
+  // staleness division is by 1 (bench/README.md has what it does with more workers).
   Data d;
   const std::string common = "train --data " + d.path +
                              " --model resnet8 --batch-size 16 --train-steps 24 --threads 1 --log-every-steps 1 --seed 9"
                              " --lr 0.05 --metrics ";
   const auto one = d.dir.path() / "nesterov.jsonl", virt = d.dir.path() / "dana.jsonl";
   REQUIRE(run(common + one.string() + " --nesterov on").code == 0);
-  const auto r = run(common + virt.string() + " --virtual-workers 1 --momentum-correction dana");
+  const auto r = run(common + virt.string() + " --virtual-workers 1");
   REQUIRE(r.code == 0);
-  CHECK(contains(r.output, "Nesterov momentum 0.9 per worker (dana)"));
+  CHECK(contains(r.output, "lr scaling staleness, Nesterov momentum 0.9 per worker (dana)"));
   const auto la = losses(one), lb = losses(virt);
   REQUIRE(la.size() == 24);
   CHECK(la == lb);  // every step's loss, to the bit
   CHECK(events(virt).front()["momentum_correction"] == "dana");
+  CHECK(events(virt).front()["lr_scaling"] == "staleness");
+  // auto is none with the other corrections.
+  const auto implicit = run(common + (d.dir.path() / "implicit.jsonl").string() +
+                            " --virtual-workers 2 --momentum-correction implicit");
+  REQUIRE(implicit.code == 0);
+  CHECK(contains(implicit.output, "lr scaling none, momentum 0.9 (applied with 2 workers: 0.400)"));
 }
 
 TEST_CASE("two virtual runs with the same seed are bit-identical, revocations and joins included", "[unit][virtual]") {

@@ -77,6 +77,11 @@ std::string name_the_variable(std::string what) {
   return what;
 }
 
+// --lr-scaling auto: staleness with dana, none with the other corrections (the best measured).
+void resolve_policy(TrainConfig& c) {
+  if (c.lr_scaling == "auto") c.lr_scaling = c.momentum_correction == "dana" ? "staleness" : "none";
+}
+
 void add_train_options(CLI::App& cmd, TrainConfig& c) {
   const auto env = env_default;
   env(cmd.add_option("--data", c.data,
@@ -101,26 +106,25 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->check(CLI::Range(1, 1024)),
       "MT_NUM_PS");
   env(cmd.add_option("--lr-scaling", c.lr_scaling,
-                     "Parameter server: each update's rate is the schedule's (none, the default: the "
-                     "best measured with --momentum-correction implicit), divided by the number of "
-                     "active workers (active-workers; the paper's adaptive rate), or by the update's "
-                     "staleness + 1 (staleness-aware async SGD; with --momentum-correction dana the "
-                     "best measured pair: docs/user-guide.md)")
+                     "Parameter server: each update's rate is the schedule's divided by the update's "
+                     "staleness + 1 (staleness: staleness-aware async SGD), by the number of active "
+                     "workers (active-workers: the paper's adaptive rate), or not at all (none). auto "
+                     "(default): staleness under --momentum-correction dana, none otherwise, the best "
+                     "measured pairs (docs/user-guide.md)")
           ->capture_default_str()
-          ->check(CLI::IsMember({"none", "active-workers", "staleness"})),
+          ->check(CLI::IsMember({"auto", "none", "active-workers", "staleness"})),
       "MT_LR_SCALING");
   env(cmd.add_option("--momentum-correction", c.momentum_correction,
-                     "Parameter server: implicit (default) lowers the momentum applied with N active "
-                     "workers to max(0, momentum - (1 - 1/N)), since asynchrony itself acts as "
-                     "momentum 1 - 1/N (Mitliagkas et al. 2016); dana (Hakimi et al. 2019) gives each "
-                     "worker's data slot its own Nesterov momentum buffer, so the parameters a worker "
-                     "is sent already carry every worker's next momentum step (alone: better with resnet8, "
-                     "unstable with resnet32; with --lr-scaling staleness: better than the default in "
-                     "every run measured, docs/user-guide.md); none applies "
+                     "Parameter server: dana (default; Hakimi et al. 2019) gives each worker's data "
+                     "slot its own Nesterov momentum buffer, so the parameters a worker is sent "
+                     "already carry every worker's next momentum step; implicit lowers the momentum "
+                     "applied with N active workers to max(0, momentum - (1 - 1/N)), since asynchrony "
+                     "itself acts as momentum 1 - 1/N (Mitliagkas et al. 2016); none applies "
                      "--momentum as given (TensorFlow's behaviour; diverges with 4 or more workers "
-                     "at momentum 0.9)")
+                     "at momentum 0.9). dana with --lr-scaling staleness was the best in every run "
+                     "measured (docs/user-guide.md)")
           ->capture_default_str()
-          ->check(CLI::IsMember({"implicit", "dana", "none"})),
+          ->check(CLI::IsMember({"dana", "implicit", "none"})),
       "MT_MOMENTUM_CORRECTION");
   env(cmd.add_option("--join-warmup", c.join_warmup,
                      "Parameter server: for N global steps after a worker joins, the rate is "
@@ -533,6 +537,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
     return kExitUsage;
   }
 
+  resolve_policy(cfg);
+  resolve_policy(join_cfg);
   try {
     if (*train_cmd) {
       if (cfg.virtual_workers > 0) {

@@ -12,8 +12,10 @@ struct TrainConfig {
   std::int64_t train_steps = 64000;
   int batch_size = 128;
   int num_ps = 1;               // parameter-server shards (ranks 0..num_ps-1) under MPI
-  std::string lr_scaling = "none";  // none | active-workers | staleness (bench/README.md: none measured best)
-  std::string momentum_correction = "implicit";  // implicit | dana | none (PS: momentum under asynchrony)
+  // auto | none | active-workers | staleness; auto (resolved after parsing, resolve_policy):
+  // staleness under dana, none otherwise (bench/README.md: the best measured pairs)
+  std::string lr_scaling = "auto";
+  std::string momentum_correction = "dana";  // dana | implicit | none (PS: momentum under asynchrony)
   std::int64_t join_warmup = 0;     // steps of rate warm-up after a worker joins (0: none)
   std::int64_t max_staleness = -1;  // PS drops pushes staler than this (-1: no bound)
   double max_loss = 1000;           // a step's loss above this (or not finite) stops the run: diverged (0: only non-finite)

@@ -40,8 +40,8 @@ struct PsOptions {
   int num_ps = 1;       // shards: ranks 0..num_ps-1
   int max_workers = 0;  // elastic joins: data slots (0: the launched workers only)
   // The update: SGD with momentum, the learning rate scaled by the policy (ps/update_policy.hpp).
-  LrScaling lr_scaling = LrScaling::kNone;
-  MomentumCorrection momentum_correction = MomentumCorrection::kImplicit;
+  LrScaling lr_scaling = LrScaling::kStaleness;  // the trainer's defaults (app/config.hpp)
+  MomentumCorrection momentum_correction = MomentumCorrection::kDana;
   double momentum = 0.9;
   double weight_decay = 1e-4;
   bool nesterov = false;
