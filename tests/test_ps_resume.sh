@@ -5,7 +5,11 @@
 # Mode `transport`: instead, 20 steps with pushes and replies in shared memory (the default on one
 # node) must equal 20 steps of plain MPI messages (MT_PS_SHM=0), bit for bit, the summaries must
 # say which transport ran, and no segment may be left in /dev/shm.
-# Usage: test_ps_resume.sh MPIEXEC MPI_TRAINER NP S [resume|transport]     (NP - S must be 1)
+# Mode `slots` (NP - S = 2 workers, the default policy dana): 30 steps, then a resume to 31; the one
+# push applied after the resume changes one data slot's momentum, so the other slot's must come
+# out of the resumed run's checkpoint bit for bit as it went into the first one (each slot
+# restored exactly, through every shard), and /optimizer/momentum is the slots' mean.
+# Usage: test_ps_resume.sh MPIEXEC MPI_TRAINER NP S [resume|transport|slots]   (NP - S: 1; slots: 2)
 set -euo pipefail
 mpiexec=$1 trainer=$2 np=$3 shards=$4 mode=${5:-resume}
 dir=$(mktemp -d)
@@ -16,6 +20,30 @@ run() {  # run CKPT_DIR STEPS   (MT_PS_SHM from the environment)
     --batch-size 16 --train-steps "$2" --num-ps "$shards" --data "$dir/data" --ckpt-dir "$1" \
     --resume auto --log-every-steps 5 --metrics "$1.jsonl" >"$1.out" 2>&1 || { echo "mpirun failed:"; cat "$1.out"; exit 1; }
 }
+if [[ $mode == slots ]]; then
+  run "$dir/slots" 30
+  cp "$dir/slots/ckpt-0000000030.h5" "$dir/saved30.h5"
+  run "$dir/slots" 31
+  grep -q "resumed from .*ckpt-0000000030.h5 at global step 30" "$dir/slots.out" || { cat "$dir/slots.out"; exit 1; }
+  exec /usr/bin/python3 - "$dir/saved30.h5" "$dir/slots/ckpt-0000000031.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+assert int(a.attrs["slot_momenta"]) == 2 and int(b.attrs["slot_momenta"]) == 2, dict(a.attrs)
+names = []
+a["optimizer/momentum"].visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+same = []
+for j in (0, 1):
+    g, h = a[f"optimizer/slot_momentum/{j}"], b[f"optimizer/slot_momentum/{j}"]
+    assert any(np.abs(g[n][()]).max() > 0 for n in names), f"slot {j} momentum is zero"
+    same.append(all(np.array_equal(g[n][()], h[n][()]) for n in names))
+assert same.count(True) == 1, f"slots identical after one more push: {same} (want exactly one)"
+for n in names:
+    mean = (b[f"optimizer/slot_momentum/0/{n}"][()] + b[f"optimizer/slot_momentum/1/{n}"][()]) / 2
+    assert np.allclose(b[f"optimizer/momentum/{n}"][()], mean, rtol=1e-6, atol=1e-7), n
+print(f"ok: slot {same.index(True)}'s momentum ({len(names)} arrays) identical across a resume, "
+      f"slot {same.index(False)}'s moved by the one push after it; the mean consistent")
+PY
+fi
 run "$dir/straight" 20
 if [[ $mode == transport ]]; then
   MT_PS_SHM=0 run "$dir/split" 20  # the name keeps the comparison below
