@@ -136,6 +136,10 @@ TEST_CASE("update policy: learning rate scaled by active workers or staleness", 
   const UpdatePolicy stale(constant, LrScaling::kStaleness, MomentumCorrection::kNone, 0.9);
   CHECK(stale.lr(5, 4, 3) == Approx(0.025));
   CHECK(stale.lr_divisor(4) == 1);
+  const UpdatePolicy root(constant, LrScaling::kSqrtStaleness, MomentumCorrection::kDana, 0.9);
+  CHECK(root.lr(5, 4, 3) == Approx(0.05));  // 0.1 / sqrt(1 + 3)
+  CHECK(root.lr(5, 4, 0) == 0.1);           // a fresh push: the schedule's rate, exactly
+  CHECK(std::string(to_string(parse_lr_scaling("sqrt-staleness"))) == "sqrt-staleness");
   const UpdatePolicy none(constant, LrScaling::kNone, MomentumCorrection::kNone, 0.9);
   CHECK(none.lr(5, 4, 3) == Approx(0.1));
   // The schedule itself still applies: step decay at its boundaries.

@@ -25,7 +25,7 @@ namespace mt {
 
 class Backend;
 
-enum class LrScaling { kNone, kActiveWorkers, kStaleness };
+enum class LrScaling { kNone, kActiveWorkers, kStaleness, kSqrtStaleness };
 enum class MomentumCorrection { kNone, kImplicit, kDana };
 // "none" | "active-workers" | "staleness"; "implicit" | "dana" | "none". Throw UsageError naming the flag.
 LrScaling parse_lr_scaling(const std::string& text);

@@ -10,7 +10,8 @@ LrScaling parse_lr_scaling(const std::string& text) {
   if (text == "none") return LrScaling::kNone;
   if (text == "active-workers") return LrScaling::kActiveWorkers;
   if (text == "staleness") return LrScaling::kStaleness;
-  throw UsageError("--lr-scaling: '" + text + "': use none, active-workers or staleness");
+  if (text == "sqrt-staleness") return LrScaling::kSqrtStaleness;
+  throw UsageError("--lr-scaling: '" + text + "': use auto, none, active-workers, staleness or sqrt-staleness");
 }
 
 MomentumCorrection parse_momentum_correction(const std::string& text) {
@@ -25,6 +26,7 @@ const char* to_string(LrScaling s) {
     case LrScaling::kNone: return "none";
     case LrScaling::kActiveWorkers: return "active-workers";
     case LrScaling::kStaleness: return "staleness";
+    case LrScaling::kSqrtStaleness: return "sqrt-staleness";
   }
   return "?";
 }

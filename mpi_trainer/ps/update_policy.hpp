@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -25,13 +26,16 @@ class UpdatePolicy {
 
   // The rate for a push applied at `step` by one of `active` workers, computed on parameters
   // `staleness` updates old: the schedule's rate divided by the active workers (active-workers)
-  // or by 1 + staleness (staleness), times the warm-up after a join.
+  // or by 1 + staleness (staleness) or its square root (sqrt-staleness), times the warm-up after a
+  // join.
   double lr(std::int64_t step, int active, double staleness) const {
     double lr = schedule_.lr_at(step) * join_factor(step);
     if (scaling_ == LrScaling::kActiveWorkers)
       lr /= std::max(1, active);
     else if (scaling_ == LrScaling::kStaleness)
       lr /= 1.0 + staleness;
+    else if (scaling_ == LrScaling::kSqrtStaleness)
+      lr /= std::sqrt(1.0 + staleness);
     return lr;
   }
   // What the rate is divided by for the worker count alone (reports).
