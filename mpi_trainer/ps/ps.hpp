@@ -27,7 +27,8 @@ class Backend;
 
 enum class LrScaling { kNone, kActiveWorkers, kStaleness, kSqrtStaleness };
 enum class MomentumCorrection { kNone, kImplicit, kDana };
-// "none" | "active-workers" | "staleness"; "implicit" | "dana" | "none". Throw UsageError naming the flag.
+// "none" | "active-workers" | "staleness" | "sqrt-staleness" (the app resolves "auto" first);
+// "implicit" | "dana" | "none". Throw UsageError naming the flag.
 LrScaling parse_lr_scaling(const std::string& text);
 MomentumCorrection parse_momentum_correction(const std::string& text);
 const char* to_string(LrScaling s);
