@@ -5,10 +5,12 @@
 # Mode `transport`: instead, 20 steps with pushes and replies in shared memory (the default on one
 # node) must equal 20 steps of plain MPI messages (MT_PS_SHM=0), bit for bit, the summaries must
 # say which transport ran, and no segment may be left in /dev/shm.
-# Mode `slots` (NP - S = 2 workers, the default policy dana): 30 steps, then a resume to 31; the one
-# push applied after the resume changes one data slot's momentum, so the other slot's must come
-# out of the resumed run's checkpoint bit for bit as it went into the first one (each slot
-# restored exactly, through every shard), and /optimizer/momentum is the slots' mean.
+# Mode `slots` (NP - S = 2 workers, the default policy dana): 30 steps, then a resume to 31. Each
+# shard applies one push after the resume (the first to reach it: shards count steps on their own,
+# so shard 0 may take worker A's and shard 1 worker B's), which changes one data slot's momentum
+# in that shard's tensors; the other slot's must come out of the resumed run's checkpoint bit for
+# bit as it went into the first one (each slot restored exactly, through every shard), and
+# /optimizer/momentum is the slots' mean.
 # Usage: test_ps_resume.sh MPIEXEC MPI_TRAINER NP S [resume|transport|slots]   (NP - S: 1; slots: 2)
 set -euo pipefail
 mpiexec=$1 trainer=$2 np=$3 shards=$4 mode=${5:-resume}
@@ -31,17 +33,20 @@ a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
 assert int(a.attrs["slot_momenta"]) == 2 and int(b.attrs["slot_momenta"]) == 2, dict(a.attrs)
 names = []
 a["optimizer/momentum"].visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-same = []
 for j in (0, 1):
-    g, h = a[f"optimizer/slot_momentum/{j}"], b[f"optimizer/slot_momentum/{j}"]
-    assert any(np.abs(g[n][()]).max() > 0 for n in names), f"slot {j} momentum is zero"
-    same.append(all(np.array_equal(g[n][()], h[n][()]) for n in names))
-assert same.count(True) == 1, f"slots identical after one more push: {same} (want exactly one)"
+    assert any(np.abs(a[f"optimizer/slot_momentum/{j}/{n}"][()]).max() > 0 for n in names), f"slot {j} momentum is zero"
+# Tensors live whole on one shard: in each, exactly one slot moved and the other is identical.
+kept = [0, 0]
+for n in names:
+    same = [np.array_equal(a[f"optimizer/slot_momentum/{j}/{n}"][()], b[f"optimizer/slot_momentum/{j}/{n}"][()])
+            for j in (0, 1)]
+    assert same.count(True) == 1, f"{n}: slots identical after one more push: {same} (want exactly one)"
+    kept[same.index(True)] += 1
 for n in names:
     mean = (b[f"optimizer/slot_momentum/0/{n}"][()] + b[f"optimizer/slot_momentum/1/{n}"][()]) / 2
     assert np.allclose(b[f"optimizer/momentum/{n}"][()], mean, rtol=1e-6, atol=1e-7), n
-print(f"ok: slot {same.index(True)}'s momentum ({len(names)} arrays) identical across a resume, "
-      f"slot {same.index(False)}'s moved by the one push after it; the mean consistent")
+print(f"ok: in each of {len(names)} arrays one slot's momentum identical across a resume (slot 0 in {kept[0]}, "
+      f"slot 1 in {kept[1]}), the other moved by the one push its shard applied; the mean consistent")
 PY
 fi
 run "$dir/straight" 20
