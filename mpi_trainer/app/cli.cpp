@@ -77,11 +77,6 @@ std::string name_the_variable(std::string what) {
   return what;
 }
 
-// --lr-scaling auto: staleness with dana, none with the other corrections (the best measured).
-void resolve_policy(TrainConfig& c) {
-  if (c.lr_scaling == "auto") c.lr_scaling = c.momentum_correction == "dana" ? "staleness" : "none";
-}
-
 void add_train_options(CLI::App& cmd, TrainConfig& c) {
   const auto env = env_default;
   env(cmd.add_option("--data", c.data,

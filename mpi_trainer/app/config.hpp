@@ -68,4 +68,11 @@ struct TrainConfig {
   bool synthetic_gradients = false;   // benchmark: workers push a fixed gradient, no compute
 };
 
+// --lr-scaling auto: staleness with dana, none with the other corrections (the best measured).
+// The command line resolves it after parsing; the trainers again, for callers that build a
+// TrainConfig themselves (bench/ps_bench.cpp).
+inline void resolve_policy(TrainConfig& c) {
+  if (c.lr_scaling == "auto") c.lr_scaling = c.momentum_correction == "dana" ? "staleness" : "none";
+}
+
 }  // namespace mt

@@ -230,9 +230,10 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
                        std::to_string(mpi.size() - cfg.num_ps) + " workers launched");
     join_port_file(cfg);
   }
-  parse_lr_scaling(cfg.lr_scaling);
-  parse_momentum_correction(cfg.momentum_correction);
   TrainConfig c = cfg;
+  resolve_policy(c);
+  parse_lr_scaling(c.lr_scaling);
+  parse_momentum_correction(c.momentum_correction);
   const NodeRoles here = node_roles(c.num_ps, mpi);
   if (c.threads == 0) {
     // Share the node's cores among the workers on it instead of oversubscribing them. A PS shard

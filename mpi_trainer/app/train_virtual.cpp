@@ -129,6 +129,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   install_interrupt_handler();
   const auto t_start = Clock::now();
   TrainConfig c = cfg;
+  resolve_policy(c);
   // Virtual time needs device speeds: each worker's instance type unless --emulate-device says.
   if (c.emulate_device.empty() || c.emulate_device == "off") c.emulate_device = "worker-types";
   const RunSetup setup = prepare_run(c);
