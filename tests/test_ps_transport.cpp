@@ -6,7 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
@@ -106,9 +110,93 @@ TEST_CASE("shared memory: names left by dead processes are removed, live ones ke
 
 TEST_CASE("transport: backoff naps follow how long waits usually last", "[mpi][ps]") {
   Backoff b(10, 1000);
-  CHECK(b.cap() == 10);  // no history: the floor
+  CHECK(b.cap() == 1000);  // no history: the ceiling (the floor would spin through a long first wait)
+  std::vector<long> naps;
+  for (int i = 0; i < 9; ++i)
+    naps.push_back(b.next(300));
+  CHECK(naps == std::vector<long>{10, 20, 40, 80, 160, 300, 300, 300, 300});  // doubling, then the cap
+  b.rearm();
+  CHECK(b.next(300) == 10);
+  b.restart();
   nap_microseconds(20000);
   b.done();  // a 20 ms wait: naps may grow to a tenth of it
   CHECK(b.cap() == Approx(2000).margin(1000));
   CHECK(b.cap() <= 1000);
+}
+
+namespace {
+// A pair's doorbell block in memory shared with a forked child (as a segment is between processes).
+struct SharedBells {
+  void* mem = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  SharedBells() { REQUIRE(mem != MAP_FAILED); }
+  ~SharedBells() { munmap(mem, 4096); }
+  SharedBells(const SharedBells&) = delete;
+  SharedBells& operator=(const SharedBells&) = delete;
+  PairBells bells() const { return PairBells{static_cast<std::uint32_t*>(mem)}; }
+};
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+TEST_CASE("doorbell: a ring before the sleep makes it return at once; none, the timeout", "[ps]") {
+  SharedBells shm;
+  const Doorbell bell = shm.bells().to_shard();
+  const std::uint32_t seen = bell.seen();
+  CHECK_FALSE(wait_bells(std::span(&bell, 1), std::span(&seen, 1), 2000));  // nothing rang: 2 ms
+  bell.ring();
+  CHECK(bell.seen() == seen + 1);
+  CHECK(*shm.bells().to_worker().count == 0);  // the other direction is its own counter
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(wait_bells(std::span(&bell, 1), std::span(&seen, 1), 10000000));  // rang since `seen`: at once
+  CHECK(seconds_since(t0) < 5);
+  CHECK(*bell.sleeping == 0);  // lowered again after the sleep
+}
+
+TEST_CASE("doorbell: a ring from another process wakes a sleeper long before its timeout", "[ps]") {
+  SharedBells shm;
+  const Doorbell bell = shm.bells().to_worker();
+  const std::uint32_t seen = bell.seen();
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The sleeper: 30 s at most; woken by the parent's ring (exit 0) or not (exit 1).
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool rang = wait_bells(std::span(&bell, 1), std::span(&seen, 1), 30000000);
+    _exit(rang && seconds_since(t0) < 20 ? 0 : 1);
+  }
+  // Ring once the child sleeps (its flag is up); a ring before that also ends its sleep at once.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::atomic_ref<std::uint32_t>(*bell.sleeping).load() == 0 && seconds_since(t0) < 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  bell.ring();
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("doorbell: a sleeper on several doorbells wakes when any one rings", "[ps]") {
+  if (!can_wait_on(2)) {
+    WARN("this kernel has no futex_waitv (Linux 5.16): several doorbells fall back to naps");
+    return;
+  }
+  SharedBells pairs[3];
+  std::vector<Doorbell> bells;
+  std::vector<std::uint32_t> seen;
+  for (const auto& p : pairs) {
+    bells.push_back(p.bells().to_shard());
+    seen.push_back(bells.back().seen());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread ringer([&] {
+    while (std::atomic_ref<std::uint32_t>(*bells[2].sleeping).load() == 0 && seconds_since(t0) < 10)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    bells[2].ring();
+  });
+  CHECK(wait_bells(bells, seen, 30000000));
+  CHECK(seconds_since(t0) < 20);
+  ringer.join();
+  CHECK(bells[0].seen() == seen[0]);
+  CHECK(bells[2].seen() == seen[2] + 1);
 }

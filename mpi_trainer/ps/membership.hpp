@@ -36,6 +36,7 @@ struct Member {
   std::string type;                // instance type, for the cost
   MemberState state = MemberState::kJoining;
   Buffer recv, send, hb{0};
+  PairBells bells;  // a same-node worker's doorbells (shared memory), else none
   MPI_Request rreq = MPI_REQUEST_NULL, sreq = MPI_REQUEST_NULL, hbreq = MPI_REQUEST_NULL;
   Clock::time_point added_at{};                 // launched (the shard's start) or connected
   std::optional<Clock::time_point> last_heard;  // any message or heartbeat

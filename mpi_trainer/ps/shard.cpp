@@ -119,6 +119,7 @@ bool Shard::reply(Member& m, MsgKind kind) {
   }
   if (kind == MsgKind::kStop) stamp_failure(h);
   isend(m.send, h.payload, m.peer, kTagToWorker, &m.sreq, m.comm);
+  if (m.bells) m.bells.to_worker().ring();
   m.last_reply = Clock::now();
   m.owes_reply = false;
   return true;
@@ -186,6 +187,7 @@ void Shard::accept_segment(Member& m, const MsgHeader& h) {
   }
   m.recv.share(seg, 0);
   m.send.share(seg, shm_reply_offset(mine_ + stats_floats_));
+  m.bells = shm_bells(*seg, mine_ + stats_floats_, mine_);
   ++shm_workers_;
 }
 
@@ -267,6 +269,7 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
     abandon(std::move(m.send));
     abandon(std::move(m.hb));
     m.rreq = m.sreq = m.hbreq = MPI_REQUEST_NULL;  // never waited for, never cancelled
+    m.bells = PairBells{};
   }
   if (!lead()) return;
   const int live = members_.live();
@@ -578,6 +581,13 @@ void Shard::serve() {
   constexpr auto kSlowPoll = std::chrono::milliseconds(10);
   auto next_slow_poll = Clock::now();
   auto& ms = members_.members();
+  // Same-node workers ring a doorbell after each message (ps/bell.hpp): while every live worker
+  // can, the shard sleeps until one rings, up to the slow poll's period, instead of napping at
+  // most a millisecond (bench/ps_cpu.sh: an idle or lightly loaded shard no longer takes a share
+  // of a core from the workers beside it). Messages between shards ring no doorbell: a snapshot's
+  // parts, a drain or the end wait up to that period (10 ms), which nothing needs sooner.
+  std::vector<Doorbell> bells;
+  std::vector<std::uint32_t> seen;
   // With --max-workers the parameter server also waits, with no worker at all, for joins.
   while (members_.live() > 0 ||
          (opts_.max_workers > 0 && !stop_at_ && failure_code_ == 0 && step_ < opts_.train_steps)) {
@@ -593,6 +603,19 @@ void Shard::serve() {
     if (nc) rreqs[nw] = answer_->control_request();
     for (std::size_t i = 0; i < nh; ++i)
       rreqs[nw + nc + i] = ms[i].hbreq;
+    // The doorbells' counters before the test: a message posted after it has moved one.
+    bells.clear();
+    seen.clear();
+    bool all_ring = true;
+    for (const Member& m : ms) {
+      if (!m.live()) continue;
+      if (!m.bells) {
+        all_ring = false;
+        continue;
+      }
+      bells.push_back(m.bells.to_shard());
+      seen.push_back(bells.back().seen());
+    }
     int n = 0;
     statuses.resize(rreqs.size());
     const int rc = MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), statuses.data());
@@ -666,10 +689,13 @@ void Shard::serve() {
       plan_.at_time(shard_);
     }
     poll_background();
-    if (pushes == 0)
-      backoff.idle();
-    else
+    if (pushes > 0) {
       backoff.done();
+    } else {
+      const bool long_naps = all_ring && can_wait_on(bells.size());
+      // Rung: the message is posted and arrives within microseconds; look again at once.
+      if (wait_bells(bells, seen, backoff.next(long_naps ? kDoorbellNapUs : backoff.cap()))) backoff.rearm();
+    }
   }
 }
 

@@ -21,9 +21,12 @@ void nap_microseconds(long us) {
   nanosleep(&ts, nullptr);
 }
 
-void Backoff::idle() {
-  nap_microseconds(nap_);
-  nap_ = std::min(nap_ * 2, cap());
+void Backoff::idle() { nap_microseconds(next(cap())); }
+
+long Backoff::next(long cap_us) {
+  const long nap = std::min(nap_, cap_us);
+  nap_ = std::min(nap_ * 2, cap_us);
+  return nap;
 }
 
 void Backoff::done() {
@@ -34,7 +37,11 @@ void Backoff::done() {
   nap_ = floor_;
 }
 
-long Backoff::cap() const { return std::clamp(static_cast<long>(mean_us_ / 10), floor_, ceiling_); }
+// A tenth of the mean wait; the ceiling until one wait has ended (the floor would spin through
+// a first wait that may be long: a parameter server loading a checkpoint, an idle one).
+long Backoff::cap() const {
+  return mean_us_ < 0 ? ceiling_ : std::clamp(static_cast<long>(mean_us_ / 10), floor_, ceiling_);
+}
 
 void precise_naps(std::ostream& log) {
 #ifdef PR_SET_TIMERSLACK

@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "ps/bell.hpp"
 #include "ps/clock.hpp"
 #include "ps/protocol.hpp"
 #include "ps/shm.hpp"
@@ -32,8 +33,13 @@ class Backoff {
   Backoff(long floor_us, long ceiling_us) : floor_(floor_us), ceiling_(ceiling_us), nap_(floor_us) {}
   // Nothing arrived yet: sleep a little longer each time.
   void idle();
+  // The next nap in microseconds, for a caller that sleeps it itself: twice the last, at most
+  // `cap_us` (idle() sleeps next(cap())).
+  long next(long cap_us);
   // The wait is over: remember how long it took and start the next one.
   void done();
+  // A sign that the wait is nearly over: the next nap is the shortest again.
+  void rearm() { nap_ = floor_; }
   void restart() {
     since_ = Clock::now();
     nap_ = floor_;
@@ -85,12 +91,19 @@ void irecv(Buffer& buf, int source, int tag, MPI_Request* req, MPI_Comm comm = M
 // until the process ends, so MPI may still read or write it safely. Thread-safe.
 void abandon(Buffer&& buf);
 
-// One (worker, shard) pair's segment: the push payload, then (64-byte aligned) the reply's.
+// One (worker, shard) pair's segment: the push payload, then (64-byte aligned) the reply's, then
+// (64-byte aligned) the pair's doorbells (ps/bell.hpp).
 inline std::size_t shm_reply_offset(std::int64_t push_floats) {
   return static_cast<std::size_t>((push_floats + 15) / 16 * 16);
 }
+inline std::size_t shm_bells_offset(std::int64_t push_floats, std::int64_t reply_floats) {
+  return (shm_reply_offset(push_floats) + static_cast<std::size_t>(reply_floats) + 15) / 16 * 16;
+}
 inline std::size_t shm_bytes(std::int64_t push_floats, std::int64_t reply_floats) {
-  return (shm_reply_offset(push_floats) + static_cast<std::size_t>(reply_floats)) * sizeof(float);
+  return (shm_bells_offset(push_floats, reply_floats) + kPairBellsFloats) * sizeof(float);
+}
+inline PairBells shm_bells(const ShmSegment& seg, std::int64_t push_floats, std::int64_t reply_floats) {
+  return PairBells{reinterpret_cast<std::uint32_t*>(seg.floats() + shm_bells_offset(push_floats, reply_floats))};
 }
 
 }  // namespace mt

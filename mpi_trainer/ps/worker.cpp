@@ -176,6 +176,9 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     recv.emplace_back(part.floats(s));
   }
   std::vector<std::shared_ptr<ShmSegment>> offered(static_cast<std::size_t>(shards));  // until the join's reply
+  std::vector<PairBells> bells(static_cast<std::size_t>(shards));  // with the shards that took a segment
+  std::vector<Doorbell> replies;                                   // the doorbells of the replies awaited
+  std::vector<std::uint32_t> seen;
   bool clean_end = true;  // every stop so far said no rank was lost
   int failed_code = 0;    // a shard said it failed, with this exit code
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(2 * shards), MPI_REQUEST_NULL);
@@ -199,18 +202,28 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
           auto& b = send[static_cast<std::size_t>(s)];
           const std::int64_t payload = kind == MsgKind::kPush || kind == MsgKind::kJoin ? b.header().payload : 0;
           isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)], ps);
+          if (const auto& bell = bells[static_cast<std::size_t>(s)]) bell.to_shard().ring();
         } catch (const ProcessFailed&) {  // ULFM: the shard is known dead already
           parameter_server_lost(rank, s, kReportedByMpi);
         }
       }
     }
     // Poll with naps instead of MPI_Waitall's busy wait: on a shared node the spin would take
-    // the core from the parameter server and the other workers.
+    // the core from the parameter server and the other workers. Shards on this node ring a
+    // doorbell with each reply (ps/bell.hpp): while every shard can, the naps may be long, as
+    // each reply ends them.
     backoff.restart();
     const auto t0 = Clock::now();
     for (;;) {
       int done = 0;
       int rc = MPI_SUCCESS;
+      replies.clear();
+      seen.clear();
+      for (int s = 0; s < shards; ++s)
+        if (const auto& bell = bells[static_cast<std::size_t>(s)]) {
+          replies.push_back(bell.to_worker());
+          seen.push_back(replies.back().seen());  // before the test: a later reply moves it
+        }
       {
         std::lock_guard<std::mutex> lock(mpi_lock);
         rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, statuses.data());
@@ -230,7 +243,8 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
           if (reqs[static_cast<std::size_t>(2 * s)] != MPI_REQUEST_NULL) silent = s;
         parameter_server_lost(rank, silent, since(t0));
       }
-      backoff.idle();
+      const bool long_naps = static_cast<int>(replies.size()) == shards && can_wait_on(replies.size());
+      if (wait_bells(replies, seen, backoff.next(long_naps ? kDoorbellNapUs : backoff.cap()))) backoff.rearm();
     }
     backoff.done();
     bool stop = false;
@@ -253,6 +267,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
         b.header().kind = MsgKind::kStop;
         MPI_Request req = MPI_REQUEST_NULL;
         isend(b, 0, s, kTagToPs, &req, ps);
+        if (const auto& bell = bells[static_cast<std::size_t>(s)]) bell.to_shard().ring();
         if (!wait_for(&req, opts.failure_timeout)) parameter_server_lost(rank, s, opts.failure_timeout);
       }
       return false;
@@ -267,6 +282,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
           const std::int64_t push_floats = b.count() - kHeaderFloats;
           b.share(seg, 0);
           r.share(seg, shm_reply_offset(push_floats));
+          bells[static_cast<std::size_t>(s)] = shm_bells(*seg, push_floats, part.floats(s));
         }
         if (seg) seg->unlink();
         seg.reset();
