@@ -12,6 +12,10 @@
 #   --attempts N      restarts from the newest checkpoint before giving up (default 3)
 #   --iface IF        the network interface MPI uses (e.g. eth0, ib0); --loopback is lo only
 #   --oversubscribe   allow more processes than cores (off unless asked)
+#   --bind-to WHAT    mpirun's process binding (default none: each rank may use every core of
+#                     its node, and the trainer divides them itself, --threads 0; mpirun's own
+#                     default pins each rank to one core when there are 2 or fewer, which left a
+#                     worker beside the parameter server one core of two: bench/ps_cpu.sh)
 #   --allow-root      let mpirun run as root (off unless asked; containers often need it)
 #   --trainer PATH    the mpi_trainer binary, the same path on every host
 #                     (default: build/release/mpi_trainer of this checkout; build/ulfm/mpi_trainer
@@ -32,10 +36,10 @@
 # Exit: 0 done, 75 stopped (resume by rerunning), 130 interrupted, 2 usage, else the trainer's code.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-hostfile="" np="" attempts=3 iface="" oversub=0 root=0 dry=0 mpirun=${MPIRUN:-}
+hostfile="" np="" attempts=3 iface="" oversub=0 root=0 dry=0 mpirun=${MPIRUN:-} bind=none
 trainer="$here/../build/release/mpi_trainer"
 [[ ${MT_MPI:-} == ulfm ]] && trainer="$here/../build/ulfm/mpi_trainer"
-usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "mpirun.sh: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
@@ -45,6 +49,7 @@ while (($#)); do
     --iface) iface=${2:?}; shift 2 ;;
     --loopback) iface=lo; shift ;;
     --oversubscribe) oversub=1; shift ;;
+    --bind-to) bind=${2:?}; shift 2 ;;
     --allow-root) root=1; shift ;;
     --trainer) trainer=${2:?}; shift 2 ;;
     --mpirun) mpirun=${2:?}; shift 2 ;;
@@ -79,6 +84,7 @@ if ((MT_MPI_ULFM)); then cmd+=(--prtemca odls_base_sigkill_timeout 30); else cmd
 cmd+=(-np "$np")
 [[ -n $hostfile ]] && cmd+=(--hostfile "$hostfile")
 ((oversub)) && cmd+=(--oversubscribe)
+cmd+=(--bind-to "$bind")
 ((root)) && cmd+=(--allow-run-as-root)
 cmd+=(-x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "$trainer" train "$@")
 if ((dry)); then printf '%q ' "$here/restart_loop.sh" --attempts "$attempts" -- "${cmd[@]}"; echo; exit 0; fi

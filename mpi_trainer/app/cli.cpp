@@ -149,7 +149,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::IsMember({"cpu", "cuda", "auto"})),
       "MT_DEVICE");
-  env(cmd.add_option("--threads", c.threads, "Compute threads (0: every core; under MPI each worker takes its share)")
+  env(cmd.add_option("--threads", c.threads, "Compute threads (0: every core this process may use; under MPI, unpinned workers share their node's cores)")
           ->capture_default_str()
           ->check(CLI::Range(0, 4096)),
       "MT_THREADS");

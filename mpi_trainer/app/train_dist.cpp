@@ -236,12 +236,20 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   parse_momentum_correction(c.momentum_correction);
   const NodeRoles here = node_roles(c.num_ps, mpi);
   if (c.threads == 0) {
-    // Share the node's cores among the workers on it instead of oversubscribing them. A PS shard
-    // on the node keeps one core: its wake-ups would stall the workers' OpenMP barriers
-    // otherwise (measured: 1 worker on 2 cores beside the PS, 2 threads 170 img/s, 1 thread
-    // 289 img/s).
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    c.threads = std::max(1, (cores - here.shards) / std::max(1, here.workers));
+    // A rank that a launcher pinned (mpirun --bind-to core, srun --cpu-bind) uses the cores it
+    // was given. One that may use the whole node shares the node's cores with the other workers
+    // on it. A PS shard beside them takes no core of its own: it sleeps until a push arrives
+    // (ps/bell.hpp). Measured (bench/ps_cpu.sh, 2 cores, resnet32): 1 PS + 1 worker with 2
+    // threads 423 img/s against one process's 432, with 1 thread 268.
+    const int node = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int mine = usable_cores();
+    c.threads = mine < node ? mine : std::max(1, node / std::max(1, here.workers));
+    // Pinned while cores of the node stay unused by every rank on it: say how to use them.
+    if (mine < node && (here.workers + here.shards) * mine < node && mpi.rank() >= c.num_ps && !c.quiet)
+      log << "mpi_trainer: note: worker rank " << mpi.rank() << " may use " << mine << " of this node's " << node
+          << " cores (the launcher pinned it; mpirun pins each rank to one core when there are 2 or fewer): "
+             "mpirun --bind-to none lets the workers share the node's cores (docs/user-guide.md)\n"
+          << std::flush;
   }
   // Every rank validates before any work; notices are caught from here on. Then the ranks agree
   // that every one of them is ready: a rank that failed (its data, its device, the checkpoint
