@@ -33,10 +33,10 @@ void check_sleep(long rc, const char* call) {
 #ifdef SYS_futex_waitv
 bool have_waitv() {
   static const bool ok = [] {
-    // No futexes at all: EINVAL where the call exists, ENOSYS where it does not.
+    // No futexes at all: EINVAL where the call exists; ENOSYS where it does not, EPERM where a
+    // seccomp filter (a container's) refuses it: then several doorbells fall back to naps.
     errno = 0;
-    syscall(SYS_futex_waitv, nullptr, 0, 0, nullptr, CLOCK_MONOTONIC);
-    return errno != ENOSYS;
+    return syscall(SYS_futex_waitv, nullptr, 0, 0, nullptr, CLOCK_MONOTONIC) == -1 && errno == EINVAL;
   }();
   return ok;
 }
