@@ -200,3 +200,24 @@ TEST_CASE("doorbell: a sleeper on several doorbells wakes when any one rings", "
   CHECK(bells[0].seen() == seen[0]);
   CHECK(bells[2].seen() == seen[2] + 1);
 }
+
+TEST_CASE("doorbell: a polling loop's wait ends at a ring and looks again at once", "[ps]") {
+  SharedBells shm;
+  const Doorbell bell = shm.bells().to_shard();
+  Backoff backoff(10, 1000);
+  for (int i = 0; i < 4; ++i)
+    backoff.next(1000);  // 10, 20, 40, 80 us: the next nap is 160
+  BellWait wait;
+  wait.clear();
+  wait.add(bell);
+  wait.add(Doorbell{});  // a peer without a doorbell (another node): naps stay at the backoff's cap
+  wait.sleep(backoff);   // nothing rang: 160 us
+  CHECK(backoff.next(1000) == 320);  // still growing
+  wait.clear();
+  wait.add(bell);  // the counter read before the test...
+  bell.ring();     // ...and a message posted after it
+  const auto t0 = std::chrono::steady_clock::now();
+  wait.sleep(backoff);
+  CHECK(seconds_since(t0) < 5);
+  CHECK(backoff.next(1000) == 10);  // rearmed: the reply is there, the next look comes soon
+}

@@ -93,4 +93,25 @@ bool wait_bells(std::span<const Doorbell> bells, std::span<const std::uint32_t> 
   return false;
 }
 
+void BellWait::clear() {
+  bells_.clear();
+  seen_.clear();
+  all_ring_ = true;
+}
+
+void BellWait::add(const Doorbell& bell) {
+  if (!bell) {
+    all_ring_ = false;
+    return;
+  }
+  bells_.push_back(bell);
+  seen_.push_back(bell.seen());  // before the test: a message posted after it moves the counter
+}
+
+void BellWait::sleep(Backoff& backoff) const {
+  const bool long_naps = all_ring_ && can_wait_on(bells_.size());
+  // Rung: the message is posted and arrives within microseconds; look again at once.
+  if (wait_bells(bells_, seen_, backoff.next(long_naps ? kDoorbellNapUs : backoff.cap()))) backoff.rearm();
+}
+
 }  // namespace mt

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace mt {
 
@@ -47,5 +48,23 @@ bool can_wait_on(std::size_t n);
 // arrives, or `timeout_us` microseconds pass. With no bells (or more than can_wait_on allows) it
 // sleeps the timeout. True when a doorbell rang (its message is posted: look again soon).
 bool wait_bells(std::span<const Doorbell> bells, std::span<const std::uint32_t> seen, long timeout_us);
+
+class Backoff;
+
+// A polling loop's doorbells. Before each test of its requests the loop lists the peers it waits
+// for (add: the peer's doorbell, or an empty one for a peer that rings none); after a test that
+// found nothing, sleep() sleeps on them. While every peer rings, the sleep may last
+// kDoorbellNapUs (a ring ends it); otherwise the backoff's naps, at the old pace.
+class BellWait {
+ public:
+  void clear();
+  void add(const Doorbell& bell);
+  void sleep(Backoff& backoff) const;
+
+ private:
+  std::vector<Doorbell> bells_;
+  std::vector<std::uint32_t> seen_;
+  bool all_ring_ = true;
+};
 
 }  // namespace mt

@@ -586,8 +586,7 @@ void Shard::serve() {
   // most a millisecond (bench/ps_cpu.sh: an idle or lightly loaded shard no longer takes a share
   // of a core from the workers beside it). Messages between shards ring no doorbell: a snapshot's
   // parts, a drain or the end wait up to that period (10 ms), which nothing needs sooner.
-  std::vector<Doorbell> bells;
-  std::vector<std::uint32_t> seen;
+  BellWait bells;
   // With --max-workers the parameter server also waits, with no worker at all, for joins.
   while (members_.live() > 0 ||
          (opts_.max_workers > 0 && !stop_at_ && failure_code_ == 0 && step_ < opts_.train_steps)) {
@@ -605,17 +604,8 @@ void Shard::serve() {
       rreqs[nw + nc + i] = ms[i].hbreq;
     // The doorbells' counters before the test: a message posted after it has moved one.
     bells.clear();
-    seen.clear();
-    bool all_ring = true;
-    for (const Member& m : ms) {
-      if (!m.live()) continue;
-      if (!m.bells) {
-        all_ring = false;
-        continue;
-      }
-      bells.push_back(m.bells.to_shard());
-      seen.push_back(bells.back().seen());
-    }
+    for (const Member& m : ms)
+      if (m.live()) bells.add(m.bells.to_shard());
     int n = 0;
     statuses.resize(rreqs.size());
     const int rc = MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), statuses.data());
@@ -692,9 +682,7 @@ void Shard::serve() {
     if (pushes > 0) {
       backoff.done();
     } else {
-      const bool long_naps = all_ring && can_wait_on(bells.size());
-      // Rung: the message is posted and arrives within microseconds; look again at once.
-      if (wait_bells(bells, seen, backoff.next(long_naps ? kDoorbellNapUs : backoff.cap()))) backoff.rearm();
+      bells.sleep(backoff);
     }
   }
 }

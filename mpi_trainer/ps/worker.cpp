@@ -177,8 +177,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   }
   std::vector<std::shared_ptr<ShmSegment>> offered(static_cast<std::size_t>(shards));  // until the join's reply
   std::vector<PairBells> bells(static_cast<std::size_t>(shards));  // with the shards that took a segment
-  std::vector<Doorbell> replies;                                   // the doorbells of the replies awaited
-  std::vector<std::uint32_t> seen;
+  BellWait replies;                                                // the doorbells of the replies awaited
   bool clean_end = true;  // every stop so far said no rank was lost
   int failed_code = 0;    // a shard said it failed, with this exit code
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(2 * shards), MPI_REQUEST_NULL);
@@ -218,12 +217,8 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       int done = 0;
       int rc = MPI_SUCCESS;
       replies.clear();
-      seen.clear();
       for (int s = 0; s < shards; ++s)
-        if (const auto& bell = bells[static_cast<std::size_t>(s)]) {
-          replies.push_back(bell.to_worker());
-          seen.push_back(replies.back().seen());  // before the test: a later reply moves it
-        }
+        replies.add(bells[static_cast<std::size_t>(s)].to_worker());
       {
         std::lock_guard<std::mutex> lock(mpi_lock);
         rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, statuses.data());
@@ -243,8 +238,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
           if (reqs[static_cast<std::size_t>(2 * s)] != MPI_REQUEST_NULL) silent = s;
         parameter_server_lost(rank, silent, since(t0));
       }
-      const bool long_naps = static_cast<int>(replies.size()) == shards && can_wait_on(replies.size());
-      if (wait_bells(replies, seen, backoff.next(long_naps ? kDoorbellNapUs : backoff.cap()))) backoff.rearm();
+      replies.sleep(backoff);
     }
     backoff.done();
     bool stop = false;
