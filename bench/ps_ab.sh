@@ -38,12 +38,14 @@ done
 /usr/bin/python3 - "$out" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"{'workers':>7} {'shards':>6} {'transport':>9} {'old updates/s':>13} {'new updates/s':>13} {'new/old':>7}  each run")
+print(f"{'workers':>7} {'shards':>6} {'transport':>9} {'old updates/s':>13} {'new updates/s':>13} {'new/old':>7} "
+      f"{'round trip ms old/new':>21}  each run")
 keys = sorted({(r["workers"], r["num_ps"], r["transport"]) for r in rows}, key=lambda k: (k[2] != "shm", k[1], k[0]))
 for w, s, t in keys:
-    g = lambda b: [r["updates_per_second"] for r in rows if (r["workers"], r["num_ps"], r["transport"], r["build"]) == (w, s, t, b)]
-    o, n = g("old"), g("new")
+    g = lambda b, k: [r[k] for r in rows if (r["workers"], r["num_ps"], r["transport"], r["build"]) == (w, s, t, b)]
+    o, n = g("old", "updates_per_second"), g("new", "updates_per_second")
+    trip = f"{statistics.median(g('old', 'round_trip_ms')):.3f} / {statistics.median(g('new', 'round_trip_ms')):.3f}"
     print(f"{w:>7} {s:>6} {t:>9} {statistics.median(o):>13.0f} {statistics.median(n):>13.0f} "
-          f"{statistics.median(n) / statistics.median(o):>7.3f}  old {' '.join(f'{v:.0f}' for v in o)}"
+          f"{statistics.median(n) / statistics.median(o):>7.3f} {trip:>21}  old {' '.join(f'{v:.0f}' for v in o)}"
           f" | new {' '.join(f'{v:.0f}' for v in n)}")
 PY
