@@ -103,7 +103,8 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
   env(cmd.add_option("--lr-scaling", c.lr_scaling,
                      "Parameter server: each update's rate is the schedule's divided by the update's "
                      "staleness + 1 (staleness: staleness-aware async SGD) or its square root "
-                     "(sqrt-staleness: with dana the best measured yet, one seed), by the number of active "
+                     "(sqrt-staleness: with dana the best measured with resnet8 and many workers, worse with "
+                     "resnet32), by the number of active "
                      "workers (active-workers: the paper's adaptive rate), or not at all (none). auto "
                      "(default): staleness under --momentum-correction dana, none otherwise, the best "
                      "measured pairs (docs/user-guide.md)")
