@@ -3,14 +3,17 @@
 # NP processes, S parameter-server shards. The job must finish every global step, report the
 # summary and reach well-above-chance accuracy on generated data. POLICY (optional): a
 # --momentum-correction; with dana each worker's data slot has its own momentum, all of them in
-# the checkpoint.
+# the checkpoint; gap: --lr-scaling gap (each gradient element penalized by its parameter's gap).
 # Usage: test_mpi_train.sh MPIEXEC MPI_TRAINER NP S [POLICY]
 set -euo pipefail
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 mpiexec=$1 trainer=$2 np=$3 shards=$4 policy=${5:-}
 extra=()
-[[ -n $policy ]] && extra=(--momentum-correction "$policy" --ckpt-dir "$dir/ckpt" --ckpt-every-steps 50)
+case $policy in
+  gap) extra=(--lr-scaling gap) ;;  # gap-aware penalties at the shards (with the default dana)
+  ?*) extra=(--momentum-correction "$policy" --ckpt-dir "$dir/ckpt" --ckpt-every-steps 50) ;;
+esac
 "$trainer" gen-data "$dir/data" --train 2048 --test 512 --seed 3 >/dev/null
 steps=120
 "$mpiexec" -np "$np" --oversubscribe -x OMP_WAIT_POLICY=passive "$trainer" train --model resnet8 \
@@ -50,5 +53,7 @@ if policy == "dana":
         assert all(np.any(v) for v in per), "a worker's momentum is all zero"
         assert not np.array_equal(per[0], per[1]), "the workers share one momentum"
         assert np.allclose(flat(f["optimizer/momentum"]), np.mean(per, axis=0), rtol=1e-5, atol=1e-7)
+if policy == "gap":
+    assert events[0]["lr_scaling"] == "gap", events[0]
 print(f"ok: np={np_} S={shards} accuracy {s['test_accuracy']:.3f} max staleness {s['max_staleness']}")
 PY

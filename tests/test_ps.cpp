@@ -149,6 +149,38 @@ TEST_CASE("update policy: learning rate scaled by active workers or staleness", 
   CHECK(stepped.lr(10, 2, 0) == Approx(0.005));
 }
 
+TEST_CASE("update policy: gap-aware penalties follow how far each parameter moved", "[unit][ps]") {
+  LrSchedule constant;
+  constant.kind = LrSchedule::Kind::kConstant;
+  constant.base_lr = 0.1;
+  const UpdatePolicy gap(constant, LrScaling::kGap, MomentumCorrection::kDana, 0.9);
+  CHECK(gap.gap_aware());
+  CHECK(gap.lr(0, 4, 7) == Approx(0.1));  // the rate is left alone: each element is penalized instead
+  GapPenalty p(3, 0.5);
+  // No history: a parameter that moved since the pull gets the staleness rule, one that did not, none.
+  std::vector<float> g{1, 1, 1};
+  const std::vector<float> now{1.0f, 2.0f, 3.0f}, pulled{1.0f, 1.5f, 3.0f};
+  p.penalize(g, now, pulled, 3);
+  CHECK(g == std::vector<float>{1.0f, 0.25f, 1.0f});
+  // Steps of 0.1, 0.2 and 0 per update: C follows them (the first one is taken whole).
+  const std::vector<float> a{0, 0, 0}, b{0.1f, -0.2f, 0}, c{0.2f, -0.4f, 0};
+  p.track(a, b);
+  p.track(b, c);
+  CHECK(p.mean_step()[0] == Approx(0.1));
+  CHECK(p.mean_step()[1] == Approx(0.2));
+  CHECK(p.mean_step()[2] == 0.0f);
+  // A parameter 4 steps away from where the gradient was computed is penalized 4 times; one that
+  // went back and forth (gap under one step) not at all.
+  g = {1, 1, 1};
+  const std::vector<float> here{0.4f, 0.1f, 0}, there{0, 0, 0};
+  p.penalize(g, here, there, 3);
+  CHECK(g[0] == Approx(0.25));
+  CHECK(g[1] == Approx(1.0));
+  CHECK(g[2] == Approx(1.0));
+  CHECK(parse_lr_scaling("gap") == LrScaling::kGap);
+  CHECK(std::string(to_string(LrScaling::kGap)) == "gap");
+}
+
 TEST_CASE("update policy: implicit momentum of asynchrony is subtracted", "[unit][ps]") {
   LrSchedule s;
   const UpdatePolicy p(s, LrScaling::kActiveWorkers, MomentumCorrection::kImplicit, 0.9);

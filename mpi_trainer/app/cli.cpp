@@ -104,12 +104,13 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "Parameter server: each update's rate is the schedule's divided by the update's "
                      "staleness + 1 (staleness: staleness-aware async SGD) or its square root "
                      "(sqrt-staleness: with dana the best measured with resnet8 and many workers, worse with "
-                     "resnet32), by the number of active "
+                     "resnet32), each gradient element by its gap, how far its parameter moved since the "
+                     "pull in units of its usual step (gap: gap-aware, Barkai et al. 2020), by the number of active "
                      "workers (active-workers: the paper's adaptive rate), or not at all (none). auto "
                      "(default): staleness under --momentum-correction dana, none otherwise, the best "
                      "measured pairs (docs/user-guide.md)")
           ->capture_default_str()
-          ->check(CLI::IsMember({"auto", "none", "active-workers", "staleness", "sqrt-staleness"})),
+          ->check(CLI::IsMember({"auto", "none", "active-workers", "staleness", "sqrt-staleness", "gap"})),
       "MT_LR_SCALING");
   env(cmd.add_option("--momentum-correction", c.momentum_correction,
                      "Parameter server: dana (default; Hakimi et al. 2019) gives each worker's data "

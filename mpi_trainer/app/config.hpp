@@ -12,7 +12,7 @@ struct TrainConfig {
   std::int64_t train_steps = 64000;
   int batch_size = 128;
   int num_ps = 1;               // parameter-server shards (ranks 0..num_ps-1) under MPI
-  // auto | none | active-workers | staleness | sqrt-staleness; auto (resolved after parsing, resolve_policy):
+  // auto | none | active-workers | staleness | sqrt-staleness | gap; auto (resolved after parsing, resolve_policy):
   // staleness under dana, none otherwise (bench/README.md: the best measured pairs)
   std::string lr_scaling = "auto";
   std::string momentum_correction = "dana";  // dana | implicit | none (PS: momentum under asynchrony)

@@ -164,6 +164,13 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   model.init_params(params, stats, c.seed);
   Sgd sgd(model.params(), SgdConfig{static_cast<float>(c.momentum), static_cast<float>(c.weight_decay), setup.nesterov});
   Network net(model, *backend, c.batch_size);
+  // --lr-scaling gap: each gradient element's penalty, and the parameters before each update.
+  std::optional<GapPenalty> gap;
+  FlatTensors before_update;
+  if (policy.gap_aware()) {
+    gap.emplace(params.span().size());
+    before_update = FlatTensors(model.params());
+  }
 
   std::vector<Worker> workers(static_cast<std::size_t>(total));
   std::vector<double> join_at(joins.size(), kNever);
@@ -354,7 +361,12 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
     } else {
       check_divergence(st.loss, c.max_loss, step + 1);
       const double lr = policy.lr(step, active, staleness);
+      if (gap) {
+        gap->penalize(grads.span(), params.span(), w.snapshot.span(), staleness);
+        std::copy(params.span().begin(), params.span().end(), before_update.span().begin());
+      }
       (w.own ? *w.own : sgd).step(*backend, params, grads, static_cast<float>(lr), static_cast<float>(policy.momentum(active)));
+      if (gap) gap->track(before_update.span(), params.span());
       model.update_running_stats(stats, batch_stats, net.bn_counts());
       last_lr = lr;
       ++step;

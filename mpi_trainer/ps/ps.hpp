@@ -25,7 +25,7 @@ namespace mt {
 
 class Backend;
 
-enum class LrScaling { kNone, kActiveWorkers, kStaleness, kSqrtStaleness };
+enum class LrScaling { kNone, kActiveWorkers, kStaleness, kSqrtStaleness, kGap };
 enum class MomentumCorrection { kNone, kImplicit, kDana };
 // "none" | "active-workers" | "staleness" | "sqrt-staleness" (the app resolves "auto" first);
 // "implicit" | "dana" | "none". Throw UsageError naming the flag.

@@ -59,6 +59,10 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
           std::max(workers_, opts.max_workers),
           Membership::Deadlines{opts.failure_timeout, std::max(60.0, 10 * opts.failure_timeout), opts.drain_deadline}) {
   for (int j = 0; j < momenta_; ++j) momenta_full_.emplace_back(model.params());
+  if (policy_.gap_aware()) {
+    gap_.emplace(static_cast<std::size_t>(mine_));
+    gap_before_.resize(static_cast<std::size_t>(mine_));
+  }
   if (lead())
     gather_.emplace(model, part_, shard_deadline(opts), momenta_);
   else
@@ -134,6 +138,15 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   // The worker's previous reply is complete (it pushed again), so its buffer takes the update.
   if (!settle_send(m)) return false;
   const std::span<float> out(m.send.payload(), static_cast<std::size_t>(mine_));
+  std::span<const float> before = current();
+  if (gap_) {
+    // `out` still holds the parameters this worker was sent, which its gradient was computed on.
+    gap_->penalize(std::span<float>(m.recv.payload(), static_cast<std::size_t>(mine_)), current(), out, staleness);
+    if (current_ == out.data()) {  // updated in place below: keep what it was
+      std::copy(out.begin(), out.end(), gap_before_.begin());
+      before = gap_before_;
+    }
+  }
   // Its data slot's momentum under dana (UpdatePolicy::per_slot_momentum), else the one.
   const std::span<float> v = velocity(momenta_ > 1 ? static_cast<std::size_t>(m.slot) : 0);
   const bool nesterov = policy_.nesterov(opts_.nesterov);
@@ -144,6 +157,7 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
                           SgdSpec{static_cast<float>(lr), static_cast<float>(momentum),
                                   r.decay ? static_cast<float>(opts_.weight_decay) : 0.f, nesterov});
   }
+  if (gap_) gap_->track(before, out);
   current_ = out.data();
   if (lead()) {
     std::copy(g + mine_, g + mine_ + stats_floats_, batch_stats_.flat().data());

@@ -85,6 +85,10 @@ class Shard {
   // newest parameters and writes the updated ones straight into the next reply, so a reply costs
   // no copy). A buffer with a send in flight is only read, never written.
   std::vector<float> params_, velocity_;  // velocity_: this shard's part of each momentum, one after the other
+  // --lr-scaling gap: the penalty's running mean steps, and the parameters before an update where
+  // it is made in place (the same worker twice in a row). Not checkpointed yet: a resume starts C afresh.
+  std::optional<GapPenalty> gap_;
+  std::vector<float> gap_before_;
   float* current_ = nullptr;
   const std::vector<Partition::Run> runs_;
   const std::vector<std::int64_t> counts_;

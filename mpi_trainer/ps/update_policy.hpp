@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "optim/schedule.hpp"
 #include "ps/ps.hpp"
@@ -36,8 +38,9 @@ class UpdatePolicy {
       lr /= 1.0 + staleness;
     else if (scaling_ == LrScaling::kSqrtStaleness)
       lr /= std::sqrt(1.0 + staleness);
-    return lr;
+    return lr;  // kGap: each element's own penalty (GapPenalty), not the rate
   }
+  bool gap_aware() const { return scaling_ == LrScaling::kGap; }
   // What the rate is divided by for the worker count alone (reports).
   double lr_divisor(int active) const { return scaling_ == LrScaling::kActiveWorkers ? std::max(1, active) : 1; }
   // The momentum applied with `active` workers: --momentum less the implicit momentum of their
@@ -78,6 +81,30 @@ class UpdatePolicy {
   std::int64_t join_warmup_;
   std::int64_t ramp_start_ = -1;
   double ramp_from_ = 1.0;
+};
+
+// --lr-scaling gap (Barkai, Hakimi and Schuster, "Gap-Aware Mitigation of Gradient Staleness",
+// ICLR 2020): instead of dividing the rate by the staleness, each element of a gradient is divided
+// by its gap, max(1, |θ now − θ the worker pulled| / C), C a running mean of that parameter's change
+// per update. A parameter that moved steadily through the τ updates since the pull is penalized
+// about τ (as staleness scaling would), one that went back and forth much less. Before C has any
+// history a parameter that moved is penalized 1 + staleness.
+class GapPenalty {
+ public:
+  explicit GapPenalty(std::size_t n, double beta = 0.99);
+  // Divides grad[i] by the gap of parameter i between `pulled` (what the gradient was computed
+  // on) and `now` (what it is applied to).
+  void penalize(std::span<float> grad, std::span<const float> now, std::span<const float> pulled,
+                double staleness) const;
+  // After each update of the parameters from `before` to `after`: C follows each one's change.
+  void track(std::span<const float> before, std::span<const float> after);
+  // The running mean step C (checkpointed with the optimizer state).
+  std::span<float> mean_step() { return mean_step_; }
+  std::span<const float> mean_step() const { return mean_step_; }
+
+ private:
+  std::vector<float> mean_step_;
+  float beta_, rest_;  // rest_: 1 - beta, rounded once
 };
 
 }  // namespace mt
