@@ -357,7 +357,10 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
         net.train_step(net.stage_images(batch.images), batch.labels, w.snapshot, grads, batch_stats, nullptr);
     const double staleness = double(step - w.version);
     if (c.max_staleness >= 0 && staleness > double(c.max_staleness)) {
-      ++dropped;  // too stale: not applied, the worker gets the current parameters
+      // Too stale: not applied, the worker gets the current parameters. It still counts as a global
+      // step, as in the parameter server (where every shard must count the same pushes).
+      ++dropped;
+      ++step;
     } else {
       check_divergence(st.loss, c.max_loss, step + 1);
       const double lr = policy.lr(step, active, staleness);

@@ -245,10 +245,16 @@ void Shard::handle_worker(Member& m) {
       // applied, so no checkpoint holds its state.
       if (lead()) check_divergence(h.loss, opts_.max_loss, step_ + 1);
       if (opts_.max_staleness >= 0 && step_ - h.model_version > opts_.max_staleness) {
-        // Too stale: not applied; the worker gets the current parameters and computes again.
+        // Too stale: not applied; the worker gets the current parameters and computes again. It
+        // still counts as a step: pushes reach the shards in different orders, so another shard
+        // may have applied this one, and every shard must count the same pushes or their steps
+        // drift apart and the run ends short of --train-steps.
         ++m.dropped;
         ++dropped_;
+        ++step_;
         if (!reply(m, MsgKind::kParams)) return;
+        if (lead()) after_step(policy_.lr(step_ - 1, members_.live(), 0));
+        plan_.at_step(shard_, step_);
         break;
       }
       if (!apply_push(m, h)) return;
