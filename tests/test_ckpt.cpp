@@ -345,7 +345,7 @@ TEST_CASE("dana's momentum per data slot is checkpointed and resumed exactly, or
   mean_momentum(slots, mean);
   TrainProgress p;
   p.global_step = 11;
-  const auto file = ckpt::publish(dir.path(), make_checkpoint(model, params, mean, stats, p, "{}", {}, {}, &slots), 0);
+  const auto file = ckpt::publish(dir.path(), make_checkpoint(model, params, mean, stats, p, "{}", {}, {}, ExtraOptimizerState{slots}), 0);
   const ckpt::Checkpoint c = ckpt::read(file);
   CHECK(c.find(array_path("optimizer/slot_momentum/1", model.params().entries().front().name)) != nullptr);
   // As many slots: each its own, to the bit.
@@ -374,7 +374,7 @@ TEST_CASE("a dana checkpoint with a slot momentum missing or misshapen is refuse
   for (int j = 0; j < 2; ++j) slots.emplace_back(model.params());
   TrainProgress p;
   p.global_step = 12;
-  ckpt::Checkpoint c = make_checkpoint(model, params, mean, stats, p, "{}", {}, {}, &slots);
+  ckpt::Checkpoint c = make_checkpoint(model, params, mean, stats, p, "{}", {}, {}, ExtraOptimizerState{slots});
   std::vector<FlatTensors> back;
   for (int j = 0; j < 2; ++j) back.emplace_back(model.params());
   const auto& entries = model.params().entries();
@@ -404,6 +404,42 @@ TEST_CASE("a dana checkpoint with a slot momentum missing or misshapen is refuse
     for (auto& a : c.arrays)
       if (a.path == array_path("optimizer/slot_momentum/0", entries.front().name)) a.dims = {a.dims.front()};
     refused("has shape");
+  }
+}
+
+TEST_CASE("the gap-aware mean steps are checkpointed and resumed exactly, start afresh from a checkpoint without "
+          "them, and are refused when damaged", "[unit][ckpt]") {
+  test::TempDir dir("ckpt_gap");
+  const Model model(parse_model("resnet8"));
+  FlatTensors params(model.params()), mom(model.params()), stats(model.stats()), gap(model.params());
+  model.init_params(params, stats, 1);
+  float* c0 = gap.flat().data();
+  for (std::int64_t i = 0; i < gap.flat().numel(); ++i) c0[i] = 1e-4f * static_cast<float>(1 + i % 13);
+  TrainProgress p;
+  p.global_step = 13;
+  const auto file =
+      ckpt::publish(dir.path(), make_checkpoint(model, params, mom, stats, p, "{}", {}, {}, ExtraOptimizerState{{}, &gap}), 0);
+  ckpt::Checkpoint c = ckpt::read(file);
+  CHECK(c.ints.at("gap_mean_step") == 1);
+  CHECK(c.ints.count("slot_momenta") == 0);
+  FlatTensors back(model.params());
+  CHECK(restore_gap_mean_step(c, back));
+  CHECK(std::equal(back.span().begin(), back.span().end(), gap.span().begin()));
+  // Written under another policy: nothing to restore, every mean step zero (no history).
+  const ckpt::Checkpoint plain = make_checkpoint(model, params, mom, stats, p, "{}", {});
+  CHECK_FALSE(restore_gap_mean_step(plain, back));
+  CHECK(std::all_of(back.span().begin(), back.span().end(), [](float x) { return x == 0.f; }));
+  // Recorded but a layer missing: damage, named.
+  const std::string path = array_path("optimizer/gap_mean_step", model.params().entries().back().name);
+  const auto it = std::find_if(c.arrays.begin(), c.arrays.end(), [&](const ckpt::Array& a) { return a.path == path; });
+  REQUIRE(it != c.arrays.end());
+  c.arrays.erase(it);
+  try {
+    restore_gap_mean_step(c, back);
+    FAIL("restored a damaged checkpoint");
+  } catch (const CheckpointError& e) {
+    INFO(e.what());
+    CHECK(has(e.what(), "lacks /" + path));
   }
 }
 

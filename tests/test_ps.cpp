@@ -156,7 +156,8 @@ TEST_CASE("update policy: gap-aware penalties follow how far each parameter move
   const UpdatePolicy gap(constant, LrScaling::kGap, MomentumCorrection::kDana, 0.9);
   CHECK(gap.gap_aware());
   CHECK(gap.lr(0, 4, 7) == Approx(0.1));  // the rate is left alone: each element is penalized instead
-  GapPenalty p(3, 0.5);
+  std::vector<float> mean_step(3, 0.f);  // the caller's storage (the parameter server's optimizer state)
+  GapPenalty p(mean_step, 0.5);
   // No history: a parameter that moved since the pull gets the staleness rule, one that did not, none.
   std::vector<float> g{1, 1, 1};
   const std::vector<float> now{1.0f, 2.0f, 3.0f}, pulled{1.0f, 1.5f, 3.0f};
@@ -169,6 +170,7 @@ TEST_CASE("update policy: gap-aware penalties follow how far each parameter move
   CHECK(p.mean_step()[0] == Approx(0.1));
   CHECK(p.mean_step()[1] == Approx(0.2));
   CHECK(p.mean_step()[2] == 0.0f);
+  CHECK(p.mean_step().data() == mean_step.data());
   // A parameter 4 steps away from where the gradient was computed is penalized 4 times; one that
   // went back and forth (gap under one step) not at all.
   g = {1, 1, 1};
@@ -252,11 +254,11 @@ TEST_CASE("snapshot: one momentum per data slot (dana) travels whole, with their
   gather.begin(kForCheckpoint, params, velocity, stats, SnapshotMeta{7, {LoaderCursor{}, LoaderCursor{}}, 1.0, 0.1, {}});
   REQUIRE(gather.arrived());
   const Snapshot s = gather.complete();
-  REQUIRE(s.slot_momenta != nullptr);
-  REQUIRE(s.slot_momenta->size() == 2);
+  REQUIRE(s.extra.slot_momenta.size() == 2);
+  CHECK(s.extra.gap_mean_step == nullptr);
   std::vector<float> v0(n), v1(n), mean(n);
-  part.pack(0, (*s.slot_momenta)[0], v0);
-  part.pack(0, (*s.slot_momenta)[1], v1);
+  part.pack(0, s.extra.slot_momenta[0], v0);
+  part.pack(0, s.extra.slot_momenta[1], v1);
   part.pack(0, s.momentum, mean);
   CHECK(std::all_of(v0.begin(), v0.end(), [](float x) { return x == 2.f; }));
   CHECK(std::all_of(v1.begin(), v1.end(), [](float x) { return x == 4.f; }));
@@ -266,7 +268,7 @@ TEST_CASE("snapshot: one momentum per data slot (dana) travels whole, with their
   std::vector<float> one(n, 5.f);
   single.begin(kForCheckpoint, params, one, stats, SnapshotMeta{7, {LoaderCursor{}}, 1.0, 0.1, {}});
   REQUIRE(single.arrived());
-  CHECK(single.complete().slot_momenta == nullptr);
+  CHECK(single.complete().extra.slot_momenta.empty());
 }
 
 TEST_CASE("snapshot: the state at the request, not what the shard applied after it", "[unit][ps]") {

@@ -11,17 +11,52 @@
 # in that shard's tensors; the other slot's must come out of the resumed run's checkpoint bit for
 # bit as it went into the first one (each slot restored exactly, through every shard), and
 # /optimizer/momentum is the slots' mean.
-# Usage: test_ps_resume.sh MPIEXEC MPI_TRAINER NP S [resume|transport|slots]   (NP - S: 1; slots: 2)
+# Mode `gap` (NP - S = 2 workers, --lr-scaling gap): 30 steps, then a resume to 31. The gap-aware
+# penalty's running mean steps C must be restored in every shard: after the one push each shard
+# applies, each C is 0.99 C(30) + 0.01 |θ(31) − θ(30)| (had C started afresh it would be the step
+# itself).
+# Usage: test_ps_resume.sh MPIEXEC MPI_TRAINER NP S [resume|transport|slots|gap]   (NP - S: 1; slots, gap: 2)
 set -euo pipefail
 mpiexec=$1 trainer=$2 np=$3 shards=$4 mode=${5:-resume}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$trainer" gen-data "$dir/data" --train 512 --test 128 --seed 5 >/dev/null
+policy=()
+[[ $mode == gap ]] && policy=(--lr-scaling gap)
 run() {  # run CKPT_DIR STEPS   (MT_PS_SHM from the environment)
   "$mpiexec" -np "$np" --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_PS_SHM="${MT_PS_SHM:-1}" "$trainer" train --model resnet8 \
     --batch-size 16 --train-steps "$2" --num-ps "$shards" --data "$dir/data" --ckpt-dir "$1" \
-    --resume auto --log-every-steps 5 --metrics "$1.jsonl" >"$1.out" 2>&1 || { echo "mpirun failed:"; cat "$1.out"; exit 1; }
+    --resume auto --log-every-steps 5 --metrics "$1.jsonl" "${policy[@]}" >"$1.out" 2>&1 || { echo "mpirun failed:"; cat "$1.out"; exit 1; }
 }
+if [[ $mode == gap ]]; then
+  run "$dir/gap" 30
+  cp "$dir/gap/ckpt-0000000030.h5" "$dir/saved30.h5"
+  run "$dir/gap" 31
+  grep -q "resumed from .*ckpt-0000000030.h5 at global step 30" "$dir/gap.out" || { cat "$dir/gap.out"; exit 1; }
+  if grep -q "start afresh" "$dir/gap.out"; then cat "$dir/gap.out"; exit 1; fi
+  exec /usr/bin/python3 - "$dir/saved30.h5" "$dir/gap/ckpt-0000000031.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+assert int(a.attrs["gap_mean_step"]) == 1 and int(b.attrs["gap_mean_step"]) == 1, dict(a.attrs)
+names = []
+a["optimizer/gap_mean_step"].visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+assert names and all(f"params/{n}" in a for n in names), "one mean step per parameter"
+beta, rest = np.float32(0.99), np.float32(1.0 - 0.99)
+history = apart = 0
+for n in names:
+    ca, cb = a[f"optimizer/gap_mean_step/{n}"][()], b[f"optimizer/gap_mean_step/{n}"][()]
+    step = np.abs(b[f"params/{n}"][()] - a[f"params/{n}"][()])
+    want = np.where(ca > 0, beta * ca + rest * step, step)
+    assert np.allclose(cb, want, rtol=1e-5, atol=1e-12), f"{n}: max |C - expected| {np.abs(cb - want).max()}"
+    history += int((ca > 0).sum())
+    apart += int((np.abs(cb - step) > 1e-5 * np.maximum(step, 1e-12)).sum())
+total = sum(a[f"params/{n}"].size for n in names)
+assert history > total // 2, f"only {history} of {total} parameters had a mean step after 30 updates"
+assert apart > total // 2, "the mean steps after the resume look afresh (C = the last step)"
+print(f"ok: {len(names)} arrays, {history} of {total} mean steps carried through the resume and 2 shards, "
+      f"each one push later 0.99 C + 0.01 |step|")
+PY
+fi
 if [[ $mode == slots ]]; then
   run "$dir/slots" 30
   cp "$dir/slots/ckpt-0000000030.h5" "$dir/saved30.h5"

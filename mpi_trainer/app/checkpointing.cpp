@@ -21,6 +21,8 @@ constexpr const char* kMomentum = "optimizer/momentum";
 // --momentum-correction dana: data slot j's momentum under kSlotMomentum/j (kMomentum: their mean).
 constexpr const char* kSlotMomentum = "optimizer/slot_momentum";
 std::string slot_group(std::size_t j) { return std::string(kSlotMomentum) + "/" + std::to_string(j); }
+// --lr-scaling gap: each parameter's running mean step (GapPenalty).
+constexpr const char* kGapMeanStep = "optimizer/gap_mean_step";
 constexpr const char* kBnStats = "bn_stats";
 
 // Appends the group's arrays at c.arrays[*next...], or overwrites them in place when the
@@ -97,7 +99,7 @@ void rescale_cursors(ckpt::Checkpoint& c, std::int64_t batch_size) {
 
 }  // namespace
 
-void restore_slot_momenta(const ckpt::Checkpoint& c, const FlatTensors& momentum, std::vector<FlatTensors>& slots) {
+void restore_slot_momenta(const ckpt::Checkpoint& c, const FlatTensors& momentum, std::span<FlatTensors> slots) {
   std::size_t saved = 0;
   while (!slots.empty() && c.find(array_path(slot_group(saved), slots[0].layout().entries().front().name))) ++saved;
   // The writer records how many it wrote: fewer found means a damaged checkpoint, not another policy.
@@ -115,6 +117,18 @@ void restore_slot_momenta(const ckpt::Checkpoint& c, const FlatTensors& momentum
   }
 }
 
+bool restore_gap_mean_step(const ckpt::Checkpoint& c, FlatTensors& out) {
+  const bool recorded = c.ints.count("gap_mean_step") != 0 && c.ints.at("gap_mean_step") != 0;
+  if (!recorded && !c.find(array_path(kGapMeanStep, out.layout().entries().front().name))) {
+    std::fill_n(out.flat().data(), out.flat().numel(), 0.f);
+    return false;
+  }
+  // The writer records that it wrote them: a missing or misshapen array is damage, not another policy.
+  check_group(c, kGapMeanStep, out.layout(), c.model);
+  restore_group(c, kGapMeanStep, out);
+  return true;
+}
+
 std::string array_path(const std::string& group, const std::string& dotted_name) {
   std::string p = dotted_name;
   std::replace(p.begin(), p.end(), '.', '/');
@@ -125,11 +139,11 @@ ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
                                  const FlatTensors& momentum, const FlatTensors& bn_stats,
                                  const TrainProgress& p, const std::string& config_json,
                                  const JobIdentity& job, ckpt::Checkpoint&& reuse,
-                                 const std::vector<FlatTensors>* slot_momenta) {
+                                 const ExtraOptimizerState& extra) {
   std::vector<std::pair<std::string, const FlatTensors*>> groups = {
       {kParams, &params}, {kMomentum, &momentum}, {kBnStats, &bn_stats}};
-  if (slot_momenta)
-    for (std::size_t j = 0; j < slot_momenta->size(); ++j) groups.emplace_back(slot_group(j), &(*slot_momenta)[j]);
+  for (std::size_t j = 0; j < extra.slot_momenta.size(); ++j) groups.emplace_back(slot_group(j), &extra.slot_momenta[j]);
+  if (extra.gap_mean_step) groups.emplace_back(kGapMeanStep, extra.gap_mean_step);
   ckpt::Checkpoint c;
   if (same_arrays(reuse, groups)) c.arrays = std::move(reuse.arrays);
   c.global_step = p.global_step;
@@ -143,7 +157,8 @@ ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
     c.ints["workers"] = static_cast<std::int64_t>(p.worker_cursors.size());
     c.strings["data_cursors"] = nlohmann::json(p.worker_cursors).dump();
   }
-  if (slot_momenta) c.ints["slot_momenta"] = static_cast<std::int64_t>(slot_momenta->size());
+  if (!extra.slot_momenta.empty()) c.ints["slot_momenta"] = static_cast<std::int64_t>(extra.slot_momenta.size());
+  if (extra.gap_mean_step) c.ints["gap_mean_step"] = 1;
   c.ints["attempts"] = p.attempts;
   c.reals["train_seconds"] = p.train_seconds;
   c.reals["cost_usd"] = p.cost_usd;

@@ -18,6 +18,7 @@
 #include "data/loader.hpp"
 #include "nn/params.hpp"
 #include "nn/resnet.hpp"
+#include "ps/ps.hpp"
 
 namespace mt {
 
@@ -110,13 +111,15 @@ struct CheckpointTally {
 
 // Copies the state into a checkpoint (the in-memory snapshot). `reuse`, a checkpoint made by an
 // earlier call for the same model (ckpt::AsyncWriter::take_spare), is filled in place without
-// allocating; anything else is rebuilt. `slot_momenta` (--momentum-correction dana): each data
-// slot's momentum, written as /optimizer/slot_momentum/<slot>/... (`momentum`: their mean).
+// allocating; anything else is rebuilt. `extra`: each data slot's momentum under
+// --momentum-correction dana, written as /optimizer/slot_momentum/<slot>/... (`momentum`: their
+// mean), and the gap-aware penalty's mean steps under --lr-scaling gap, as
+// /optimizer/gap_mean_step/...
 ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
                                  const FlatTensors& momentum, const FlatTensors& bn_stats,
                                  const TrainProgress& progress, const std::string& config_json,
                                  const JobIdentity& job, ckpt::Checkpoint&& reuse = {},
-                                 const std::vector<FlatTensors>* slot_momenta = nullptr);
+                                 const ExtraOptimizerState& extra = {});
 
 // Throws CheckpointError unless `c` holds exactly this model's arrays.
 void check_compatible(const ckpt::Checkpoint& c, const Model& model);
@@ -126,7 +129,11 @@ TrainProgress restore_checkpoint(const ckpt::Checkpoint& c, const Model& model, 
                                  FlatTensors& momentum, FlatTensors& bn_stats);
 // After restore_checkpoint, under dana: each data slot's momentum from the checkpoint when it
 // holds one per slot for as many slots, else every slot starts from its /optimizer/momentum.
-void restore_slot_momenta(const ckpt::Checkpoint& c, const FlatTensors& momentum, std::vector<FlatTensors>& slots);
+void restore_slot_momenta(const ckpt::Checkpoint& c, const FlatTensors& momentum, std::span<FlatTensors> slots);
+// After restore_checkpoint, under --lr-scaling gap: the penalty's mean steps into `out`. False
+// when the checkpoint holds none (written under another policy: they start afresh, from zero);
+// throws CheckpointError when it records them but they are missing or misshapen (damaged).
+bool restore_gap_mean_step(const ckpt::Checkpoint& c, FlatTensors& out);
 
 // "stage2.block3.conv1.weight" -> "params/stage2/block3/conv1/weight" (group "params").
 std::string array_path(const std::string& group, const std::string& dotted_name);

@@ -48,7 +48,8 @@ PsReport::PsReport(const TrainConfig& cfg, const RunSetup& setup, const Model& m
 
 void PsReport::log(const std::string& line) { log_ << line << '\n' << std::flush; }
 
-PsStart PsReport::restore(FlatTensors& params, std::vector<FlatTensors>& momenta, FlatTensors& bn_stats, int slots) {
+PsStart PsReport::restore(FlatTensors& params, std::span<FlatTensors> momenta, FlatTensors* gap_mean_step,
+                          FlatTensors& bn_stats, int slots) {
   MT_ASSERT(!momenta.empty(), "a momentum buffer");
   // Under dana (a momentum per data slot) the checkpoint's /optimizer/momentum is their mean.
   const bool per_slot = momenta.size() > 1;
@@ -58,6 +59,9 @@ PsStart PsReport::restore(FlatTensors& params, std::vector<FlatTensors>& momenta
   if (auto found = find_resume_checkpoint(cfg_, model_, setup_.job, metrics_, log_)) {
     prev_ = restore_checkpoint(found->checkpoint, model_, params, momentum, bn_stats);
     if (per_slot) restore_slot_momenta(found->checkpoint, momentum, momenta);
+    if (gap_mean_step && !restore_gap_mean_step(found->checkpoint, *gap_mean_step) && !cfg_.quiet)
+      log_ << "mpi_trainer: the checkpoint holds no gap-aware mean steps (written under another --lr-scaling): "
+              "they start afresh, each parameter's first updates penalized by the staleness\n";
     prev_.attempts += 1;
     if (!cfg_.quiet)
       log_ << "mpi_trainer: resumed from " << found->file.string() << " at global step " << prev_.global_step
@@ -71,8 +75,8 @@ PsStart PsReport::restore(FlatTensors& params, std::vector<FlatTensors>& momenta
   if (!cfg_.ckpt_dir.empty()) {
     writer_.emplace(cfg_.ckpt_dir, cfg_.ckpt_keep);
     // The first snapshot's memory, allocated now rather than in the first checkpoint's stall.
-    writer_->give_spare(make_checkpoint(model_, params, momentum, bn_stats, prev_, config_json_, setup_.job, {},
-                                        per_slot ? &momenta : nullptr));
+    const ExtraOptimizerState extra{per_slot ? momenta : std::span<FlatTensors>(), gap_mean_step};
+    writer_->give_spare(make_checkpoint(model_, params, momentum, bn_stats, prev_, config_json_, setup_.job, {}, extra));
   }
   return PsStart{prev_.global_step, start_cursors(prev_, slots)};
 }
@@ -270,7 +274,7 @@ TrainProgress PsReport::progress_of(const Snapshot& s) const {
 void PsReport::checkpoint(const Snapshot& s) {
   writer_->submit(
       make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, setup_.job, writer_->take_spare(),
-                        s.slot_momenta));
+                        s.extra));
   // --ckpt-sync: shard 0 applies no further push until the checkpoint is durable (or failed), or
   // (auto) for a bounded time.
   durable_wait_ = wait_until_durable(*writer_, cfg_);
@@ -389,7 +393,7 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
     const auto t = Clock::now();
     writer_->submit(
         make_checkpoint(model_, s.params, s.momentum, s.bn_stats, progress_of(s), config_json_, setup_.job, writer_->take_spare(),
-                        s.slot_momenta));
+                        s.extra));
     snapshot_taken(s.global_step, since(t), 0, /*final=*/true);
   }
   if (writer_) {

@@ -54,7 +54,8 @@ class PsReport final : public PsEvents, public SnapshotSink {
   void failed(std::int64_t global_step, int exit_code, const std::string& what) override;
 
   // SnapshotSink
-  PsStart restore(FlatTensors& params, std::vector<FlatTensors>& momenta, FlatTensors& bn_stats, int slots) override;
+  PsStart restore(FlatTensors& params, std::span<FlatTensors> momenta, FlatTensors* gap_mean_step, FlatTensors& bn_stats,
+                  int slots) override;
   bool checkpoints() const override { return writer_.has_value(); }
   bool evaluates() const override { return eval_.has_value(); }
   bool eval_busy() override { return eval_ && eval_->busy(); }

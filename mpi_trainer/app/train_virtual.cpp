@@ -164,11 +164,14 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   model.init_params(params, stats, c.seed);
   Sgd sgd(model.params(), SgdConfig{static_cast<float>(c.momentum), static_cast<float>(c.weight_decay), setup.nesterov});
   Network net(model, *backend, c.batch_size);
-  // --lr-scaling gap: each gradient element's penalty, and the parameters before each update.
+  // --lr-scaling gap: each gradient element's penalty (its running mean steps in gap_mean_step),
+  // and the parameters before each update.
   std::optional<GapPenalty> gap;
+  std::vector<float> gap_mean_step;
   FlatTensors before_update;
   if (policy.gap_aware()) {
-    gap.emplace(params.span().size());
+    gap_mean_step.assign(params.span().size(), 0.f);
+    gap.emplace(gap_mean_step);
     before_update = FlatTensors(model.params());
   }
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,14 @@ struct WorkerUsage {
   double mean_staleness = 0;
 };
 
+// Optimizer state beyond the one momentum, each part present only under its policy:
+// --momentum-correction dana keeps each data slot's momentum (the snapshot's `momentum` is then
+// their mean), --lr-scaling gap each parameter's running mean step (GapPenalty).
+struct ExtraOptimizerState {
+  std::span<const FlatTensors> slot_momenta;
+  const FlatTensors* gap_mean_step = nullptr;
+};
+
 // A consistent state of the whole model (every shard's part at one point of its update stream),
 // for a checkpoint or an evaluation. Valid during the call it is handed to.
 struct Snapshot {
@@ -85,8 +94,7 @@ struct Snapshot {
   double run_seconds = 0;                  // of this attempt
   double lr = 0;                           // at the last step
   std::vector<WorkerUsage> workers;        // for the cost so far
-  // --momentum-correction dana: each data slot's momentum (`momentum` is then their mean).
-  const std::vector<FlatTensors>* slot_momenta = nullptr;
+  ExtraOptimizerState extra;
 };
 
 // Where training starts, filled by SnapshotSink::restore.
@@ -101,9 +109,10 @@ class SnapshotSink {
   virtual ~SnapshotSink() = default;
   // The state to start from: the tensors arrive freshly initialised (seeded); a resume
   // overwrites them. `slots`: data slots to give cursors for. `momenta`: one momentum buffer, or
-  // one per data slot (--momentum-correction dana).
-  virtual PsStart restore(FlatTensors& params, std::vector<FlatTensors>& momenta, FlatTensors& bn_stats,
-                          int slots) = 0;
+  // one per data slot (--momentum-correction dana). `gap_mean_step` (--lr-scaling gap, else null):
+  // zero unless the checkpoint resumed holds it.
+  virtual PsStart restore(FlatTensors& params, std::span<FlatTensors> momenta, FlatTensors* gap_mean_step,
+                          FlatTensors& bn_stats, int slots) = 0;
   virtual bool checkpoints() const = 0;  // whether checkpoints are written at all
   virtual bool evaluates() const = 0;    // whether evaluations run during training
   virtual bool eval_busy() = 0;          // an evaluation is still running

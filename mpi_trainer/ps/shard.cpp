@@ -47,26 +47,27 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
       mine_(part_.floats(shard_)),
       stats_floats_(shard_ == 0 ? model.stats().total() : 0),
       momenta_(opts.momentum_correction == MomentumCorrection::kDana ? std::max(workers_, opts.max_workers) : 1),
+      gap_aware_(policy_.gap_aware()),
       full_(model.params()),
       stats_(model.stats()),
       batch_stats_(model.stats()),
       mean_momentum_(momenta_ > 1 ? FlatTensors(model.params()) : FlatTensors()),  // dana only
       params_(static_cast<std::size_t>(mine_)),
-      velocity_(params_.size() * static_cast<std::size_t>(momenta_), 0.f),
+      velocity_(params_.size() * static_cast<std::size_t>(momenta_ + (gap_aware_ ? 1 : 0)), 0.f),
       runs_(part_.runs(shard_)),
       counts_(model.bn_counts(opts.batch_size)),
       members_(
           std::max(workers_, opts.max_workers),
           Membership::Deadlines{opts.failure_timeout, std::max(60.0, 10 * opts.failure_timeout), opts.drain_deadline}) {
-  for (int j = 0; j < momenta_; ++j) momenta_full_.emplace_back(model.params());
-  if (policy_.gap_aware()) {
-    gap_.emplace(static_cast<std::size_t>(mine_));
+  for (int j = 0; j < momenta_ + (gap_aware_ ? 1 : 0); ++j) state_full_.emplace_back(model.params());
+  if (gap_aware_) {
+    gap_.emplace(velocity(static_cast<std::size_t>(momenta_)));
     gap_before_.resize(static_cast<std::size_t>(mine_));
   }
   if (lead())
-    gather_.emplace(model, part_, shard_deadline(opts), momenta_);
+    gather_.emplace(model, part_, shard_deadline(opts), momenta_, gap_aware_);
   else
-    answer_.emplace(shard_, mine_, shard_deadline(opts), momenta_);
+    answer_.emplace(shard_, mine_, shard_deadline(opts), momenta_ + (gap_aware_ ? 1 : 0));
 }
 
 // Every shard starts from the same state: shard 0 resumes (or initializes) and hands each shard
@@ -74,14 +75,16 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
 void Shard::start_state() {
   model_.init_params(full_, stats_, opts_.seed);
   if (lead()) {
-    const PsStart start = sink_.restore(full_, momenta_full_, stats_, members_.slots());
+    const std::span<FlatTensors> state(state_full_);
+    const PsStart start = sink_.restore(full_, state.first(static_cast<std::size_t>(momenta_)),
+                                        gap_aware_ ? &state_full_.back() : nullptr, stats_, members_.slots());
     MT_ASSERT(static_cast<int>(start.slot_cursors.size()) == members_.slots(), "a cursor per data slot");
     start_step_ = start.global_step;
     slot_cursors_ = start.slot_cursors;
-    gather_->send_start(full_, momenta_full_, start_step_);
+    gather_->send_start(full_, state_full_, start_step_);
     part_.pack(0, full_, params_);
-    for (std::size_t j = 0; j < momenta_full_.size(); ++j)
-      part_.pack(0, momenta_full_[j], velocity(j));
+    for (std::size_t j = 0; j < state_full_.size(); ++j)
+      part_.pack(0, state_full_[j], velocity(j));
   } else {
     start_step_ = answer_->receive_start(params_, velocity_);
   }
@@ -572,7 +575,7 @@ void Shard::end_after_failure(const std::exception_ptr& error) {
     settle_members();
     if (lead() && !finals_collected_ && shards_ > 1) {
       finals_collected_ = true;
-      gather_->collect_final(full_, momenta_full_);
+      gather_->collect_final(full_, state_full_);
       gather_->send_control(MsgKind::kStop, 0, /*blocking=*/true);
       gather_->settle();
     }
@@ -720,22 +723,22 @@ PsResult Shard::finish() {
   }
   // Shard 0: the final state of every shard, then no more requests.
   part_.unpack(0, current(), full_);
-  for (std::size_t j = 0; j < momenta_full_.size(); ++j)
-    part_.unpack(0, velocity(j), momenta_full_[j]);
+  for (std::size_t j = 0; j < state_full_.size(); ++j)
+    part_.unpack(0, velocity(j), state_full_[j]);
   finals_collected_ = true;
-  gather_->collect_final(full_, momenta_full_);
+  gather_->collect_final(full_, state_full_);
   gather_->send_control(MsgKind::kStop, members_.lost() == 0 ? kCleanEnd : 0, /*blocking=*/true);
   gather_->settle();
-  if (momenta_ > 1) mean_momentum(momenta_full_, mean_momentum_);
+  const StateView state = view_state(state_full_, momenta_, gap_aware_, mean_momentum_);
   const Snapshot final_state{full_,
-                             momenta_ > 1 ? mean_momentum_ : momenta_full_[0],
+                             state.momentum,
                              stats_,
                              step_,
                              slot_cursors_,
                              res.run_seconds,
                              schedule_lr_now(),
                              usage(),
-                             momenta_ > 1 ? &momenta_full_ : nullptr};
+                             state.extra};
   res.evaluated = events_.finished(PsEvents::Finished{
       final_state, start_step_, last_snapshot_step_, res.images_per_second, shards_, workers_, joined_, members_.lost(),
       members_.left(), shm_workers_, max_staleness_, dropped_, stop_at_.has_value(), stop_reason_, exit_code_});

@@ -33,7 +33,8 @@ class Shard {
  private:
   bool lead() const { return shard_ == 0; }
   std::span<const float> current() const { return {current_, static_cast<std::size_t>(mine_)}; }
-  // This shard's part of momentum buffer j (0: the only one, or data slot j's under dana).
+  // This shard's part of state buffer j (0: the only momentum, or data slot j's under dana; j =
+  // momenta_: the gap's mean steps).
   std::span<float> velocity(std::size_t j) {
     return std::span<float>(velocity_).subspan(j * params_.size(), params_.size());
   }
@@ -76,17 +77,20 @@ class Shard {
   const Partition part_;
   const std::int64_t mine_, stats_floats_;
   // Momentum buffers: one, or one per data slot under --momentum-correction dana (each worker's
-  // pushes go through its slot's). `momenta_full_` holds them whole at the start and the end.
+  // pushes go through its slot's); under --lr-scaling gap one more state buffer follows them, the
+  // penalty's running mean steps (so snapshots and checkpoints carry it like a momentum).
+  // `state_full_` holds them all whole at the start and the end.
   const int momenta_;
+  const bool gap_aware_;
   FlatTensors full_, stats_, batch_stats_, mean_momentum_;
-  std::vector<FlatTensors> momenta_full_;
+  std::vector<FlatTensors> state_full_;
   // This shard's part, packed. The newest parameters live in `current_`: at first in params_,
   // then in the reply buffer of the worker whose push was applied last (each update reads the
   // newest parameters and writes the updated ones straight into the next reply, so a reply costs
   // no copy). A buffer with a send in flight is only read, never written.
-  std::vector<float> params_, velocity_;  // velocity_: this shard's part of each momentum, one after the other
-  // --lr-scaling gap: the penalty's running mean steps, and the parameters before an update where
-  // it is made in place (the same worker twice in a row). Not checkpointed yet: a resume starts C afresh.
+  std::vector<float> params_, velocity_;  // velocity_: this shard's part of each state buffer, one after the other
+  // --lr-scaling gap: the penalty (over velocity(momenta_)), and the parameters before an update
+  // where it is made in place (the same worker twice in a row).
   std::optional<GapPenalty> gap_;
   std::vector<float> gap_before_;
   float* current_ = nullptr;

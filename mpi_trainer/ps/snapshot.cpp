@@ -13,7 +13,7 @@ Error shard_lost(int shard, double deadline) {
                                 std::to_string(static_cast<int>(deadline)) + " s: the parameter server is lost");
 }
 
-void mean_momentum(const std::vector<FlatTensors>& momenta, FlatTensors& out) {
+void mean_momentum(std::span<const FlatTensors> momenta, FlatTensors& out) {
   MT_ASSERT(!momenta.empty(), "a momentum to average");
   float* o = out.flat().data();
   const std::int64_t n = out.flat().numel();
@@ -26,15 +26,27 @@ void mean_momentum(const std::vector<FlatTensors>& momenta, FlatTensors& out) {
   for (std::int64_t i = 0; i < n; ++i) o[i] *= scale;
 }
 
-SnapshotGather::SnapshotGather(const Model& model, const Partition& part, double deadline, int momenta)
+StateView view_state(const std::vector<FlatTensors>& state, int momenta, bool gap, FlatTensors& mean) {
+  MT_ASSERT(momenta >= 1 && state.size() == static_cast<std::size_t>(momenta + (gap ? 1 : 0)),
+            "the state buffers: the momenta, then the gap's");
+  const std::span<const FlatTensors> all(state);
+  if (momenta > 1) mean_momentum(all.first(static_cast<std::size_t>(momenta)), mean);
+  return StateView{momenta > 1 ? mean : state[0],
+                   ExtraOptimizerState{momenta > 1 ? all.first(static_cast<std::size_t>(momenta))
+                                                   : std::span<const FlatTensors>(),
+                                       gap ? &state.back() : nullptr}};
+}
+
+SnapshotGather::SnapshotGather(const Model& model, const Partition& part, double deadline, int momenta, bool gap)
     : part_(part),
       deadline_(deadline),
       momenta_(momenta),
+      buffers_(momenta + (gap ? 1 : 0)),
       params_(model.params()),
       stats_(model.stats()),
       mean_(momenta > 1 ? FlatTensors(model.params()) : FlatTensors()) {  // dana only
   MT_ASSERT(momenta >= 1, "at least one momentum buffer");
-  for (int j = 0; j < momenta; ++j) velocities_.emplace_back(model.params());
+  for (int j = 0; j < buffers_; ++j) velocities_.emplace_back(model.params());
   for (int k = 1; k < part.shards(); ++k) {
     parts_.emplace_back(message_floats(k));
     requests_.emplace_back(0);
@@ -48,17 +60,17 @@ void SnapshotGather::wait(MPI_Request* req, int k) const {
 }
 
 void SnapshotGather::unpack(int k, std::span<const float> message, FlatTensors& params,
-                            std::vector<FlatTensors>& momenta) const {
+                            std::vector<FlatTensors>& state) const {
   const auto n = static_cast<std::size_t>(part_.floats(k));
-  MT_ASSERT(static_cast<int>(momenta.size()) == momenta_ && message.size() == (1 + momenta.size()) * n,
-            "a shard's message: its parameters and every momentum");
+  MT_ASSERT(static_cast<int>(state.size()) == buffers_ && message.size() == (1 + state.size()) * n,
+            "a shard's message: its parameters and every state buffer");
   part_.unpack(k, message.subspan(0, n), params);
-  for (std::size_t j = 0; j < momenta.size(); ++j) part_.unpack(k, message.subspan((1 + j) * n, n), momenta[j]);
+  for (std::size_t j = 0; j < state.size(); ++j) part_.unpack(k, message.subspan((1 + j) * n, n), state[j]);
 }
 
-void SnapshotGather::send_start(const FlatTensors& params, const std::vector<FlatTensors>& momenta,
+void SnapshotGather::send_start(const FlatTensors& params, const std::vector<FlatTensors>& state,
                                 std::int64_t step) {
-  MT_ASSERT(static_cast<int>(momenta.size()) == momenta_, "a momentum per buffer");
+  MT_ASSERT(static_cast<int>(state.size()) == buffers_, "every state buffer");
   for (int k = 1; k < part_.shards(); ++k) {
     const auto n = static_cast<std::size_t>(part_.floats(k));
     Buffer b(message_floats(k));
@@ -67,8 +79,8 @@ void SnapshotGather::send_start(const FlatTensors& params, const std::vector<Fla
     b.header().step = step;
     b.header().payload = message_floats(k);
     part_.pack(k, params, std::span<float>(b.payload(), n));
-    for (std::size_t j = 0; j < momenta.size(); ++j)
-      part_.pack(k, momenta[j], std::span<float>(b.payload() + (1 + j) * n, n));
+    for (std::size_t j = 0; j < state.size(); ++j)
+      part_.pack(k, state[j], std::span<float>(b.payload() + (1 + j) * n, n));
     MT_MPI(MPI_Send(b.data.data(), b.count(), MPI_FLOAT, k, kTagControl, MPI_COMM_WORLD));
   }
 }
@@ -101,7 +113,7 @@ void SnapshotGather::begin(unsigned purposes, std::span<const float> params0, st
   ++id_;
   part_.unpack(0, params0, params_);
   const auto n0 = static_cast<std::size_t>(part_.floats(0));
-  MT_ASSERT(velocity0.size() == static_cast<std::size_t>(momenta_) * n0, "shard 0's momenta");
+  MT_ASSERT(velocity0.size() == static_cast<std::size_t>(buffers_) * n0, "shard 0's state buffers");
   for (std::size_t j = 0; j < velocities_.size(); ++j) part_.unpack(0, velocity0.subspan(j * n0, n0), velocities_[j]);
   std::copy_n(stats.flat().data(), stats.flat().numel(), stats_.flat().data());
   meta_ = std::move(meta);
@@ -131,25 +143,25 @@ Snapshot SnapshotGather::complete() {
     unpack(k, std::span<const float>(b.payload(), static_cast<std::size_t>(message_floats(k))), params_, velocities_);
   }
   gathering_ = false;
-  if (momenta_ > 1) mean_momentum(velocities_, mean_);
+  const StateView state = view_state(velocities_, momenta_, buffers_ > momenta_, mean_);
   return Snapshot{params_,
-                  momenta_ > 1 ? mean_ : velocities_[0],
+                  state.momentum,
                   stats_,
                   meta_.global_step,
                   meta_.slot_cursors,
                   meta_.run_seconds,
                   meta_.lr,
                   meta_.workers,
-                  momenta_ > 1 ? &velocities_ : nullptr};
+                  state.extra};
 }
 
-void SnapshotGather::collect_final(FlatTensors& params, std::vector<FlatTensors>& momenta) {
+void SnapshotGather::collect_final(FlatTensors& params, std::vector<FlatTensors>& state) {
   for (int k = 1; k < part_.shards(); ++k) {
     Buffer b(message_floats(k));
     MPI_Request req = MPI_REQUEST_NULL;
     irecv(b, k, kTagFinal, &req);
     wait(&req, k);
-    unpack(k, std::span<const float>(b.payload(), static_cast<std::size_t>(message_floats(k))), params, momenta);
+    unpack(k, std::span<const float>(b.payload(), static_cast<std::size_t>(message_floats(k))), params, state);
   }
 }
 
@@ -160,22 +172,22 @@ void SnapshotGather::settle() {
   gathering_ = false;
 }
 
-SnapshotAnswer::SnapshotAnswer(int shard, std::int64_t floats, double deadline, int momenta)
-    : shard_(shard), floats_(floats), momenta_(momenta), deadline_(deadline), snapshot_((1 + momenta) * floats) {}
+SnapshotAnswer::SnapshotAnswer(int shard, std::int64_t floats, double deadline, int buffers)
+    : shard_(shard), floats_(floats), buffers_(buffers), deadline_(deadline), snapshot_((1 + buffers) * floats) {}
 
 void SnapshotAnswer::wait(MPI_Request* req) const {
   if (!wait_for(req, deadline_)) throw shard_lost(0, deadline_);
 }
 
 std::int64_t SnapshotAnswer::receive_start(std::span<float> params, std::span<float> velocity) {
-  const std::int64_t total = (1 + momenta_) * floats_;
-  MT_ASSERT(static_cast<std::int64_t>(velocity.size()) == momenta_ * floats_, "this shard's momenta");
+  const std::int64_t total = (1 + buffers_) * floats_;
+  MT_ASSERT(static_cast<std::int64_t>(velocity.size()) == buffers_ * floats_, "this shard's state buffers");
   Buffer b(total);
   MT_MPI(MPI_Recv(b.data.data(), b.count(), MPI_FLOAT, 0, kTagControl, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
   if (const auto bad = check_header(b.header(), total); !bad.empty())
     throw Error(kExitInternal, "parameter server shard " + std::to_string(shard_) + ": bad start state: " + bad);
   std::copy_n(b.payload(), floats_, params.data());
-  std::copy_n(b.payload() + floats_, momenta_ * floats_, velocity.data());
+  std::copy_n(b.payload() + floats_, buffers_ * floats_, velocity.data());
   rearm();
   return b.header().step;
 }
@@ -188,8 +200,8 @@ void SnapshotAnswer::send(Buffer& buf, int tag, std::int64_t id, std::int64_t st
   buf.header().kind = MsgKind::kSnapshot;
   buf.header().step = step;
   buf.header().request_id = id;
-  const std::int64_t total = (1 + momenta_) * floats_;
-  MT_ASSERT(static_cast<std::int64_t>(velocity.size()) == momenta_ * floats_, "this shard's momenta");
+  const std::int64_t total = (1 + buffers_) * floats_;
+  MT_ASSERT(static_cast<std::int64_t>(velocity.size()) == buffers_ * floats_, "this shard's state buffers");
   buf.header().payload = total;
   std::copy(params.begin(), params.end(), buf.payload());
   std::copy(velocity.begin(), velocity.end(), buf.payload() + floats_);
@@ -203,7 +215,7 @@ void SnapshotAnswer::answer(std::int64_t id, std::int64_t step, std::span<const 
 }
 
 std::int32_t SnapshotAnswer::finish(std::int64_t step, std::span<const float> params, std::span<const float> velocity) {
-  Buffer final_state((1 + momenta_) * floats_);
+  Buffer final_state((1 + buffers_) * floats_);
   MPI_Request final_req = MPI_REQUEST_NULL;
   send(final_state, kTagFinal, 0, step, params, velocity, &final_req);
   wait(&final_req);

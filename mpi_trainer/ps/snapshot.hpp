@@ -34,20 +34,21 @@ struct SnapshotMeta {
 class SnapshotGather {
  public:
   // `deadline`: how long another shard may take to answer before the parameter server is lost.
-  // `momenta`: momentum buffers per shard (1, or one per data slot under dana); every shard's
-  // momentum travels as that many parts, one after the other.
-  SnapshotGather(const Model& model, const Partition& part, double deadline, int momenta = 1);
+  // `momenta`: momentum buffers per shard (1, or one per data slot under dana); `gap`: one more
+  // buffer follows them, the gap-aware penalty's mean steps (--lr-scaling gap). Every shard's
+  // optimizer state travels as these buffers ("state" below), one after the other.
+  SnapshotGather(const Model& model, const Partition& part, double deadline, int momenta = 1, bool gap = false);
 
   // At start, blocking (no worker is served yet): each shard k gets its part of `params` and
-  // `momenta` and the global step.
-  void send_start(const FlatTensors& params, const std::vector<FlatTensors>& momenta, std::int64_t step);
+  // `state` (every buffer, whole) and the global step.
+  void send_start(const FlatTensors& params, const std::vector<FlatTensors>& state, std::int64_t step);
   // A control message to every other shard (kDrain, kStop); each waits for the previous one to
   // that shard. `blocking`: a blocking send (the last message, before the end).
   void send_control(MsgKind kind, std::int32_t end = 0, bool blocking = false);
 
   bool gathering() const { return gathering_; }
   unsigned purposes() const { return purposes_; }
-  // Copies shard 0's part (`params0`, `velocity0` (its momenta, packed one after the other), and
+  // Copies shard 0's part (`params0`, `velocity0` (its state buffers, packed one after the other), and
   // the BN statistics `stats`, which live on shard 0 only) and asks the others for theirs.
   // Requires !gathering().
   void begin(unsigned purposes, std::span<const float> params0, std::span<const float> velocity0,
@@ -61,8 +62,8 @@ class SnapshotGather {
   unsigned take_deferred() { return std::exchange(pending_, 0u); }
   double started_seconds_ago() const { return since(started_); }
 
-  // The end: every shard's final state into `params` and `momenta` (blocking, with the deadline).
-  void collect_final(FlatTensors& params, std::vector<FlatTensors>& momenta);
+  // The end: every shard's final state into `params` and `state` (blocking, with the deadline).
+  void collect_final(FlatTensors& params, std::vector<FlatTensors>& state);
   // A gather still under way at the end is superseded by the final state: its answers are
   // received (with the deadline) and dropped.
   void settle();
@@ -71,12 +72,12 @@ class SnapshotGather {
   void wait(MPI_Request* req, int k) const;
   // A control message to shard k, once the previous one to it has left.
   void post(int k, const MsgHeader& h, bool blocking);
-  std::int64_t message_floats(int k) const { return (1 + momenta_) * part_.floats(k); }
-  // A shard's message (params, then each momentum) into the full tensors.
-  void unpack(int k, std::span<const float> message, FlatTensors& params, std::vector<FlatTensors>& momenta) const;
+  std::int64_t message_floats(int k) const { return (1 + buffers_) * part_.floats(k); }
+  // A shard's message (params, then each state buffer) into the full tensors.
+  void unpack(int k, std::span<const float> message, FlatTensors& params, std::vector<FlatTensors>& state) const;
   const Partition& part_;
   const double deadline_;
-  const int momenta_;
+  const int momenta_, buffers_;  // buffers_: the momenta, then the gap's mean steps if any
   FlatTensors params_, stats_, mean_;
   std::vector<FlatTensors> velocities_;
   SnapshotMeta meta_;
@@ -91,8 +92,9 @@ class SnapshotGather {
 // The other shards' side.
 class SnapshotAnswer {
  public:
-  SnapshotAnswer(int shard, std::int64_t floats, double deadline, int momenta = 1);
-  // At start, blocking: the global step, and this shard's part of the parameters and momenta.
+  // `buffers`: optimizer state buffers per shard (SnapshotGather: the momenta, then the gap's).
+  SnapshotAnswer(int shard, std::int64_t floats, double deadline, int buffers = 1);
+  // At start, blocking: the global step, and this shard's part of the parameters and state buffers.
   std::int64_t receive_start(std::span<float> params, std::span<float> velocity);
   // The control channel from shard 0: a receive always posted.
   MPI_Request& control_request() { return control_req_; }
@@ -110,14 +112,21 @@ class SnapshotAnswer {
   void wait(MPI_Request* req) const;
   const int shard_;
   const std::int64_t floats_;
-  const int momenta_;
+  const int buffers_;
   const double deadline_;
   Buffer control_{0}, snapshot_;
   MPI_Request control_req_ = MPI_REQUEST_NULL, snapshot_req_ = MPI_REQUEST_NULL;
 };
 
 // The mean of `momenta` into `out` (a checkpoint's /optimizer/momentum under dana).
-void mean_momentum(const std::vector<FlatTensors>& momenta, FlatTensors& out);
+void mean_momentum(std::span<const FlatTensors> momenta, FlatTensors& out);
+// The snapshot's view of `state` (the momenta, then the gap's mean steps if `gap`): `momentum` is
+// the one momentum or, under dana, `mean` filled with the slots' mean.
+struct StateView {
+  const FlatTensors& momentum;
+  ExtraOptimizerState extra;
+};
+StateView view_state(const std::vector<FlatTensors>& state, int momenta, bool gap, FlatTensors& mean);
 
 // A shard that did not answer within the deadline: the parameter server is lost (exit 10).
 Error shard_lost(int shard, double deadline);

@@ -55,8 +55,8 @@ std::string describe_momentum(MomentumCorrection correction, double momentum, in
   return buf;
 }
 
-GapPenalty::GapPenalty(std::size_t n, double beta)
-    : mean_step_(n, 0.f), beta_(static_cast<float>(beta)), rest_(static_cast<float>(1.0 - beta)) {}
+GapPenalty::GapPenalty(std::span<float> mean_step, double beta)
+    : mean_step_(mean_step), beta_(static_cast<float>(beta)), rest_(static_cast<float>(1.0 - beta)) {}
 
 void GapPenalty::penalize(std::span<float> grad, std::span<const float> now, std::span<const float> pulled,
                           double staleness) const {

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "optim/schedule.hpp"
 #include "ps/ps.hpp"
@@ -89,21 +88,23 @@ class UpdatePolicy {
 // per update. A parameter that moved steadily through the τ updates since the pull is penalized
 // about τ (as staleness scaling would), one that went back and forth much less. Before C has any
 // history a parameter that moved is penalized 1 + staleness.
+//
+// C lives in storage the caller owns (`mean_step`, one float per parameter, zero = no history):
+// the parameter server keeps it beside its momenta, so snapshots and checkpoints carry it
+// (/optimizer/gap_mean_step) and a resume continues exactly.
 class GapPenalty {
  public:
-  explicit GapPenalty(std::size_t n, double beta = 0.99);
+  explicit GapPenalty(std::span<float> mean_step, double beta = 0.99);
   // Divides grad[i] by the gap of parameter i between `pulled` (what the gradient was computed
   // on) and `now` (what it is applied to).
   void penalize(std::span<float> grad, std::span<const float> now, std::span<const float> pulled,
                 double staleness) const;
   // After each update of the parameters from `before` to `after`: C follows each one's change.
   void track(std::span<const float> before, std::span<const float> after);
-  // The running mean step C (checkpointed with the optimizer state).
-  std::span<float> mean_step() { return mean_step_; }
   std::span<const float> mean_step() const { return mean_step_; }
 
  private:
-  std::vector<float> mean_step_;
+  std::span<float> mean_step_;
   float beta_, rest_;  // rest_: 1 - beta, rounded once
 };
 
