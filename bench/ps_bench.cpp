@@ -51,6 +51,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", cfg.train_steps, "Global steps of the throughput run")->capture_default_str();
   app.add_option("--reps", reps, "Round trips and updates timed for the bound")->capture_default_str();
   app.add_option("--data", cfg.data, "Data directory (loaded, not trained on)");
+  app.add_option("--lr-scaling", cfg.lr_scaling, "The update policy's rate scaling (the trainer's flag)")
+      ->capture_default_str();
+  app.add_option("--momentum-correction", cfg.momentum_correction, "The update policy's momentum (the trainer's flag)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {

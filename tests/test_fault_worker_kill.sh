@@ -36,7 +36,7 @@ if ulfm:  # the MPI library reports the death: far below --failure-timeout (figu
     assert r["detected_by"] == "mpi" and latency < 0.5, (latency, r)
 else:     # heartbeats: silent for --failure-timeout 1
     assert r["detected_by"] == "heartbeat" and 1.0 <= r["silent_seconds"] < 2.0, r
-# The default policy (dana + staleness) divides no rate by the workers left and keeps the momentum:
+# The default policy (dana + gap) divides no rate by the workers left and keeps the momentum:
 # every data slot has its own buffer (the implicit correction's 0.9 - (1 - 1/N) is a unit test).
 assert r["active_workers"] == workers - 1 and r["lr_divisor"] == 1, r
 assert abs(r["momentum"] - 0.9) < 1e-6, r

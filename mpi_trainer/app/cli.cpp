@@ -101,14 +101,14 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->check(CLI::Range(1, 1024)),
       "MT_NUM_PS");
   env(cmd.add_option("--lr-scaling", c.lr_scaling,
-                     "Parameter server: each update's rate is the schedule's divided by the update's "
+                     "Parameter server: each gradient element is divided by its gap, how far its "
+                     "parameter moved since the worker pulled it in units of that parameter's usual "
+                     "step (gap: gap-aware, Barkai et al. 2020), or each update's rate by the update's "
                      "staleness + 1 (staleness: staleness-aware async SGD) or its square root "
-                     "(sqrt-staleness: with dana the best measured with resnet8 and many workers, worse with "
-                     "resnet32), each gradient element by its gap, how far its parameter moved since the "
-                     "pull in units of its usual step (gap: gap-aware, Barkai et al. 2020), by the number of active "
-                     "workers (active-workers: the paper's adaptive rate), or not at all (none). auto "
-                     "(default): staleness under --momentum-correction dana, none otherwise, the best "
-                     "measured pairs (docs/user-guide.md)")
+                     "(sqrt-staleness), by the number of active workers (active-workers: the paper's "
+                     "adaptive rate), or not at all (none). auto (default): gap under "
+                     "--momentum-correction dana, none otherwise, the best measured pairs "
+                     "(docs/user-guide.md)")
           ->capture_default_str()
           ->check(CLI::IsMember({"auto", "none", "active-workers", "staleness", "sqrt-staleness", "gap"})),
       "MT_LR_SCALING");
@@ -119,8 +119,8 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "applied with N active workers to max(0, momentum - (1 - 1/N)), since asynchrony "
                      "itself acts as momentum 1 - 1/N (Mitliagkas et al. 2016); none applies "
                      "--momentum as given (TensorFlow's behaviour; diverges with 4 or more workers "
-                     "at momentum 0.9). dana with --lr-scaling staleness was the best in every run "
-                     "measured (docs/user-guide.md)")
+                     "at momentum 0.9). dana with --lr-scaling gap was the best measured with "
+                     "2 to 8 workers and steady with resnet32 (docs/user-guide.md)")
           ->capture_default_str()
           ->check(CLI::IsMember({"dana", "implicit", "none"})),
       "MT_MOMENTUM_CORRECTION");

@@ -13,7 +13,7 @@ struct TrainConfig {
   int batch_size = 128;
   int num_ps = 1;               // parameter-server shards (ranks 0..num_ps-1) under MPI
   // auto | none | active-workers | staleness | sqrt-staleness | gap; auto (resolved after parsing, resolve_policy):
-  // staleness under dana, none otherwise (bench/README.md: the best measured pairs)
+  // gap under dana, none otherwise (bench/README.md: the best measured pairs)
   std::string lr_scaling = "auto";
   std::string momentum_correction = "dana";  // dana | implicit | none (PS: momentum under asynchrony)
   std::int64_t join_warmup = 0;     // steps of rate warm-up after a worker joins (0: none)
@@ -68,11 +68,11 @@ struct TrainConfig {
   bool synthetic_gradients = false;   // benchmark: workers push a fixed gradient, no compute
 };
 
-// --lr-scaling auto: staleness with dana, none with the other corrections (the best measured).
+// --lr-scaling auto: gap with dana, none with the other corrections (the best measured).
 // The command line resolves it after parsing; the trainers again, for callers that build a
 // TrainConfig themselves (bench/ps_bench.cpp).
 inline void resolve_policy(TrainConfig& c) {
-  if (c.lr_scaling == "auto") c.lr_scaling = c.momentum_correction == "dana" ? "staleness" : "none";
+  if (c.lr_scaling == "auto") c.lr_scaling = c.momentum_correction == "dana" ? "gap" : "none";
 }
 
 }  // namespace mt

@@ -28,7 +28,7 @@ class Backend;
 
 enum class LrScaling { kNone, kActiveWorkers, kStaleness, kSqrtStaleness, kGap };
 enum class MomentumCorrection { kNone, kImplicit, kDana };
-// "none" | "active-workers" | "staleness" | "sqrt-staleness" (the app resolves "auto" first);
+// "none" | "active-workers" | "staleness" | "sqrt-staleness" | "gap" (the app resolves "auto" first);
 // "implicit" | "dana" | "none". Throw UsageError naming the flag.
 LrScaling parse_lr_scaling(const std::string& text);
 MomentumCorrection parse_momentum_correction(const std::string& text);
