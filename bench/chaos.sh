@@ -104,6 +104,21 @@ EOS
   chmod +x "$dir/cmd.sh"
 }
 
+# The size of one checkpoint of this job, measured once (how many model-sized arrays it holds
+# follows the update policy: dana's momentum per worker slot, gap's mean steps).
+ckpt_size=""
+measure_ckpt_size() {
+  [[ -n $ckpt_size ]] && return 0
+  local probe=$dir/size-probe
+  rm -rf "$probe" && mkdir -p "$probe"
+  $mpirun_cmd -np 4 --oversubscribe -x OMP_WAIT_POLICY=passive "$trainer" train --model resnet8 --batch-size 32 \
+    --lr-schedule constant --lr 0.05 --train-steps "$interval" --ckpt-every-steps "$interval" --failure-timeout 1 \
+    --data "$dir/data" --ckpt-dir "$probe" --quiet --seed 1 >"$probe.txt" 2>&1 ||
+    { echo "chaos: the checkpoint-size probe failed:" >&2; cat "$probe.txt" >&2; exit 1; }
+  ckpt_size=$(stat -c %s "$probe/$(printf 'ckpt-%010d.h5' "$interval")")
+  rm -rf "$probe" "$probe.txt"
+}
+
 # One phase: the restart loop with ATTEMPTS attempts; rc and the number of attempts it made.
 phase() {  # phase NAME ATTEMPTS
   echo "--- $1" >>"$dir/loop.txt"
@@ -238,12 +253,15 @@ for scenario in "${plan[@]}"; do
       phase "$scenario ($revoke)" 4
       expect "$scenario" 0 ;;
     disk-full)
-      # Room for FIT checkpoints (0.64 MB each) beside the small files; keep them all.
+      # Room for FIT checkpoints beside the small files; keep them all. Once the filler is gone
+      # the tmpfs holds every checkpoint of the run, with 2 MiB to spare.
+      measure_ckpt_size
       keep=0 fit=$((1 + RANDOM % 5))
-      note="room for $fit checkpoint(s)"
-      mount -t tmpfs -o size=16m tmpfs "$ck"
+      note="room for $fit checkpoint(s) of $ckpt_size bytes"
+      room=$(((steps / interval + 1) * (ckpt_size + 4096) + 2 * 1024 * 1024))
+      mount -t tmpfs -o size=$room tmpfs "$ck"
       write_cmd "" ""
-      filler=$((16 * 1024 * 1024 - fit * 660 * 1024 - 64 * 1024))
+      filler=$((room - fit * (ckpt_size + 4096) - 64 * 1024))
       head -c "$filler" /dev/zero >"$ck/filler"
       phase "disk full" 4
       expect "disk full" 4 1
