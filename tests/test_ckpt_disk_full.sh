@@ -2,8 +2,9 @@
 # A full disk while checkpointing (issue 17, defect 2 and the checkpoint part of defect 3; before:
 # a segfault after HDF5's "close (flush) failed", rc 139; under launch/mpirun.sh the PS died in
 # MPI_ABORT, the restart loop repeated the failure three times over 198 s and exited 75 with the
-# status still "running"). The checkpoint directory is a 1 MiB tmpfs: the first resnet8 checkpoint
-# (0.64 MB) fits, the next ones do not.
+# status still "running"). The checkpoint directory is a 1 MiB tmpfs: a single process's first
+# resnet8 checkpoint (0.64 MB) fits, the next ones do not (the parameter server's, with dana's
+# momentum per worker and gap's mean steps, is 1.5 MB: its first write fails).
 #  1. one process, --ckpt-fail continue (default): one line per failed write, no HDF5 diagnostics,
 #     training finishes, exit 4, no temporary file left, the earlier checkpoint verifies and
 #     resumes;
