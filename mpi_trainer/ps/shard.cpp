@@ -53,13 +53,13 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
       batch_stats_(model.stats()),
       mean_momentum_(momenta_ > 1 ? FlatTensors(model.params()) : FlatTensors()),  // dana only
       params_(static_cast<std::size_t>(mine_)),
-      velocity_(params_.size() * static_cast<std::size_t>(momenta_ + (gap_aware_ ? 1 : 0)), 0.f),
+      velocity_(params_.size() * static_cast<std::size_t>(state_buffers()), 0.f),
       runs_(part_.runs(shard_)),
       counts_(model.bn_counts(opts.batch_size)),
       members_(
           std::max(workers_, opts.max_workers),
           Membership::Deadlines{opts.failure_timeout, std::max(60.0, 10 * opts.failure_timeout), opts.drain_deadline}) {
-  for (int j = 0; j < momenta_ + (gap_aware_ ? 1 : 0); ++j) state_full_.emplace_back(model.params());
+  for (int j = 0; j < state_buffers(); ++j) state_full_.emplace_back(model.params());
   if (gap_aware_) {
     gap_.emplace(velocity(static_cast<std::size_t>(momenta_)));
     gap_before_.resize(static_cast<std::size_t>(mine_));
@@ -67,7 +67,7 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
   if (lead())
     gather_.emplace(model, part_, shard_deadline(opts), momenta_, gap_aware_);
   else
-    answer_.emplace(shard_, mine_, shard_deadline(opts), momenta_ + (gap_aware_ ? 1 : 0));
+    answer_.emplace(shard_, mine_, shard_deadline(opts), state_buffers());
 }
 
 // Every shard starts from the same state: shard 0 resumes (or initializes) and hands each shard

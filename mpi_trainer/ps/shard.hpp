@@ -35,6 +35,8 @@ class Shard {
   std::span<const float> current() const { return {current_, static_cast<std::size_t>(mine_)}; }
   // This shard's part of state buffer j (0: the only momentum, or data slot j's under dana; j =
   // momenta_: the gap's mean steps).
+  // State buffers per parameter: the momenta, then the gap's mean steps under --lr-scaling gap.
+  int state_buffers() const { return momenta_ + (gap_aware_ ? 1 : 0); }
   std::span<float> velocity(std::size_t j) {
     return std::span<float>(velocity_).subspan(j * params_.size(), params_.size());
   }
