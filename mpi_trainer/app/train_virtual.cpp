@@ -24,100 +24,20 @@ namespace mt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr double kNever = std::numeric_limits<double>::infinity();
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-bool parse_number(const std::string& text, double& v) {
-  try {
-    std::size_t used = 0;
-    v = std::stod(text, &used);
-    return used == text.size() && std::isfinite(v);
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-// One logical worker.
-struct Worker {
-  int rank = 0;  // as in a real job with one parameter server: 1, 2, ...
-  std::string type;
-  Link link;
+// One logical worker's training state (its timing is the simulator's: ClusterSim).
+struct Trainee {
   int slot = 0;
-  std::optional<StepPacer> pacer;  // its step times (draw_target: no sleeping)
   std::unique_ptr<BatchLoader> loader;
-  FlatTensors snapshot;            // the parameters of its last reply
-  std::optional<Sgd> own;          // --momentum-correction dana: its own (its data slot's) momentum
-  std::int64_t version = 0;        // their global step
-  double arrival = kNever;         // its next push reaches the parameter server
-  bool begun = false;              // started (a joiner: once it joined)
-  double started = 0, ended = -1;  // virtual seconds, for billing (ended < 0: still running)
-  bool alive = true;               // its process runs
-  bool counted = true;             // the parameter server counts it active
-  bool leaving = false;            // a notice: its next push is its last
-  double detect_at = kNever;       // when the parameter server notices its loss
-  double kill_at = kNever;         // --revoke rank=R@T, or a lifetime of --revocation-model
-  std::int64_t kill_step = -1;     // --revoke rank=R@step=N
-  int kill_signal = SIGKILL;
-  std::string kill_why;
-  double last_step_seconds = 0;
-  std::int64_t pushes = 0, window_pushes = 0, window_images = 0;
-  double staleness_sum = 0, window_staleness = 0, window_step_seconds = 0;
+  FlatTensors snapshot;    // the parameters of its last reply
+  std::optional<Sgd> own;  // --momentum-correction dana: its own (its data slot's) momentum
+  std::int64_t window_pushes = 0, window_images = 0;
+  double window_staleness = 0, window_step_seconds = 0;
 };
 
 }  // namespace
-
-std::vector<Link> parse_links(const std::string& spec, int workers) {
-  std::vector<Link> links;
-  for (const auto& item : split(spec)) {
-    const auto slash = item.find('/');
-    double ms = 0, gbit = 0;
-    if (slash == std::string::npos || !parse_number(item.substr(0, slash), ms) ||
-        !parse_number(item.substr(slash + 1), gbit) || ms < 0 || gbit <= 0)
-      throw UsageError("--worker-links: '" + item +
-                       "' is not LATENCY_MS/GBIT_PER_S (e.g. 0.1/10: 0.1 ms, 10 Gbit/s; the bandwidth above 0)");
-    links.push_back(Link{ms / 1000, gbit});
-  }
-  if (links.empty()) links.push_back(Link{});
-  if (links.size() == 1) links.assign(static_cast<std::size_t>(workers), links[0]);
-  if (static_cast<int>(links.size()) != workers)
-    throw UsageError("--worker-links lists " + std::to_string(links.size()) + " links for " + std::to_string(workers) +
-                     " workers; give one for all or one per worker, in rank order");
-  return links;
-}
-
-std::vector<VirtualJoin> parse_virtual_joins(const std::string& spec) {
-  std::vector<VirtualJoin> joins;
-  for (const auto& item : split(spec)) {
-    const auto bad = [&] {
-      return UsageError("--virtual-joins: '" + item + "' is not TYPE@step=N or TYPE@TIME (e.g. k80@step=16000, k80@2h)");
-    };
-    const auto at = item.find('@');
-    if (at == std::string::npos || at == 0) throw bad();
-    VirtualJoin j;
-    j.type = item.substr(0, at);
-    const std::string when = item.substr(at + 1);
-    if (when.rfind("step=", 0) == 0) {
-      double v = 0;
-      if (!parse_number(when.substr(5), v) || v < 1 || v != std::floor(v)) throw bad();
-      j.step = static_cast<std::int64_t>(v);
-    } else if (!parse_duration(when, j.seconds).empty()) {
-      throw bad();
-    }
-    joins.push_back(j);
-  }
-  return joins;
-}
-
-double default_ps_update_seconds(std::int64_t params) { return 0.00011 * double(params) / 464154.0; }
 
 TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   if (cfg.virtual_workers < 1) throw UsageError("--virtual-workers must be 1 or more");
@@ -175,17 +95,13 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
     before_update = FlatTensors(model.params());
   }
 
-  std::vector<Worker> workers(static_cast<std::size_t>(total));
-  std::vector<double> join_at(joins.size(), kNever);
-  for (std::size_t j = 0; j < joins.size(); ++j) join_at[j] = joins[j].seconds >= 0 ? joins[j].seconds : kNever;
+  std::vector<SimWorker> sim_workers(static_cast<std::size_t>(total));
   for (int i = 0; i < total; ++i) {
-    Worker& w = workers[static_cast<std::size_t>(i)];
+    SimWorker& w = sim_workers[static_cast<std::size_t>(i)];
     w.rank = i + 1;
     w.type = types[static_cast<std::size_t>(i)];
     w.link = links[static_cast<std::size_t>(i)];
-    w.slot = i;
     w.pacer.emplace(emulated[static_cast<std::size_t>(i)], pacer_seed(c.seed, w.rank));
-    w.alive = w.counted = i < n0;  // joiners start later
     for (const auto& e : revokes) {
       if (e.rank < 1 || e.rank > total)
         throw UsageError("--revoke: rank " + std::to_string(e.rank) + " is not a worker of this virtual run (ranks 1.." +
@@ -197,16 +113,12 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       w.kill_signal = e.signal;
     }
   }
-  int active = n0;
-  std::int64_t step = 0;
-  double ps_free = 0, now = 0;
-  // A worker's next push: from `at` the parameters reach it (one message down), it computes its
-  // step, and the push reaches the parameter server (one message up).
-  const auto next_step = [&](Worker& w, double at) {
-    w.last_step_seconds = w.pacer->draw_target();
-    w.arrival = at + w.link.seconds(message_bytes) + w.last_step_seconds + w.link.seconds(message_bytes);
-  };
-  auto start_worker = [&](Worker& w, double at) {
+  std::vector<Trainee> trainees(static_cast<std::size_t>(total));
+  // A worker's training state once it starts: its data shard, the parameters it was sent, its
+  // own momentum under dana.
+  auto start_trainee = [&](std::size_t i) {
+    Trainee& w = trainees[i];
+    w.slot = static_cast<int>(i);
     LoaderOptions lo = setup.loader;
     lo.shard = w.slot;
     lo.num_shards = total;
@@ -215,16 +127,15 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
     std::copy(params.span().begin(), params.span().end(), w.snapshot.span().begin());
     if (policy.per_slot_momentum())
       w.own.emplace(model.params(), SgdConfig{static_cast<float>(c.momentum), static_cast<float>(c.weight_decay), true});
-    w.version = step;
-    w.begun = true;
-    w.started = at;
-    next_step(w, at);
-    if (lifetimes) {
-      const double life = sampled_lifetime_seconds(*lifetimes, c.seed, w.rank, 1.0);
-      if (life >= 0) w.kill_at = std::min(w.kill_at, at + life);
-    }
   };
-  for (int i = 0; i < n0; ++i) start_worker(workers[static_cast<std::size_t>(i)], 0);
+  SimOptions sim_options;
+  sim_options.update_seconds = update_seconds;
+  sim_options.message_bytes = message_bytes;
+  sim_options.failure_timeout = c.failure_timeout;
+  sim_options.seed = c.seed;
+  sim_options.lifetimes = lifetimes;
+  ClusterSim sim(std::move(sim_options), std::move(sim_workers), n0, joins);
+  for (int i = 0; i < n0; ++i) start_trainee(static_cast<std::size_t>(i));
 
   const std::string emulating = emulating_note(c, emulated);
   metrics.write(nlohmann::ordered_json{
@@ -240,7 +151,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       {"worker_types", types},       {"emulation", emulation_json(c, emulated)},
       {"worker_links_seconds", [&] {
          nlohmann::ordered_json l = nlohmann::ordered_json::array();
-         for (const auto& w : workers) l.push_back(w.link.seconds(message_bytes));
+         for (const auto& w : sim.workers()) l.push_back(w.link.seconds(message_bytes));
          return l;
        }()},
       {"ps_update_seconds", update_seconds}, {"failure_timeout", c.failure_timeout},
@@ -259,111 +170,69 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
         << std::flush;
 
   TrainResult res;
-  std::int64_t revocations = 0, lost = 0, left = 0, joined = 0, dropped = 0, window_images = 0, window_correct = 0,
-               window_pushes = 0;
+  std::int64_t dropped = 0, window_images = 0, window_correct = 0, window_pushes = 0;
   double window_loss = 0, window_staleness = 0, window_start = 0, staleness_sum = 0, max_staleness = 0, last_lr = 0;
   std::int64_t last_eval = 0;
   const auto log_every = std::max<std::int64_t>(1, c.log_every_steps);
-  const auto departure = [&](Worker& w, bool lost_it, double at, const std::string& detail) {
-    if (!w.counted) return;
-    w.counted = false;
-    --active;
-    ++revocations;
-    (lost_it ? lost : left) += 1;
-    metrics.write(nlohmann::ordered_json{{"event", "revocation"},     {"global_step", step},
+  // A worker no longer counted: lost (noticed after --failure-timeout) or left after a notice.
+  const auto departure = [&](std::size_t who, bool lost_it, double at, const std::string& detail) {
+    const SimWorker& w = sim.worker(who);
+    trainees[who].loader.reset();
+    metrics.write(nlohmann::ordered_json{{"event", "revocation"},     {"global_step", sim.step()},
                                          {"rank", w.rank},           {"instance_type", w.type},
                                          {"cause", lost_it ? "lost" : "notice"},
                                          {"detected_by", lost_it ? "heartbeat" : "notice"},
                                          {"detail", detail},         {"virtual_seconds", at},
-                                         {"active_workers", active}, {"lr_divisor", policy.lr_divisor(active)}});
+                                         {"active_workers", sim.active()}, {"lr_divisor", policy.lr_divisor(sim.active())}});
     if (!c.quiet)
       log << "revocation: worker rank " << w.rank << " (" << w.type << ") " << (lost_it ? "lost" : "left")
-          << " at global step " << step << ", virtual time " << format_eta(at) << ": " << detail << "; " << active
-          << " worker(s) remain\n"
-          << std::flush;
-  };
-  // SIGKILL: the worker is gone, its step in flight lost, and the parameter server notices after
-  // --failure-timeout. A notice (TERM, USR1): it pushes the step it computes and leaves.
-  const auto kill = [&](Worker& w, double at, const std::string& why) {
-    if (!w.alive || w.leaving) return;
-    w.kill_why = why + " (" + signal_name(w.kill_signal) + ")";
-    w.kill_at = kNever;
-    if (w.kill_signal != SIGKILL) {
-      w.leaving = true;
-      return;
-    }
-    w.alive = false;
-    w.ended = at;
-    w.arrival = kNever;
-    w.loader.reset();
-    w.detect_at = at + c.failure_timeout;
-  };
-  const auto join_now = [&](std::size_t j, double at) {
-    Worker& w = workers[static_cast<std::size_t>(n0) + j];
-    join_at[j] = kNever;
-    w.alive = w.counted = true;
-    ++active;
-    ++joined;
-    policy.joined(step, active - 1, active);
-    start_worker(w, at);
-    metrics.write(nlohmann::ordered_json{{"event", "join"},        {"global_step", step},
-                                         {"rank", w.rank},         {"instance_type", w.type},
-                                         {"virtual_seconds", at},  {"active_workers", active},
-                                         {"lr_divisor", policy.lr_divisor(active)}});
-    if (!c.quiet)
-      log << "join: worker rank " << w.rank << " (" << w.type << ") joined at global step " << step << ", virtual time "
-          << format_eta(at) << "; " << active << " worker(s)\n"
+          << " at global step " << sim.step() << ", virtual time " << format_eta(at) << ": " << detail << "; "
+          << sim.active() << " worker(s) remain\n"
           << std::flush;
   };
   std::string stopped_by;
-  while (step < c.train_steps) {
+  while (sim.step() < c.train_steps) {
     if (const int sig = notice_signal()) {
       stopped_by = signal_name(sig);
       break;
     }
-    // The next event: a push arriving, a timed kill, a loss noticed, a timed join.
-    double t = kNever;
-    enum class Kind { kNone, kArrive, kKill, kDetect, kJoin } kind = Kind::kNone;
-    std::size_t who = 0;
-    for (std::size_t i = 0; i < workers.size(); ++i) {
-      const Worker& w = workers[i];
-      if (w.alive && w.kill_at < t) t = w.kill_at, kind = Kind::kKill, who = i;
-      if (w.alive && w.arrival < t) t = w.arrival, kind = Kind::kArrive, who = i;
-      if (!w.alive && w.counted && w.detect_at < t) t = w.detect_at, kind = Kind::kDetect, who = i;
-    }
-    for (std::size_t j = 0; j < join_at.size(); ++j)
-      if (join_at[j] < t) t = join_at[j], kind = Kind::kJoin, who = j;
-    if (kind == Kind::kNone) {
+    const ClusterSim::Event ev = sim.advance();
+    if (ev.kind == ClusterSim::Kind::kNone) {
       stopped_by = "every worker revoked";
       break;
     }
-    now = std::max(now, t);
-    Worker& w = workers[who];
-    if (kind == Kind::kKill) {
-      kill(w, t, "--revoke or its sampled lifetime at virtual time " + format_eta(t));
+    const SimWorker& sw = sim.worker(ev.who);
+    Trainee& w = trainees[ev.who];
+    if (ev.kind == ClusterSim::Kind::kDetect) {
+      departure(ev.who, true, ev.at, sw.kill_why + ": no push or heartbeat within --failure-timeout");
       continue;
     }
-    if (kind == Kind::kDetect) {
-      departure(w, true, t, w.kill_why + ": no push or heartbeat within --failure-timeout");
+    if (ev.kind == ClusterSim::Kind::kJoin) {
+      policy.joined(sim.step(), sim.active() - 1, sim.active());
+      start_trainee(ev.who);
+      metrics.write(nlohmann::ordered_json{{"event", "join"},        {"global_step", sim.step()},
+                                           {"rank", sw.rank},        {"instance_type", sw.type},
+                                           {"virtual_seconds", ev.at}, {"active_workers", sim.active()},
+                                           {"lr_divisor", policy.lr_divisor(sim.active())}});
+      if (!c.quiet)
+        log << "join: worker rank " << sw.rank << " (" << sw.type << ") joined at global step " << sim.step()
+            << ", virtual time " << format_eta(ev.at) << "; " << sim.active() << " worker(s)\n"
+            << std::flush;
       continue;
     }
-    if (kind == Kind::kJoin) {
-      join_now(who, t);
-      continue;
-    }
+    if (ev.kind != ClusterSim::Kind::kArrive) continue;  // a kill: the loss is noticed later
     // The push arrives; the parameter server applies it in arrival order.
-    const double applied = std::max(t, ps_free) + update_seconds;
-    ps_free = applied;
-    now = applied;
+    const int active = sim.active();
+    const std::int64_t step = sim.step();
     const Batch& batch = w.loader->next();
     const StepStats st =
         net.train_step(net.stage_images(batch.images), batch.labels, w.snapshot, grads, batch_stats, nullptr);
-    const double staleness = double(step - w.version);
-    if (c.max_staleness >= 0 && staleness > double(c.max_staleness)) {
+    const double staleness = sim.staleness(ev.who);
+    const bool too_stale = c.max_staleness >= 0 && staleness > double(c.max_staleness);
+    if (too_stale) {
       // Too stale: not applied, the worker gets the current parameters. It still counts as a global
       // step, as in the parameter server (where every shard must count the same pushes).
       ++dropped;
-      ++step;
     } else {
       check_divergence(st.loss, c.max_loss, step + 1);
       const double lr = policy.lr(step, active, staleness);
@@ -375,15 +244,13 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       if (gap) gap->track(before_update.span(), params.span());
       model.update_running_stats(stats, batch_stats, net.bn_counts());
       last_lr = lr;
-      ++step;
-      push_log.write(step, w.rank, w.version, applied);
+      push_log.write(step + 1, sw.rank, sw.version, sim.applied_at());
       staleness_sum += staleness;
       max_staleness = std::max(max_staleness, staleness);
-      ++w.pushes;
       ++w.window_pushes;
       w.window_images += c.batch_size;
       w.window_staleness += staleness;
-      w.window_step_seconds += w.last_step_seconds;
+      w.window_step_seconds += sw.last_step_seconds;
       window_loss += st.loss;
       window_staleness += staleness;
       window_correct += st.correct;
@@ -392,61 +259,47 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
     }
     // The reply: this worker's next step starts from the parameters after its push.
     std::copy(params.span().begin(), params.span().end(), w.snapshot.span().begin());
-    w.version = step;
-    if (w.leaving) {
-      w.alive = false;
-      w.ended = applied;
-      w.arrival = kNever;
-      w.loader.reset();
-      departure(w, false, applied, w.kill_why + ": a notice, its last step pushed");
-    } else {
-      next_step(w, applied);
-    }
-    // Step-based revocations and joins fire once the global step reaches theirs.
-    for (auto& x : workers)
-      if (x.alive && x.kill_step > 0 && step >= x.kill_step) {
-        x.kill_step = -1;
-        kill(x, applied, "--revoke at global step " + std::to_string(step));
-      }
-    for (std::size_t j = 0; j < joins.size(); ++j)
-      if (joins[j].step > 0 && step >= joins[j].step && !workers[static_cast<std::size_t>(n0) + j].begun &&
-          join_at[j] == kNever)
-        join_at[j] = applied;  // joins now: the next event
-    const bool last = step == c.train_steps;
-    if (window_pushes > 0 && (step % log_every == 0 || last)) {
+    if (sim.pushed(ev.who, !too_stale).kind == ClusterSim::Kind::kLeft)
+      departure(ev.who, false, sim.applied_at(), sw.kill_why + ": a notice, its last step pushed");
+    const double now = sim.now();
+    const std::int64_t done_steps = sim.step();
+    const bool last = done_steps == c.train_steps;
+    if (window_pushes > 0 && (done_steps % log_every == 0 || last)) {
       const double dt = std::max(now - window_start, 1e-12);
-      const double done = double(step) / double(c.train_steps);
+      const double done = double(done_steps) / double(c.train_steps);
       const double real = seconds_since(t_start);
       const double mean_staleness = window_staleness / double(window_pushes);
       if (!c.quiet)
-        log << format_progress(ProgressLine{step, c.train_steps, window_loss / double(window_pushes),
+        log << format_progress(ProgressLine{done_steps, c.train_steps, window_loss / double(window_pushes),
                                             double(window_correct) / double(window_images), last_lr,
-                                            double(window_images) / dt, active, mean_staleness,
+                                            double(window_images) / dt, sim.active(), mean_staleness,
                                             real * (1 - done) / std::max(done, 1e-9)})
             << "  vtime " << format_eta(now) << '\n'
             << std::flush;
       nlohmann::ordered_json per = nlohmann::ordered_json::array();
-      for (auto& x : workers) {
+      for (std::size_t i = 0; i < trainees.size(); ++i) {
+        const SimWorker& x = sim.worker(i);
+        Trainee& t = trainees[i];
         if (!x.begun) continue;  // not joined yet
         per.push_back(nlohmann::ordered_json{
             {"rank", x.rank},
             {"instance_type", x.type},
-            {"pushes", x.window_pushes},
-            {"images_per_second", double(x.window_images) / dt},
-            {"mean_staleness", x.window_pushes ? x.window_staleness / double(x.window_pushes) : 0.0},
-            {"step_seconds", x.window_pushes ? x.window_step_seconds / double(x.window_pushes) : 0.0},
+            {"pushes", t.window_pushes},
+            {"images_per_second", double(t.window_images) / dt},
+            {"mean_staleness", t.window_pushes ? t.window_staleness / double(t.window_pushes) : 0.0},
+            {"step_seconds", t.window_pushes ? t.window_step_seconds / double(t.window_pushes) : 0.0},
             {"active", x.counted}});
-        x.window_pushes = x.window_images = 0;
-        x.window_staleness = x.window_step_seconds = 0;
+        t.window_pushes = t.window_images = 0;
+        t.window_staleness = t.window_step_seconds = 0;
       }
       metrics.write(nlohmann::ordered_json{{"event", "progress"},
-                                           {"global_step", step},
+                                           {"global_step", done_steps},
                                            {"loss", window_loss / double(window_pushes)},
                                            {"train_accuracy", double(window_correct) / double(window_images)},
                                            {"lr", last_lr},
-                                           {"momentum", policy.momentum(active)},
+                                           {"momentum", policy.momentum(sim.active())},
                                            {"images_per_second", double(window_images) / dt},
-                                           {"active_workers", active},
+                                           {"active_workers", sim.active()},
                                            {"mean_staleness", mean_staleness},
                                            {"dropped_stale_pushes", dropped},
                                            {"virtual_seconds", now},
@@ -456,28 +309,30 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       window_images = window_correct = window_pushes = 0;
       window_start = now;
     }
-    if (c.eval_every_steps > 0 && step % c.eval_every_steps == 0 && !last && step != last_eval) {
-      last_eval = step;
-      const auto ev = evaluate_test_set(net, setup.data.test, setup.loader, params, stats);
+    if (c.eval_every_steps > 0 && done_steps % c.eval_every_steps == 0 && !last && done_steps != last_eval) {
+      last_eval = done_steps;
+      const auto e = evaluate_test_set(net, setup.data.test, setup.loader, params, stats);
       if (!c.quiet)
-        log << "eval step " << step << "  test_acc " << std::setprecision(4) << ev.accuracy << "  test_loss " << ev.loss
-            << "  vtime " << format_eta(now) << '\n';
+        log << "eval step " << done_steps << "  test_acc " << std::setprecision(4) << e.accuracy << "  test_loss "
+            << e.loss << "  vtime " << format_eta(now) << '\n';
       metrics.write(nlohmann::ordered_json{{"event", "eval"},
-                                           {"global_step", step},
-                                           {"test_accuracy", ev.accuracy},
-                                           {"test_loss", ev.loss},
+                                           {"global_step", done_steps},
+                                           {"test_accuracy", e.accuracy},
+                                           {"test_loss", e.loss},
                                            {"virtual_seconds", now}});
     }
   }
 
   // The bill of the virtual cluster: each worker from its start to its end, the PS throughout.
+  const double now = sim.now();
+  const std::int64_t step = sim.step();
   double cost = setup.prices.cost_usd(c.ps_type, setup.transient, now);
   int workers_end = 0;
   nlohmann::ordered_json usage = nlohmann::ordered_json::array();
-  for (auto& w : workers) {
+  for (std::size_t i = 0; i < sim.workers().size(); ++i) {
+    const SimWorker& w = sim.worker(i);
     if (!w.begun) continue;  // never joined
-    const double end = w.ended >= 0 ? w.ended : now;
-    const double billed = std::max(0.0, end - w.started);
+    const double billed = sim.billed_seconds(i);
     cost += setup.prices.cost_usd(w.type, setup.transient, billed);
     workers_end += w.counted ? 1 : 0;
     usage.push_back(nlohmann::ordered_json{
@@ -508,7 +363,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       {"virtual_seconds", now},
       {"test_accuracy", notice ? nlohmann::ordered_json() : nlohmann::ordered_json(res.test_accuracy)},
       {"cost_usd", cost},
-      {"revocations", revocations},
+      {"revocations", sim.revocations()},
       {"workers_start", n0},
       {"workers_end", workers_end},
       {"images_per_second", res.images_per_second},
@@ -521,9 +376,9 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       {"worker_types", types},
       {"ps_type", c.ps_type},
       {"pricing", c.pricing},
-      {"lost_workers", lost},
-      {"left_workers", left},
-      {"joined_workers", joined},
+      {"lost_workers", sim.lost()},
+      {"left_workers", sim.left()},
+      {"joined_workers", sim.joined()},
       {"workers", usage},
       {"virtual", true},
       {"evidence", "E"},
@@ -534,7 +389,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
     if (!notice)
       log << (stopped_by.empty() ? "done: " : "stopped (" + stopped_by + "): ") << step << " global steps in virtual time " << format_eta(now) << " (" << std::fixed
           << std::setprecision(1) << now << " s; " << res.train_seconds << " s real) by " << n0 << " virtual worker(s)"
-          << (joined ? " + " + std::to_string(joined) + " joined" : std::string()) << ", test accuracy "
+          << (sim.joined() ? " + " + std::to_string(sim.joined()) + " joined" : std::string()) << ", test accuracy "
           << std::setprecision(2) << 100.0 * res.test_accuracy << "%, cost $" << std::setprecision(4) << cost << " ("
           << c.pricing << ")\n";
     else
