@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "app/plan.hpp"
 #include "app/train_virtual.hpp"
 #include "core/error.hpp"
 #include "test_util.hpp"
@@ -187,4 +188,114 @@ TEST_CASE("join warm-up (--join-warmup): after a join the rate ramps up from the
   CHECK(ramp[40] == Approx(0.1));
   const auto off = lr_at("0");
   CHECK(off[21] == Approx(0.1));
+}
+
+// `mpi_trainer plan` (issue 20): the cluster simulator without gradients, against closed forms.
+namespace {
+
+mt::PlanResult plan_of(const mt::PlanConfig& c) { return mt::run_plan(c); }
+
+// The shipped K80 step with both messages of `model` on the default link (0.1 ms, 10 Gbit/s).
+double k80_cycle(double params) { return 0.220 + 2 * (0.0001 + params * 4 * 8 / 10e9); }
+
+}  // namespace
+
+TEST_CASE("plan without revocations: N workers take steps x cycle / N while the parameter server keeps up",
+          "[unit][plan]") {
+  mt::PlanConfig c;
+  c.steps = 8000;
+  c.revocation_model = "none";
+  c.draws = 3;
+  const double params = 464154;  // resnet32
+  for (int n : {1, 2, 4, 8}) {
+    c.workers = n;
+    const auto r = plan_of(c);
+    INFO(n << " workers");
+    // Jitter (CV 2%) averages out over thousands of steps.
+    CHECK(r.ideal_seconds == Approx(double(c.steps) * k80_cycle(params) / n).epsilon(0.01));
+    CHECK(r.seconds.size() == 3);
+    for (double s : r.seconds) CHECK(s == Approx(r.ideal_seconds).epsilon(0.01));  // other draws of the jitter
+    for (double v : r.revocations) CHECK(v == 0);
+    CHECK(r.ps_utilisation == Approx(double(c.steps) * 0.00011 / r.ideal_seconds).epsilon(0.01));
+  }
+  // One process alone: the device's step time, nothing else (the paper's 1 K80: 64K steps in 3.91 h).
+  c.workers = 1;
+  c.num_ps = 0;
+  c.steps = 64000;
+  c.pricing = "on-demand";
+  const auto one = plan_of(c);
+  CHECK(one.ideal_seconds / 3600 == Approx(3.91).epsilon(0.005));
+  CHECK(one.cost_usd[0] == Approx(3.91 * 0.723).epsilon(0.005));  // Table II's on-demand K80, no parameter server
+}
+
+TEST_CASE("plan when the parameter server is the bottleneck: steps x its time per update", "[unit][plan]") {
+  mt::PlanConfig c;
+  c.steps = 4000;
+  c.workers = 8;
+  c.revocation_model = "none";
+  c.draws = 1;
+  c.ps_update_seconds = 0.1;  // 10 updates/s against 8 K80s' ~36 pushes/s
+  const auto r = plan_of(c);
+  CHECK(r.ideal_seconds == Approx(4000 * 0.1).epsilon(0.01));
+  CHECK(r.ps_utilisation == Approx(1.0).epsilon(0.01));
+  CHECK(r.ps_saturation_workers < 8);
+  c.num_ps = 2;  // two shards, each updating half of every push: still below the workers' rate
+  CHECK(plan_of(c).ideal_seconds == Approx(4000 * 0.05).epsilon(0.01));
+}
+
+TEST_CASE("plan's Monte-Carlo revocations match the revocation model's CDF", "[unit][plan]") {
+  mt::test::TempDir dir("plan");
+  // 40% of servers revoked within their first 36 s, the others never: each of 8 workers is lost
+  // with probability 0.4 in a run that lasts longer (all 8 lost, and a restart, has p = 0.4^8).
+  const auto model = dir.path() / "early.csv";
+  std::ofstream(model) << "# hours,fraction\n0,0\n0.01,0.4\n";
+  mt::PlanConfig c;
+  c.steps = 4000;  // about 2 minutes with 8 K80s
+  c.workers = 8;
+  c.revocation_model = model.string();
+  c.draws = 2000;
+  const auto r = plan_of(c);
+  double mean = 0;
+  for (double v : r.revocations) mean += v;
+  mean /= double(r.revocations.size());
+  CHECK(mean == Approx(8 * 0.4).margin(0.15));  // standard error 0.03
+  // Losing workers slows the run: every draw at least as long as the one without revocations.
+  for (double s : r.seconds) CHECK(s >= r.ideal_seconds * 0.99);
+  // A transient parameter server (its own lifetime from the model) stops the job in 40% of runs:
+  // restarts from the newest checkpoint, at most one interval of steps lost each time.
+  c.revocation_model = model.string();
+  c.ps_pricing = "transient";
+  c.ckpt_every_steps = 500;
+  const auto t = plan_of(c);
+  double restarted = 0;
+  for (std::size_t i = 0; i < t.restarts.size(); ++i) {
+    restarted += t.restarts[i] > 0 ? 1 : 0;
+    CHECK(t.lost_steps[i] <= 500 * t.restarts[i]);
+  }
+  CHECK(restarted / double(t.restarts.size()) == Approx(0.4).margin(0.05));
+}
+
+TEST_CASE("mpi_trainer plan: the report, --json and its errors", "[unit][plan]") {
+  const auto r = run("plan --workers 4 --worker-types k80 --steps 64000 --draws 20");
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "4 x k80 worker(s) (transient) + 1 parameter server (ps, on-demand)"));
+  CHECK(contains(r.output, "evidence S"));
+  const auto j = run("plan --workers 4 --steps 64000 --draws 20 --json");
+  REQUIRE(j.code == 0);
+  const auto p = Json::parse(j.output);
+  // The paper's Table I, 4 K80 transient: 1.05 h, $1.05 (time within 15%; the cost with the
+  // parameter server on demand, as the paper ran it).
+  CHECK(p["seconds"]["mean"].get<double>() / 3600 == Approx(1.05).epsilon(0.15));
+  CHECK(p["cost_usd"]["mean"].get<double>() == Approx(1.05).epsilon(0.15));
+  CHECK(p["evidence"] == "S");
+  CHECK(p["ps_pricing"] == "on-demand");
+  CHECK(run("plan --workers 0").code == mt::kExitUsage);
+  const auto bad = run("plan --workers 3 --worker-types k80,p100");
+  CHECK(bad.code == mt::kExitUsage);
+  CHECK(contains(bad.output, "--worker-types lists 2 types for 3 workers"));
+  const auto unknown = run("plan --worker-types a100");
+  CHECK(unknown.code == mt::kExitUsage);
+  CHECK(contains(unknown.output, "a100"));
+  CHECK(run("plan --workers 2 --num-ps 0").code == mt::kExitUsage);
+  CHECK(run("plan --steps 10 --epochs 2").code == mt::kExitUsage);
 }

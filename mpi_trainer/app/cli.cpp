@@ -13,6 +13,7 @@
 #include "app/emulation.hpp"
 #include "app/evaluate.hpp"
 #include "app/export.hpp"
+#include "app/plan.hpp"
 #include "app/ps_report.hpp"
 #include "app/train.hpp"
 #include "app/train_dist.hpp"
@@ -467,6 +468,72 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   auto* devices_cmd = app.add_subcommand(
       "devices", "Print the device table --emulate-device uses (step times and their sources)");
 
+  PlanConfig plan_cfg;
+  auto* plan_cmd = app.add_subcommand(
+      "plan", "Predict the training time, cost and risk of a (transient) cluster before renting it: the "
+              "virtual runs' cluster simulator without gradients, over Monte-Carlo draws of revocations "
+              "(evidence S; docs/user-guide.md, \"Plan before renting\")");
+  plan_cmd->add_option("--model", plan_cfg.model, "Model: " + model_choices() + " (its size sets the messages)")
+      ->capture_default_str();
+  plan_cmd->add_option("--steps", plan_cfg.steps, "Global steps to train")->capture_default_str()->check(kPositive);
+  plan_cmd->add_option("--epochs", plan_cfg.epochs, "Epochs instead of --steps (with --train-images and --batch-size)")
+      ->check(kPositive);
+  plan_cmd->add_option("--train-images", plan_cfg.train_images, "Training images, for --epochs (CIFAR-10: 50000)")
+      ->capture_default_str()
+      ->check(kPositive);
+  plan_cmd->add_option("--batch-size", plan_cfg.batch_size, "Images per step, for --epochs")
+      ->capture_default_str()
+      ->check(kPositive);
+  plan_cmd->add_option("--workers", plan_cfg.workers, "Workers at the start")->capture_default_str()->check(CLI::Range(1, 4096));
+  plan_cmd->add_option("--worker-types", plan_cfg.worker_types,
+                       "Instance type of every worker (one for all, or one per worker, comma-separated): a device "
+                       "of the device table and a type of the price table")
+      ->capture_default_str();
+  plan_cmd->add_option("--num-ps", plan_cfg.num_ps,
+                       "Parameter-server shards (each updates its part of every push); 0: one process training "
+                       "alone (--workers 1, the single-server baseline)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  plan_cmd->add_option("--ps-type", plan_cfg.ps_type, "Instance type of every parameter-server shard")->capture_default_str();
+  plan_cmd->add_option("--pricing", plan_cfg.pricing, "The workers' billing: transient or on-demand (on-demand: never revoked)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"transient", "on-demand"}));
+  plan_cmd->add_option("--ps-pricing", plan_cfg.ps_pricing,
+                       "The parameter servers' billing: on-demand (the paper's) or transient (then a revoked one "
+                       "restarts the job from its newest checkpoint)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"transient", "on-demand"}));
+  plan_cmd->add_option("--prices", plan_cfg.prices,
+                       "Price table file (TYPE ON_DEMAND TRANSIENT, $/hour); default: the paper's Table II");
+  plan_cmd->add_option("--devices", plan_cfg.devices,
+                       "Device table file (NAME STEP_SECONDS [JITTER_CV]); default: the shipped one ('mpi_trainer devices')");
+  plan_cmd->add_option("--worker-links", plan_cfg.worker_links,
+                       "Each worker's link LATENCY_MS/GBIT_PER_S, one for all or one per worker (default 0.1/10)");
+  plan_cmd->add_option("--ps-update-seconds", plan_cfg.ps_update_seconds,
+                       "The parameter server's time per update (default: measured with bench/ps_bench, in proportion "
+                       "to the model's parameters)")
+      ->check(kNonNegative);
+  plan_cmd->add_option("--revocation-model", plan_cfg.revocation_model,
+                       "Lifetimes of transient servers: gce (built in), a table file (HOURS,FRACTION_REVOKED), or none")
+      ->capture_default_str();
+  plan_cmd->add_option("--failure-timeout", plan_cfg.failure_timeout, "Seconds until a lost worker is noticed")
+      ->capture_default_str()
+      ->check(kPositive);
+  plan_cmd->add_option("--ckpt-every-steps", plan_cfg.ckpt_every_steps,
+                       "Periodic checkpoint interval (0: none): what a revoked parameter server loses")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  plan_cmd->add_option("--restart-seconds", plan_cfg.restart_seconds,
+                       "Seconds from a stopped job to training again (new servers, start, resume)")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  plan_cmd->add_option("--draws", plan_cfg.draws, "Monte-Carlo draws of revocations")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  plan_cmd->add_option("--seed", plan_cfg.seed, "Seed of the draws")->capture_default_str();
+  plan_cmd->add_flag("--json", plan_cfg.json, "One JSON object instead of the report");
+  plan_cmd->get_option("--epochs")->excludes(plan_cmd->get_option("--steps"));
+
   std::string gen_dir;
   std::int64_t gen_train = 5000, gen_test = 1000;
   std::uint64_t gen_seed = 1;
@@ -591,6 +658,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       for (const auto& e : model.stats().entries()) bn_stats += e.size;
       out << "bn_running_stats: " << bn_stats << '\n';
       out << "parameters: " << model.param_count() << '\n';
+    } else if (*plan_cmd) {
+      return plan_command(plan_cfg, out);
     } else if (*devices_cmd) {
       out << DeviceTable::shipped_text();
     } else if (*export_cmd) {

@@ -22,7 +22,9 @@ bool parse_number(const std::string& text, double& v) {
   }
 }
 
-std::vector<std::string> split(const std::string& s) {
+}  // namespace
+
+std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   for (std::string item; std::getline(ss, item, ',');)
@@ -30,11 +32,9 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-}  // namespace
-
 std::vector<Link> parse_links(const std::string& spec, int workers) {
   std::vector<Link> links;
-  for (const auto& item : split(spec)) {
+  for (const auto& item : split_list(spec)) {
     const auto slash = item.find('/');
     double ms = 0, gbit = 0;
     if (slash == std::string::npos || !parse_number(item.substr(0, slash), ms) ||
@@ -53,7 +53,7 @@ std::vector<Link> parse_links(const std::string& spec, int workers) {
 
 std::vector<VirtualJoin> parse_virtual_joins(const std::string& spec) {
   std::vector<VirtualJoin> joins;
-  for (const auto& item : split(spec)) {
+  for (const auto& item : split_list(spec)) {
     const auto bad = [&] {
       return UsageError("--virtual-joins: '" + item + "' is not TYPE@step=N or TYPE@TIME (e.g. k80@step=16000, k80@2h)");
     };

@@ -26,6 +26,9 @@ namespace mt {
 
 inline constexpr double kNeverSeconds = std::numeric_limits<double>::infinity();
 
+// The non-empty items of a comma-separated list.
+std::vector<std::string> split_list(const std::string& s);
+
 // One worker's network link: a message of B bytes takes latency + B * 8 / (gbit_per_s * 1e9).
 struct Link {
   double latency_seconds = 0.0001;

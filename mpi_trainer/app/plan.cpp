@@ -1,0 +1,342 @@
+#include "app/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <optional>
+#include <ostream>
+#include <sstream>
+
+#include "app/cluster_sim.hpp"
+#include "app/cost.hpp"
+#include "app/emulation.hpp"
+#include "core/error.hpp"
+#include "nn/resnet.hpp"
+#include "ps/faults.hpp"
+
+namespace mt {
+
+namespace {
+
+// A job that needs more restarts than this does not finish (the draw says so).
+constexpr int kMaxRestarts = 100;
+
+bool transient_pricing(const std::string& value, const char* flag) {
+  if (value == "transient") return true;
+  if (value == "on-demand") return false;
+  throw UsageError(std::string(flag) + ": '" + value + "': use transient or on-demand");
+}
+
+// Everything a draw needs, checked once.
+struct Cluster {
+  std::vector<std::string> types;  // per worker
+  std::vector<Emulation> speeds;
+  std::vector<Link> links;
+  std::int64_t steps = 0;
+  std::int64_t params = 0;
+  double update_seconds = 0;  // per shard and update
+  double message_bytes = 0;
+  std::optional<RevocationModel> lifetimes;
+  PriceTable prices;
+  bool workers_transient = true, ps_transient = false;
+  std::string device_source;
+};
+
+Cluster prepare(const PlanConfig& c) {
+  if (c.workers < 1) throw UsageError("--workers must be 1 or more");
+  if (c.num_ps < 0) throw UsageError("--num-ps must be 0 (one process alone) or more");
+  if (c.num_ps == 0 && c.workers != 1)
+    throw UsageError("--num-ps 0 is one process training alone: it needs --workers 1");
+  if (c.draws < 1) throw UsageError("--draws must be 1 or more");
+  if (c.batch_size < 1) throw UsageError("--batch-size must be 1 or more");
+  if (!(c.failure_timeout > 0)) throw UsageError("--failure-timeout must be above 0 seconds");
+  if (c.ckpt_every_steps < 0) throw UsageError("--ckpt-every-steps must be 0 (none) or more");
+  if (!(c.restart_seconds >= 0) || !std::isfinite(c.restart_seconds))
+    throw UsageError("--restart-seconds must be 0 or more");
+  Cluster k;
+  if (c.epochs > 0) {
+    if (c.train_images < 1) throw UsageError("--train-images must be 1 or more");
+    k.steps = static_cast<std::int64_t>(std::ceil(c.epochs * double(c.train_images) / double(c.batch_size)));
+  } else {
+    k.steps = c.steps;
+  }
+  if (k.steps < 1) throw UsageError("--steps (or --epochs) must give 1 global step or more");
+  k.workers_transient = transient_pricing(c.pricing, "--pricing");
+  k.ps_transient = transient_pricing(c.ps_pricing, "--ps-pricing");
+  k.prices = PriceTable::load(c.prices);
+  k.prices.at(c.ps_type);
+  const DeviceTable table = c.devices.empty() ? DeviceTable::shipped() : DeviceTable::from_file(c.devices);
+  k.device_source = table.source();
+  k.types = split_list(c.worker_types);
+  if (k.types.empty()) throw UsageError("--worker-types: give one instance type for all workers, or one per worker");
+  if (k.types.size() == 1) k.types.assign(static_cast<std::size_t>(c.workers), k.types[0]);
+  if (static_cast<int>(k.types.size()) != c.workers)
+    throw UsageError("--worker-types lists " + std::to_string(k.types.size()) + " types for " +
+                     std::to_string(c.workers) + " workers; give one for all or one per worker");
+  for (const auto& t : k.types) {
+    k.prices.at(t);
+    const DeviceSpeed& d = table.at(t);
+    k.speeds.push_back(Emulation{t, d.step_seconds, d.jitter_cv, table.source()});
+  }
+  k.links = parse_links(c.worker_links, c.workers);
+  k.params = Model(parse_model(c.model)).param_count();
+  if (c.num_ps == 0) {
+    // One process alone (the single-server baseline): no messages, no parameter server.
+    if (!c.worker_links.empty()) throw UsageError("--worker-links: --num-ps 0 sends no messages");
+    k.links.assign(1, Link{0, kNeverSeconds});
+  } else {
+    k.message_bytes = double(k.params) * sizeof(float);
+    const double update = c.ps_update_seconds >= 0 ? c.ps_update_seconds : default_ps_update_seconds(k.params);
+    k.update_seconds = update / c.num_ps;  // each shard updates its part of every push
+  }
+  if (c.revocation_model != "none") k.lifetimes = RevocationModel::load(c.revocation_model);
+  return k;
+}
+
+struct Draw {
+  double seconds = 0, cost = 0, revocations = 0, restarts = 0, lost_steps = 0, ps_busy = 0;
+  bool finished = true;
+};
+
+// One training job from step 0 to the end, through any restarts. `revocations`: draw lifetimes.
+Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool revocations) {
+  Draw d;
+  std::int64_t durable = 0;  // global steps checkpointed before this attempt
+  const int n = c.workers;
+  for (int attempt = 0;; ++attempt) {
+    if (attempt > kMaxRestarts) {
+      d.finished = false;
+      return d;
+    }
+    // Every attempt a fresh cluster: new servers, new lifetimes.
+    const std::uint64_t s = seed * 1000003ULL + static_cast<std::uint64_t>(attempt);
+    std::vector<SimWorker> ws(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      SimWorker& w = ws[static_cast<std::size_t>(i)];
+      w.rank = i + 1;
+      w.type = k.types[static_cast<std::size_t>(i)];
+      w.link = k.links[static_cast<std::size_t>(i)];
+      w.pacer.emplace(k.speeds[static_cast<std::size_t>(i)], pacer_seed(s, w.rank));
+    }
+    SimOptions so;
+    so.update_seconds = k.update_seconds;
+    so.message_bytes = k.message_bytes;
+    so.failure_timeout = c.num_ps == 0 ? 0 : c.failure_timeout;  // alone: its loss is the job's end
+    so.seed = s;
+    if (revocations && k.workers_transient) so.lifetimes = k.lifetimes;
+    ClusterSim sim(std::move(so), std::move(ws), n, {});
+    // The job stops when the first parameter-server shard is revoked (transient shards only).
+    double ps_end = kNeverSeconds;
+    if (revocations && k.ps_transient && k.lifetimes)
+      for (int shard = 0; shard < c.num_ps; ++shard) {
+        const double life = sampled_lifetime_seconds(*k.lifetimes, s, -1 - shard, 1.0);
+        if (life >= 0) ps_end = std::min(ps_end, life);
+      }
+    enum class End { kDone, kPsLost, kNoWorkers } end = End::kDone;
+    const std::int64_t need = k.steps - durable;
+    while (sim.step() < need) {
+      if (sim.next_time() > ps_end) {
+        end = End::kPsLost;
+        break;
+      }
+      const ClusterSim::Event ev = sim.advance();
+      if (ev.kind == ClusterSim::Kind::kNone) {
+        end = End::kNoWorkers;
+        break;
+      }
+      if (ev.kind == ClusterSim::Kind::kArrive) sim.pushed(ev.who);
+    }
+    const double t = end == End::kPsLost ? ps_end : sim.now();
+    for (std::size_t i = 0; i < sim.workers().size(); ++i) {
+      const SimWorker& w = sim.worker(i);
+      const double until = w.ended >= 0 ? std::min(w.ended, t) : t;
+      d.cost += k.prices.cost_usd(w.type, k.workers_transient, std::max(0.0, until - w.started));
+    }
+    d.cost += c.num_ps * k.prices.cost_usd(c.ps_type, k.ps_transient, t);
+    d.ps_busy += sim.ps_busy_seconds();
+    d.revocations += double(sim.revocations()) + (end == End::kPsLost ? 1 : 0);
+    d.seconds += t;
+    if (end == End::kDone) return d;
+    // A restart: every worker gone, the parameter server checkpoints the current state first; the
+    // parameter server lost (or the one process alone), what survives is its newest periodic checkpoint.
+    const std::int64_t reached = durable + sim.step();
+    std::int64_t kept = reached;
+    if (end == End::kPsLost || c.num_ps == 0)
+      kept = c.ckpt_every_steps > 0 ? std::max(durable, reached / c.ckpt_every_steps * c.ckpt_every_steps) : durable;
+    d.lost_steps += double(reached - kept);
+    durable = kept;
+    d.restarts += 1;
+    d.seconds += c.restart_seconds;
+  }
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double x = p * double(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(x));
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (x - double(lo));
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / double(v.size());
+}
+
+double fraction_positive(const std::vector<double>& v) {
+  double n = 0;
+  for (double x : v) n += x > 0 ? 1 : 0;
+  return v.empty() ? 0 : n / double(v.size());
+}
+
+std::string hours(double seconds) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(2) << seconds / 3600.0 << " h";
+  return s.str();
+}
+
+std::string dollars(double usd) {
+  std::ostringstream s;
+  s << '$' << std::fixed << std::setprecision(2) << usd;
+  return s.str();
+}
+
+std::string cluster_line(const PlanConfig& c, const Cluster& k) {
+  std::ostringstream s;
+  std::string types = k.types[0];
+  if (std::any_of(k.types.begin(), k.types.end(), [&](const std::string& t) { return t != k.types[0]; })) {
+    types.clear();
+    for (const auto& t : k.types) types += (types.empty() ? "" : ",") + t;
+  }
+  if (c.num_ps == 0)
+    s << "one " << types << " process alone (" << c.pricing << "); " << c.model << " (";
+  else
+    s << c.workers << " x " << types << " worker(s) (" << c.pricing << ") + " << c.num_ps << " parameter server"
+      << (c.num_ps > 1 ? "s" : "") << " (" << c.ps_type << ", " << c.ps_pricing << "); " << c.model << " (";
+  s
+<< k.params << " parameters), " << k.steps << " global steps of " << c.batch_size;
+  return s.str();
+}
+
+}  // namespace
+
+PlanResult run_plan(const PlanConfig& c) {
+  const Cluster k = prepare(c);
+  PlanResult r;
+  const Draw ideal = simulate(k, c, c.seed, false);
+  r.ideal_seconds = ideal.seconds;
+  r.ps_utilisation = ideal.seconds > 0 ? ideal.ps_busy / ideal.seconds : 0;
+  // One shard is always busy when the workers' pushes per second reach 1 / (its time per update).
+  double pushes_per_second = 0;
+  for (std::size_t i = 0; i < k.types.size(); ++i)
+    pushes_per_second += 1.0 / (k.speeds[i].step_seconds + 2 * k.links[i].seconds(k.message_bytes));
+  r.ps_saturation_workers =
+      k.update_seconds > 0 && c.num_ps > 0 ? double(c.workers) / (pushes_per_second * k.update_seconds) : kNeverSeconds;
+  for (int i = 0; i < c.draws; ++i) {
+    const Draw d = simulate(k, c, c.seed * 7919ULL + static_cast<std::uint64_t>(i) + 1, true);
+    if (!d.finished) {
+      ++r.unfinished;
+      continue;
+    }
+    r.seconds.push_back(d.seconds);
+    r.cost_usd.push_back(d.cost);
+    r.revocations.push_back(d.revocations);
+    r.restarts.push_back(d.restarts);
+    r.lost_steps.push_back(d.lost_steps);
+  }
+  return r;
+}
+
+nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
+  const Cluster k = prepare(c);
+  const auto stats = [](const std::vector<double>& v) {
+    return nlohmann::ordered_json{{"median", percentile(v, 0.5)}, {"p10", percentile(v, 0.1)},
+                                  {"p90", percentile(v, 0.9)},    {"mean", mean(v)}};
+  };
+  std::vector<double> lost_when;
+  for (std::size_t i = 0; i < r.restarts.size(); ++i)
+    if (r.restarts[i] > 0) lost_when.push_back(r.lost_steps[i]);
+  return nlohmann::ordered_json{
+      {"event", "plan"},
+      {"evidence", "S"},
+      {"model", c.model},
+      {"parameters", k.params},
+      {"global_steps", k.steps},
+      {"batch_size", c.batch_size},
+      {"workers", c.workers},
+      {"worker_types", k.types},
+      {"pricing", c.pricing},
+      {"num_ps", c.num_ps},
+      {"ps_type", c.ps_type},
+      {"ps_pricing", c.ps_pricing},
+      {"prices", k.prices.source()},
+      {"devices", k.device_source},
+      {"revocation_model", k.lifetimes ? nlohmann::ordered_json(k.lifetimes->source()) : nlohmann::ordered_json("none")},
+      {"ckpt_every_steps", c.ckpt_every_steps},
+      {"restart_seconds", c.restart_seconds},
+      {"draws", c.draws},
+      {"seed", c.seed},
+      {"seconds", stats(r.seconds)},
+      {"cost_usd", stats(r.cost_usd)},
+      {"seconds_without_revocations", r.ideal_seconds},
+      {"revocations_mean", mean(r.revocations)},
+      {"probability_revoked", fraction_positive(r.revocations)},
+      {"probability_restart", fraction_positive(r.restarts)},
+      {"restarts_mean", mean(r.restarts)},
+      {"lost_steps_mean_when_restarted", mean(lost_when)},
+      {"ps_utilisation", r.ps_utilisation},
+      {"ps_saturation_workers", r.ps_saturation_workers},
+      {"unfinished_draws", r.unfinished}};
+}
+
+void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
+  const Cluster k = prepare(c);
+  const auto row = [&](const char* name, const std::vector<double>& v, std::string (*fmt)(double)) {
+    out << "  " << std::left << std::setw(10) << name << std::right << std::setw(10) << fmt(percentile(v, 0.5))
+        << std::setw(10) << fmt(percentile(v, 0.1)) << std::setw(10) << fmt(percentile(v, 0.9)) << std::setw(10)
+        << fmt(mean(v)) << '\n';
+  };
+  out << "plan: " << cluster_line(c, k) << '\n'
+      << "  step times: " << k.device_source << " device table; prices: " << k.prices.source()
+      << "; revocations: " << (k.lifetimes ? k.lifetimes->source() : std::string("none")) << "; checkpoint every "
+      << c.ckpt_every_steps << " steps, restart " << c.restart_seconds << " s; " << c.draws << " draws (seed "
+      << c.seed << "); evidence S (simulator)\n";
+  if (r.seconds.empty()) {
+    out << "  no draw finished within " << kMaxRestarts << " restarts: the servers are revoked faster than it trains\n";
+    return;
+  }
+  out << "              median       p10       p90      mean\n";
+  row("time", r.seconds, hours);
+  row("cost", r.cost_usd, dollars);
+  std::vector<double> lost_when;
+  for (std::size_t i = 0; i < r.restarts.size(); ++i)
+    if (r.restarts[i] > 0) lost_when.push_back(r.lost_steps[i]);
+  out << std::fixed << std::setprecision(2) << "  without revocations: " << hours(r.ideal_seconds) << '\n'
+      << "  revocations: " << mean(r.revocations) << " per run on average; at least one in "
+      << std::setprecision(1) << 100 * fraction_positive(r.revocations) << "% of runs\n"
+      << "  restarts: needed in " << 100 * fraction_positive(r.restarts) << "% of runs";
+  if (!lost_when.empty())
+    out << " (then " << std::setprecision(0) << mean(lost_when) << " steps lost on average, and "
+        << c.restart_seconds << " s per restart)";
+  out << '\n';
+  if (c.num_ps > 0)
+    out << std::setprecision(1) << "  parameter server: busy " << 100 * r.ps_utilisation
+      << "% of the time without revocations; one shard saturates at about " << std::setprecision(0)
+      << r.ps_saturation_workers << " workers like these" << '\n';
+  if (r.unfinished > 0)
+    out << "  " << r.unfinished << " of " << c.draws << " draws did not finish within " << kMaxRestarts
+        << " restarts (left out above)\n";
+}
+
+int plan_command(const PlanConfig& c, std::ostream& out) {
+  const PlanResult r = run_plan(c);
+  if (c.json)
+    out << plan_json(c, r).dump() << '\n';
+  else
+    print_plan(c, r, out);
+  return 0;
+}
+
+}  // namespace mt

@@ -1,0 +1,62 @@
+// `mpi_trainer plan`: predicts the training time, cost and risk of a (transient) parameter-server
+// cluster before renting it. The cluster simulator of virtual runs (app/cluster_sim), without
+// gradients, run once per Monte-Carlo draw of revocations: each worker's lifetime drawn from the
+// revocation model; a worker revoked mid-run leaves the others training (the parameter server
+// notices after --failure-timeout); the parameter server itself revoked (when it is transient)
+// stops the job, which restarts after --restart-seconds from its newest periodic checkpoint (the
+// steps since are lost); every worker revoked stops it too, after a checkpoint of the current
+// state (nothing lost), and it restarts with a fresh cluster. Evidence kind S (simulator only).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mt {
+
+struct PlanConfig {
+  std::string model = "resnet32";
+  std::int64_t steps = 64000;       // global steps (or --epochs with --train-images)
+  double epochs = 0;
+  std::int64_t train_images = 50000;
+  std::int64_t batch_size = 128;
+  int workers = 4;
+  std::string worker_types = "k80";  // one for all, or one per worker
+  int num_ps = 1;                   // 0: one process alone (--workers 1)
+  std::string ps_type = "ps";
+  std::string pricing = "transient";     // the workers'
+  std::string ps_pricing = "on-demand";  // the parameter server's (the paper's)
+  std::string prices;                    // price table file; empty: the paper's Table II
+  std::string devices;                   // device table file; empty: the shipped one
+  std::string worker_links;
+  double ps_update_seconds = -1;         // < 0: default_ps_update_seconds(model)
+  std::string revocation_model = "gce";  // gce, a table file, or none
+  double failure_timeout = 1.5;
+  std::int64_t ckpt_every_steps = 1000;
+  double restart_seconds = 120;
+  int draws = 100;
+  std::uint64_t seed = 1;
+  bool json = false;
+};
+
+// One configuration's prediction.
+struct PlanResult {
+  double ideal_seconds = 0;              // no revocation: one draw of the step times
+  std::vector<double> seconds, cost_usd;  // one per draw
+  std::vector<double> revocations, restarts, lost_steps;
+  double ps_utilisation = 0;   // the parameter server's busy fraction without revocations
+  double ps_saturation_workers = 0;  // workers of this type at which one shard is always busy
+  int unfinished = 0;          // draws that needed more than the restart limit
+};
+
+PlanResult run_plan(const PlanConfig& cfg);
+nlohmann::ordered_json plan_json(const PlanConfig& cfg, const PlanResult& r);
+// The human-readable report.
+void print_plan(const PlanConfig& cfg, const PlanResult& r, std::ostream& out);
+// `mpi_trainer plan`: prints the prediction (or its JSON); returns the exit code.
+int plan_command(const PlanConfig& cfg, std::ostream& out);
+
+}  // namespace mt
