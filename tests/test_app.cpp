@@ -225,37 +225,67 @@ TEST_CASE("revocation entries of --revoke: times, steps, checkpoint writes, sign
   }
 }
 
-TEST_CASE("the GCE revocation model: 20% within 2 h, everyone by 24 h, lifetimes invert it", "[unit][fault]") {
+TEST_CASE("the GCE revocation model: 20% within 2 h, 70% live the full 24 h and are revoked then, lifetimes invert it",
+          "[unit][fault]") {
   const auto m = RevocationModel::load("gce");
   CHECK(m.fraction_by(0) == 0);
   CHECK(m.fraction_by(2) == Approx(0.20));
-  CHECK(m.fraction_by(24) == Approx(1.0));
+  CHECK(m.fraction_by(13) == Approx(0.25));
+  CHECK(m.fraction_by(24) == Approx(0.30));  // then GCE's cap: the rest at once
+  CHECK(m.fraction_by(24.001) == Approx(1.0));
   CHECK(m.fraction_by(100) == Approx(1.0));
-  CHECK(m.fraction_by(1.5) == Approx(0.155));
-  for (const double u : {0.0, 0.05, 0.2, 0.5, 0.9, 0.999}) {
+  CHECK(m.fraction_by(1.5) == Approx(0.15));
+  for (const double u : {0.0, 0.05, 0.2, 0.25, 0.29}) {
     const double h = m.lifetime_hours(u);
     REQUIRE(h >= 0);
-    CHECK(h <= 24);
+    CHECK(h < 24);
     CHECK(m.fraction_by(h) == Approx(u).margin(1e-9));
   }
-  // Sampled lifetimes follow the table: about 20% of draws end within 2 model hours.
-  int early = 0;
+  for (const double u : {0.3, 0.5, 0.999}) CHECK(m.lifetime_hours(u) == Approx(24));
+  // Sampled lifetimes follow the table: about 20% of draws end within 2 model hours, 70% at 24.
+  int early = 0, capped = 0;
   const int n = 4000;
   for (int r = 0; r < n; ++r) {
     const double s = sampled_lifetime_seconds(m, 7, r, 3600.0);  // one model hour per second
     REQUIRE(s >= 0);
-    REQUIRE(s <= 24.0);
+    REQUIRE(s <= 24.0 + 1e-9);
     early += s <= 2.0;
+    capped += s >= 24.0 - 1e-9;
   }
   CHECK(double(early) / n == Approx(0.20).margin(0.03));
+  CHECK(double(capped) / n == Approx(0.70).margin(0.03));
   CHECK(sampled_lifetime_seconds(m, 7, 3, 1.0) == sampled_lifetime_seconds(m, 7, 3, 1.0));
-  CHECK(sampled_lifetime_seconds(m, 7, 3, 1.0) != sampled_lifetime_seconds(m, 8, 3, 1.0));
+  // Another seed, other draws (70% of either are the 24 h cap: compare many ranks).
+  int differ = 0;
+  for (int r = 0; r < 20; ++r) differ += sampled_lifetime_seconds(m, 7, r, 1.0) != sampled_lifetime_seconds(m, 8, r, 1.0);
+  CHECK(differ >= 3);
+}
+
+TEST_CASE("the GCE revocation model per GPU type: the paper's Table III revocation rates", "[unit][fault]") {
+  // gce picks the instance type's table; an unknown type (the parameter server's) gets all types'.
+  CHECK(RevocationModel::load("gce", "v100").fraction_by(1.23) == Approx(0.438));  // 14 of 32 V100 runs
+  CHECK(RevocationModel::load("gce", "p100").fraction_by(1.5) == Approx(0.0625));  // 2 of 32 P100 runs
+  CHECK(RevocationModel::load("gce", "k80").fraction_by(1) == Approx(0.08));
+  CHECK(RevocationModel::load("gce-k80").source() == RevocationModel::load("gce", "k80").source());
+  CHECK(RevocationModel::load("gce", "ps").source() == RevocationModel::load("gce").source());
+  for (const char* type : {"k80", "p100", "v100"}) {
+    const auto t = RevocationModel::load("gce", type);
+    INFO(type);
+    CHECK(t.fraction_by(24) < 1.0);
+    CHECK(t.fraction_by(24.001) == Approx(1.0));  // GCE's 24 h cap
+    CHECK(t.lifetime_hours(0.999) == Approx(24));
+  }
+  CHECK(RevocationModel::load("gce", "v100").fraction_by(2) > RevocationModel::load("gce", "k80").fraction_by(2));
 }
 
 TEST_CASE("revocation model files: a fraction below 1 leaves survivors, bad tables named", "[unit][fault]") {
   const auto m = RevocationModel::parse("# comment\n0,0\n10,0.5\n", "t.csv");
   CHECK(m.lifetime_hours(0.25) == Approx(5));
   CHECK(m.lifetime_hours(0.7) < 0);  // never revoked
+  // The same hour twice is a jump (every server left revoked at that age).
+  const auto jump = RevocationModel::parse("0,0\n10,0.5\n10,1\n", "t.csv");
+  CHECK(jump.lifetime_hours(0.8) == Approx(10));
+  CHECK(jump.fraction_by(10.5) == Approx(1));
   for (const char* bad : {"0,0\n", "1,0\n2,0.5\n", "0,0\n2,0.5\n1,0.6\n", "0,0\n1,0.5\n2,0.4\n", "0,0\n1,1.5\n",
                           "0,0\nabc\n"})
     CHECK_THROWS_AS(RevocationModel::parse(bad, "t.csv"), DataError);

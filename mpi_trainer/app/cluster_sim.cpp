@@ -76,6 +76,14 @@ std::vector<VirtualJoin> parse_virtual_joins(const std::string& spec) {
 
 double default_ps_update_seconds(std::int64_t params) { return 0.00011 * double(params) / 464154.0; }
 
+std::map<std::string, RevocationModel> revocation_models(const std::string& name, const std::vector<std::string>& types) {
+  std::map<std::string, RevocationModel> out;
+  if (name.empty()) return out;
+  for (const auto& t : types)
+    if (!out.count(t)) out.emplace(t, RevocationModel::load(name, t));
+  return out;
+}
+
 ClusterSim::ClusterSim(SimOptions options, std::vector<SimWorker> workers, int initial, std::vector<VirtualJoin> joins)
     : opt_(std::move(options)), workers_(std::move(workers)), initial_(initial), joins_(std::move(joins)) {
   MT_ASSERT(initial_ >= 0 && static_cast<std::size_t>(initial_) + joins_.size() == workers_.size(),
@@ -104,8 +112,8 @@ void ClusterSim::start(std::size_t who, double at) {
   w.begun = true;
   w.started = at;
   next_step(w, at);
-  if (opt_.lifetimes) {
-    const double life = sampled_lifetime_seconds(*opt_.lifetimes, opt_.seed, w.rank, 1.0);
+  if (const auto it = opt_.lifetimes.find(w.type); it != opt_.lifetimes.end()) {
+    const double life = sampled_lifetime_seconds(it->second, opt_.seed, w.rank, 1.0);
     if (life >= 0) w.kill_at = std::min(w.kill_at, at + life);
   }
 }

@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +53,9 @@ std::vector<VirtualJoin> parse_virtual_joins(const std::string& spec);
 // about 9,000 updates/s on the 2-core development machine), in proportion to the parameters.
 double default_ps_update_seconds(std::int64_t params);
 
+// `--revocation-model NAME` (empty: none) for each of `types`: RevocationModel::load(NAME, type).
+std::map<std::string, RevocationModel> revocation_models(const std::string& name, const std::vector<std::string>& types);
+
 // One worker of the simulated cluster, as the simulator sees it.
 struct SimWorker {
   int rank = 0;  // as in a real job with one parameter server: 1, 2, ...
@@ -79,7 +83,8 @@ struct SimOptions {
   double message_bytes = 0;    // the model, one way
   double failure_timeout = 1.5;
   std::uint64_t seed = 1;      // lifetimes: sampled_lifetime_seconds(model, seed, rank)
-  std::optional<RevocationModel> lifetimes;
+  // Each instance type's revocation model (revocation_models()); empty: no lifetimes.
+  std::map<std::string, RevocationModel> lifetimes;
 };
 
 class ClusterSim {

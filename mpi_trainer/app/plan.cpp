@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -36,7 +37,8 @@ struct Cluster {
   std::int64_t params = 0;
   double update_seconds = 0;  // per shard and update
   double message_bytes = 0;
-  std::optional<RevocationModel> lifetimes;
+  std::map<std::string, RevocationModel> lifetimes;  // the workers' types (revocation_models)
+  std::optional<RevocationModel> ps_lifetime;
   PriceTable prices;
   bool workers_transient = true, ps_transient = false;
   std::string device_source;
@@ -89,7 +91,10 @@ Cluster prepare(const PlanConfig& c) {
     const double update = c.ps_update_seconds >= 0 ? c.ps_update_seconds : default_ps_update_seconds(k.params);
     k.update_seconds = update / c.num_ps;  // each shard updates its part of every push
   }
-  if (c.revocation_model != "none") k.lifetimes = RevocationModel::load(c.revocation_model);
+  if (c.revocation_model != "none") {
+    k.lifetimes = revocation_models(c.revocation_model, k.types);
+    k.ps_lifetime = RevocationModel::load(c.revocation_model, c.ps_type);
+  }
   return k;
 }
 
@@ -127,9 +132,9 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     ClusterSim sim(std::move(so), std::move(ws), n, {});
     // The job stops when the first parameter-server shard is revoked (transient shards only).
     double ps_end = kNeverSeconds;
-    if (revocations && k.ps_transient && k.lifetimes)
+    if (revocations && k.ps_transient && k.ps_lifetime)
       for (int shard = 0; shard < c.num_ps; ++shard) {
-        const double life = sampled_lifetime_seconds(*k.lifetimes, s, -1 - shard, 1.0);
+        const double life = sampled_lifetime_seconds(*k.ps_lifetime, s, -1 - shard, 1.0);
         if (life >= 0) ps_end = std::min(ps_end, life);
       }
     enum class End { kDone, kPsLost, kNoWorkers } end = End::kDone;
@@ -273,7 +278,13 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"ps_pricing", c.ps_pricing},
       {"prices", k.prices.source()},
       {"devices", k.device_source},
-      {"revocation_model", k.lifetimes ? nlohmann::ordered_json(k.lifetimes->source()) : nlohmann::ordered_json("none")},
+      {"revocation_model", c.revocation_model},
+      {"revocation_models", [&] {
+         nlohmann::ordered_json m = nlohmann::ordered_json::object();
+         for (const auto& [type, model] : k.lifetimes) m[type] = model.source();
+         if (k.ps_lifetime) m[c.ps_type] = k.ps_lifetime->source();
+         return m;
+       }()},
       {"ckpt_every_steps", c.ckpt_every_steps},
       {"restart_seconds", c.restart_seconds},
       {"draws", c.draws},
@@ -300,7 +311,7 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
   };
   out << "plan: " << cluster_line(c, k) << '\n'
       << "  step times: " << k.device_source << " device table; prices: " << k.prices.source()
-      << "; revocations: " << (k.lifetimes ? k.lifetimes->source() : std::string("none")) << "; checkpoint every "
+      << "; revocations: " << c.revocation_model << "; checkpoint every "
       << c.ckpt_every_steps << " steps, restart " << c.restart_seconds << " s; " << c.draws << " draws (seed "
       << c.seed << "); evidence S (simulator)\n";
   if (r.seconds.empty()) {

@@ -262,10 +262,11 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   std::vector<Emulation> emulated;
   std::exception_ptr error;
   try {
-    plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, mpi.rank(), mpi.size());
-    install_rank_signal_handlers();
     setup.emplace(prepare_run(c));
     types = worker_types(c, setup->prices, mpi.size() - c.num_ps);
+    plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, mpi.rank(), mpi.size(),
+                           mpi.rank() < c.num_ps ? c.ps_type : types[static_cast<std::size_t>(mpi.rank() - c.num_ps)]);
+    install_rank_signal_handlers();
     emulated = emulations(c, types);
     if (mpi.rank() == 0) check_checkpoint_dir(c);  // shard 0 writes the checkpoints
     if (mpi.rank() < c.num_ps) {
@@ -295,7 +296,8 @@ int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize
   TrainConfig c = cfg;
   // A lifetime of its own, if a model is given (drawn with its pid: joiners differ).
   const int self = c.num_ps + static_cast<int>(getpid() % 1000000);
-  FaultPlan plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, self, self + 1);
+  FaultPlan plan =
+      FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, self, self + 1, c.instance_type);
   install_rank_signal_handlers();
   const RunSetup setup = prepare_run(c);
   const Emulation emulation = emulations(c, {c.instance_type})[0];

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <iomanip>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -74,8 +75,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   // Revocations on the virtual clock: --revoke names worker ranks 1..N (rank 0 is the parameter
   // server, which is not revoked here); --revocation-model draws each worker's lifetime.
   const std::vector<RevokeEntry> revokes = parse_revoke(c.revoke);
-  std::optional<RevocationModel> lifetimes;
-  if (!c.revocation_model.empty()) lifetimes = RevocationModel::load(c.revocation_model);
+  std::map<std::string, RevocationModel> lifetimes = revocation_models(c.revocation_model, types);
 
   auto backend = make_backend(setup.device, setup.threads);
   MetricsWriter metrics(c.metrics);
@@ -133,7 +133,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   sim_options.message_bytes = message_bytes;
   sim_options.failure_timeout = c.failure_timeout;
   sim_options.seed = c.seed;
-  sim_options.lifetimes = lifetimes;
+  sim_options.lifetimes = std::move(lifetimes);
   ClusterSim sim(std::move(sim_options), std::move(sim_workers), n0, joins);
   for (int i = 0; i < n0; ++i) start_trainee(static_cast<std::size_t>(i));
 

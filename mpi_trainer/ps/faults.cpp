@@ -149,8 +149,9 @@ RevocationModel RevocationModel::parse(const std::string& text, const std::strin
       throw DataError(where + "expected HOURS,FRACTION_REVOKED, got '" + line + "'");
     if (h < 0 || f < 0 || f > 1) throw DataError(where + "hours must be >= 0 and the fraction within [0, 1]");
     if (m.hours_.empty() && (h != 0 || f != 0)) throw DataError(where + "the first row must be 0,0");
-    if (!m.hours_.empty() && (h <= m.hours_.back() || f < m.fraction_.back()))
-      throw DataError(where + "hours must increase and the fraction must not decrease");
+    // The same hour twice is a jump: every server left revoked at that age (GCE's 24 h cap).
+    if (!m.hours_.empty() && (h < m.hours_.back() || f < m.fraction_.back()))
+      throw DataError(where + "hours and the fraction must not decrease");
     m.hours_.push_back(h);
     m.fraction_.push_back(f);
   }
@@ -158,10 +159,19 @@ RevocationModel RevocationModel::parse(const std::string& text, const std::strin
   return m;
 }
 
-RevocationModel RevocationModel::load(const std::string& name_or_file) {
-  if (name_or_file == "gce") return parse(kGceRevocationCsv, "gce (built in: ps/revocation_gce.csv)");
+RevocationModel RevocationModel::load(const std::string& name_or_file, const std::string& instance_type) {
+  // gce: the table of the instance type when there is one, else all GPU types together.
+  std::string name = name_or_file;
+  if (name == "gce" && (instance_type == "k80" || instance_type == "p100" || instance_type == "v100"))
+    name += "-" + instance_type;
+  if (name == "gce") return parse(kGceRevocationCsv, "gce (built in: ps/revocation_gce.csv)");
+  if (name == "gce-k80") return parse(kGceK80RevocationCsv, "gce-k80 (built in: ps/revocation_gce_k80.csv)");
+  if (name == "gce-p100") return parse(kGceP100RevocationCsv, "gce-p100 (built in: ps/revocation_gce_p100.csv)");
+  if (name == "gce-v100") return parse(kGceV100RevocationCsv, "gce-v100 (built in: ps/revocation_gce_v100.csv)");
   std::ifstream in(name_or_file);
-  if (!in) throw DataError(name_or_file + ": cannot open the revocation model (give 'gce' or a table file)");
+  if (!in)
+    throw DataError(name_or_file +
+                    ": cannot open the revocation model (give gce, gce-k80, gce-p100, gce-v100 or a table file)");
   std::stringstream text;
   text << in.rdbuf();
   return parse(text.str(), name_or_file);
@@ -229,7 +239,7 @@ std::string worker_label(int rank) {
 }
 
 FaultPlan FaultPlan::make(const std::string& revoke, const std::string& model, std::uint64_t seed, double time_scale,
-                          int num_ps, int rank, int size) {
+                          int num_ps, int rank, int size, const std::string& instance_type) {
   FaultPlan plan;
   for (const auto& e : parse_revoke(revoke)) {
     if (e.rank >= size)
@@ -238,7 +248,7 @@ FaultPlan FaultPlan::make(const std::string& revoke, const std::string& model, s
     if (e.rank == rank) plan.entries.push_back(e);
   }
   if (!model.empty()) {
-    const auto m = RevocationModel::load(model);
+    const auto m = RevocationModel::load(model, instance_type);
     // Each attempt of launch/restart_loop.sh runs on new servers: a new draw.
     if (const char* a = std::getenv("MT_RESTART_ATTEMPT")) seed += 7919 * std::strtoull(a, nullptr, 10);
     if (rank >= num_ps) plan.lifetime_seconds = sampled_lifetime_seconds(m, seed, rank, time_scale);

@@ -35,9 +35,10 @@ std::string signal_name(int signo);
 // Cumulative fraction of servers revoked by age, linear between rows.
 class RevocationModel {
  public:
-  // "gce" (built in) or the path of a table file (see ps/revocation_gce.csv). Throws
-  // DataError naming the file and line.
-  static RevocationModel load(const std::string& name_or_file);
+  // "gce" (built in: the table of `instance_type` for k80, p100 and v100, else all GPU types
+  // together), "gce-k80", "gce-p100", "gce-v100", or the path of a table file (see
+  // ps/revocation_gce.csv), which applies to every type. Throws DataError naming the file and line.
+  static RevocationModel load(const std::string& name_or_file, const std::string& instance_type = "");
   static RevocationModel parse(const std::string& text, const std::string& source);
   // Fraction revoked by `hours`.
   double fraction_by(double hours) const;
@@ -66,11 +67,12 @@ struct FaultPlan {
   double lifetime_seconds = -1;      // sampled from the model (workers); negative: none
   Clock::time_point start = Clock::now();
 
-  // This rank's entries of `revoke` and, for a worker, a lifetime drawn from `model` (empty: none)
-  // with `seed` (each attempt of launch/restart_loop.sh, MT_RESTART_ATTEMPT, draws anew).
-  // Throws UsageError for a rank outside the job, DataError for a bad model file.
+  // This rank's entries of `revoke` and, for a worker, a lifetime drawn from `model` (empty: none;
+  // gce: the table of its `instance_type`) with `seed` (each attempt of launch/restart_loop.sh,
+  // MT_RESTART_ATTEMPT, draws anew). Throws UsageError for a rank outside the job, DataError for a
+  // bad model file.
   static FaultPlan make(const std::string& revoke, const std::string& model, std::uint64_t seed, double time_scale,
-                        int num_ps, int rank, int size);
+                        int num_ps, int rank, int size, const std::string& instance_type);
 
   static void fire(int rank, int signo, const std::string& why);
   // The global step this run started from: entries at or below it were for an earlier attempt.
