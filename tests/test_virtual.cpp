@@ -298,4 +298,34 @@ TEST_CASE("mpi_trainer plan: the report, --json and its errors", "[unit][plan]")
   CHECK(contains(unknown.output, "a100"));
   CHECK(run("plan --workers 2 --num-ps 0").code == mt::kExitUsage);
   CHECK(run("plan --steps 10 --epochs 2").code == mt::kExitUsage);
+  CHECK(run("plan --deadline soon").code == mt::kExitUsage);
+}
+
+TEST_CASE("mpi_trainer plan --deadline --budget: the cheapest shapes meeting both, or exit 1", "[unit][plan]") {
+  const auto r = run("plan --steps 64000 --deadline 2h --budget 3 --draws 10 --max-workers 8 --json");
+  REQUIRE(r.code == 0);
+  const auto j = Json::parse(r.output);
+  CHECK(j["event"] == "plan_search");
+  const auto& shapes = j["shapes"];
+  REQUIRE(shapes.size() > 10);
+  bool met = true;
+  double last = 0;
+  for (const auto& s : shapes) {
+    const bool meets = s["meets"].get<bool>();
+    if (meets) {
+      CHECK(met);  // the ones meeting both come first, cheapest first
+      CHECK(s["seconds"]["p90"].get<double>() <= 7200);
+      CHECK(s["cost_usd"]["p90"].get<double>() <= 3);
+      CHECK(s["cost_usd"]["median"].get<double>() >= last);
+      last = s["cost_usd"]["median"].get<double>();
+    }
+    met = meets;
+  }
+  CHECK(shapes[0]["meets"].get<bool>());
+  // One K80 alone takes 3.9 h: never within 2 h; 8 K80s do.
+  for (const auto& s : shapes)
+    if (s["worker_types"][0] == "k80" && s["num_ps"] == 0) CHECK_FALSE(s["meets"].get<bool>());
+  const auto none = run("plan --steps 64000 --deadline 1m --draws 5 --max-workers 2");
+  CHECK(none.code == 1);
+  CHECK(contains(none.output, "none does"));
 }

@@ -18,6 +18,7 @@
 #include "app/train.hpp"
 #include "app/train_dist.hpp"
 #include "app/train_virtual.hpp"
+#include "ps/faults.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/ulfm.hpp"
 #include "ckpt/checkpoint.hpp"
@@ -532,6 +533,16 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->check(CLI::Range(1, 1000000));
   plan_cmd->add_option("--seed", plan_cfg.seed, "Seed of the draws")->capture_default_str();
   plan_cmd->add_flag("--json", plan_cfg.json, "One JSON object instead of the report");
+  std::string plan_deadline;
+  plan_cmd->add_option("--deadline", plan_deadline,
+                       "Search cluster shapes (type, count, transient or on demand, 1 or 2 shards) for the cheapest "
+                       "that finish within this time (e.g. 2h, 90m) at the 90th percentile; exit 1 when none does");
+  plan_cmd->add_option("--budget", plan_cfg.budget_usd,
+                       "Search (as --deadline) for shapes whose 90th-percentile cost stays within these dollars")
+      ->check(kPositive);
+  plan_cmd->add_option("--max-workers", plan_cfg.max_workers, "The largest worker count the search tries")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   plan_cmd->get_option("--epochs")->excludes(plan_cmd->get_option("--steps"));
 
   std::string gen_dir;
@@ -659,6 +670,11 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       out << "bn_running_stats: " << bn_stats << '\n';
       out << "parameters: " << model.param_count() << '\n';
     } else if (*plan_cmd) {
+      if (!plan_deadline.empty()) {
+        if (const std::string why = parse_duration(plan_deadline, plan_cfg.deadline_seconds); !why.empty())
+          throw UsageError("--deadline: '" + plan_deadline + "': " + why);
+        if (!(plan_cfg.deadline_seconds > 0)) throw UsageError("--deadline must be above 0");
+      }
       return plan_command(plan_cfg, out);
     } else if (*devices_cmd) {
       out << DeviceTable::shipped_text();

@@ -22,6 +22,10 @@ namespace {
 // A job that needs more restarts than this does not finish (the draw says so).
 constexpr int kMaxRestarts = 100;
 
+constexpr const char* kAccuracyNote =
+    "  (time to the global steps: what asynchrony costs in accuracy with more workers is not in the plan; "
+    "measured in bench/README.md, \"Speed-up\", and by train --virtual-workers)\n";
+
 bool transient_pricing(const std::string& value, const char* flag) {
   if (value == "transient") return true;
   if (value == "on-demand") return false;
@@ -104,7 +108,23 @@ struct Draw {
 };
 
 // One training job from step 0 to the end, through any restarts. `revocations`: draw lifetimes.
-Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool revocations) {
+// `calm`: the job without revocations; a draw whose every server outlives it is that job (bar
+// the jitter of its step times, which averages out over a run), without simulating it again.
+Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool revocations, const Draw* calm) {
+  if (calm && revocations) {
+    const std::uint64_t s = seed * 1000003ULL;  // attempt 0's, as below
+    bool outlived = true;
+    for (int i = 0; i < c.workers && outlived && k.workers_transient; ++i) {
+      const auto it = k.lifetimes.find(k.types[static_cast<std::size_t>(i)]);
+      const double life = it == k.lifetimes.end() ? -1 : sampled_lifetime_seconds(it->second, s, i + 1, 1.0);
+      outlived = life < 0 || life > calm->seconds;
+    }
+    for (int shard = 0; shard < c.num_ps && outlived && k.ps_transient && k.ps_lifetime; ++shard) {
+      const double life = sampled_lifetime_seconds(*k.ps_lifetime, s, -1 - shard, 1.0);
+      outlived = life < 0 || life > calm->seconds;
+    }
+    if (outlived) return *calm;
+  }
   Draw d;
   std::int64_t durable = 0;  // global steps checkpointed before this attempt
   const int n = c.workers;
@@ -230,7 +250,7 @@ std::string cluster_line(const PlanConfig& c, const Cluster& k) {
 PlanResult run_plan(const PlanConfig& c) {
   const Cluster k = prepare(c);
   PlanResult r;
-  const Draw ideal = simulate(k, c, c.seed, false);
+  const Draw ideal = simulate(k, c, c.seed, false, nullptr);
   r.ideal_seconds = ideal.seconds;
   r.ps_utilisation = ideal.seconds > 0 ? ideal.ps_busy / ideal.seconds : 0;
   // One shard is always busy when the workers' pushes per second reach 1 / (its time per update).
@@ -240,7 +260,7 @@ PlanResult run_plan(const PlanConfig& c) {
   r.ps_saturation_workers =
       k.update_seconds > 0 && c.num_ps > 0 ? double(c.workers) / (pushes_per_second * k.update_seconds) : kNeverSeconds;
   for (int i = 0; i < c.draws; ++i) {
-    const Draw d = simulate(k, c, c.seed * 7919ULL + static_cast<std::uint64_t>(i) + 1, true);
+    const Draw d = simulate(k, c, c.seed * 7919ULL + static_cast<std::uint64_t>(i) + 1, true, &ideal);
     if (!d.finished) {
       ++r.unfinished;
       continue;
@@ -339,9 +359,108 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
   if (r.unfinished > 0)
     out << "  " << r.unfinished << " of " << c.draws << " draws did not finish within " << kMaxRestarts
         << " restarts (left out above)\n";
+  out << kAccuracyNote;
 }
 
+std::vector<PlanShape> search_plans(const PlanConfig& c) {
+  if (c.max_workers < 1) throw UsageError("--max-workers must be 1 or more");
+  const PriceTable prices = PriceTable::load(c.prices);
+  const DeviceTable table = c.devices.empty() ? DeviceTable::shipped() : DeviceTable::from_file(c.devices);
+  std::vector<std::string> types;  // every worker type with both a step time and a price
+  for (const auto& t : table.names())
+    if (t != c.ps_type && std::find(prices.types().begin(), prices.types().end(), t) != prices.types().end())
+      types.push_back(t);
+  if (types.empty()) throw UsageError("plan: no instance type has both a step time and a price to search");
+  std::vector<int> counts;
+  for (int n : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64})
+    if (n <= c.max_workers) counts.push_back(n);
+  if (counts.back() != c.max_workers && c.max_workers > 1) counts.push_back(c.max_workers);
+  std::vector<PlanShape> out;
+  for (const auto& type : types)
+    for (const char* pricing : {"transient", "on-demand"})
+      for (int n : counts)
+        for (int ps : n == 1 ? std::vector<int>{0, 1} : std::vector<int>{1, 2}) {  // one worker: also alone
+          PlanShape shape;
+          shape.cfg = c;
+          shape.cfg.workers = n;
+          shape.cfg.worker_types = type;
+          shape.cfg.pricing = pricing;
+          shape.cfg.num_ps = ps;
+          shape.cfg.worker_links.clear();
+          shape.result = run_plan(shape.cfg);
+          const auto& r = shape.result;
+          shape.meets = !r.seconds.empty() && r.unfinished == 0 &&
+                        (c.deadline_seconds < 0 || percentile(r.seconds, 0.9) <= c.deadline_seconds) &&
+                        (c.budget_usd < 0 || percentile(r.cost_usd, 0.9) <= c.budget_usd);
+          out.push_back(std::move(shape));
+        }
+  std::stable_sort(out.begin(), out.end(), [](const PlanShape& a, const PlanShape& b) {
+    if (a.meets != b.meets) return a.meets;
+    const double ca = a.result.cost_usd.empty() ? kNeverSeconds : percentile(a.result.cost_usd, 0.5);
+    const double cb = b.result.cost_usd.empty() ? kNeverSeconds : percentile(b.result.cost_usd, 0.5);
+    return ca < cb;
+  });
+  return out;
+}
+
+namespace {
+
+std::string shape_name(const PlanConfig& c) {
+  if (c.num_ps == 0) return "1 " + c.worker_types + " alone (" + c.pricing + ")";
+  return std::to_string(c.workers) + " x " + c.worker_types + " (" + c.pricing + ") + " + std::to_string(c.num_ps) +
+         " PS";
+}
+
+int search_command(const PlanConfig& c, std::ostream& out) {
+  const std::vector<PlanShape> shapes = search_plans(c);
+  const auto meeting = std::count_if(shapes.begin(), shapes.end(), [](const PlanShape& s) { return s.meets; });
+  if (c.json) {
+    nlohmann::ordered_json all = nlohmann::ordered_json::array();
+    for (const auto& s : shapes) {
+      nlohmann::ordered_json j = plan_json(s.cfg, s.result);
+      j["meets"] = s.meets;
+      all.push_back(std::move(j));
+    }
+    out << nlohmann::ordered_json{{"event", "plan_search"},
+                                  {"deadline_seconds", c.deadline_seconds < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.deadline_seconds)},
+                                  {"budget_usd", c.budget_usd < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.budget_usd)},
+                                  {"meeting", meeting},
+                                  {"shapes", all}}
+               .dump()
+        << '\n';
+    return 0;
+  }
+  const Cluster k = prepare(c);
+  out << "plan search: " << c.model << ", " << k.steps << " global steps of " << c.batch_size << "; deadline "
+      << (c.deadline_seconds < 0 ? std::string("none") : hours(c.deadline_seconds)) << ", budget "
+      << (c.budget_usd < 0 ? std::string("none") : dollars(c.budget_usd))
+      << " (both at the 90th percentile); parameter servers " << c.ps_type << " (" << c.ps_pricing << "); " << c.draws
+      << " draws per shape; evidence S\n"
+      << "  " << shapes.size() << " shapes tried, " << meeting << " meet both"
+      << (meeting ? "; the cheapest:" : ": none does; the closest, cheapest first:") << '\n';
+  out << "  " << std::left << std::setw(34) << "cluster" << std::right << std::setw(9) << "time" << std::setw(9)
+      << "p90" << std::setw(9) << "cost" << std::setw(9) << "p90" << std::setw(11) << "restarts" << '\n';
+  int shown = 0;
+  for (const auto& s : shapes) {
+    if (shown == 10 || (meeting && !s.meets)) break;
+    const auto& r = s.result;
+    if (r.seconds.empty()) continue;
+    std::ostringstream restarts;
+    restarts << std::fixed << std::setprecision(1) << 100 * fraction_positive(r.restarts) << '%';
+    out << "  " << std::left << std::setw(34) << shape_name(s.cfg) << std::right << std::setw(9)
+        << hours(percentile(r.seconds, 0.5)) << std::setw(9) << hours(percentile(r.seconds, 0.9)) << std::setw(9)
+        << dollars(percentile(r.cost_usd, 0.5)) << std::setw(9) << dollars(percentile(r.cost_usd, 0.9))
+        << std::setw(11) << restarts.str() << '\n';
+    ++shown;
+  }
+  out << kAccuracyNote;
+  return meeting ? 0 : 1;
+}
+
+}  // namespace
+
 int plan_command(const PlanConfig& c, std::ostream& out) {
+  if (c.deadline_seconds >= 0 || c.budget_usd >= 0) return search_command(c, out);
   const PlanResult r = run_plan(c);
   if (c.json)
     out << plan_json(c, r).dump() << '\n';

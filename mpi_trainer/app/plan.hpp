@@ -40,6 +40,11 @@ struct PlanConfig {
   int draws = 100;
   std::uint64_t seed = 1;
   bool json = false;
+  // --deadline / --budget: search cluster shapes (worker type and count, transient or on demand,
+  // 1 or 2 shards) for the cheapest meeting both at the 90th percentile; < 0: not given.
+  double deadline_seconds = -1;
+  double budget_usd = -1;
+  int max_workers = 16;  // the largest worker count the search tries
 };
 
 // One configuration's prediction.
@@ -53,6 +58,15 @@ struct PlanResult {
 };
 
 PlanResult run_plan(const PlanConfig& cfg);
+
+// One cluster shape the search tried.
+struct PlanShape {
+  PlanConfig cfg;  // workers, worker_types, pricing, num_ps set
+  PlanResult result;
+  bool meets = false;  // p90 time within the deadline and p90 cost within the budget
+};
+// Every shape tried, the ones meeting both first, cheapest (median cost) first.
+std::vector<PlanShape> search_plans(const PlanConfig& cfg);
 nlohmann::ordered_json plan_json(const PlanConfig& cfg, const PlanResult& r);
 // The human-readable report.
 void print_plan(const PlanConfig& cfg, const PlanResult& r, std::ostream& out);
