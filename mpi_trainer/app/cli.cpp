@@ -533,6 +533,10 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->check(CLI::Range(1, 1000000));
   plan_cmd->add_option("--seed", plan_cfg.seed, "Seed of the draws")->capture_default_str();
   plan_cmd->add_flag("--json", plan_cfg.json, "One JSON object instead of the report");
+  plan_cmd->add_flag("--per-draw", plan_cfg.per_draw, "With --json: every draw's time, cost, revocations and restarts");
+  plan_cmd->add_option("--joins", plan_cfg.joins,
+                       "Workers joining later, TYPE@step=N or TYPE@TIME, comma-separated (the paper's Fig. 5: "
+                       "k80@step=16000,k80@step=32000,k80@step=48000)");
   std::string plan_deadline;
   plan_cmd->add_option("--deadline", plan_deadline,
                        "Search cluster shapes (type, count, transient or on demand, 1 or 2 shards) for the cheapest "

@@ -34,7 +34,8 @@ bool transient_pricing(const std::string& value, const char* flag) {
 
 // Everything a draw needs, checked once.
 struct Cluster {
-  std::vector<std::string> types;  // per worker
+  std::vector<std::string> types;  // per worker: the initial ones, then one per join
+  std::vector<VirtualJoin> joins;
   std::vector<Emulation> speeds;
   std::vector<Link> links;
   std::int64_t steps = 0;
@@ -84,7 +85,16 @@ Cluster prepare(const PlanConfig& c) {
     const DeviceSpeed& d = table.at(t);
     k.speeds.push_back(Emulation{t, d.step_seconds, d.jitter_cv, table.source()});
   }
+  k.joins = parse_virtual_joins(c.joins);
+  if (!k.joins.empty() && c.num_ps == 0) throw UsageError("--joins: --num-ps 0 is one process alone");
+  for (const auto& j : k.joins) {
+    k.prices.at(j.type);
+    const DeviceSpeed& d = table.at(j.type);
+    k.types.push_back(j.type);
+    k.speeds.push_back(Emulation{j.type, d.step_seconds, d.jitter_cv, table.source()});
+  }
   k.links = parse_links(c.worker_links, c.workers);
+  k.links.resize(k.types.size(), k.links.back());
   k.params = Model(parse_model(c.model)).param_count();
   if (c.num_ps == 0) {
     // One process alone (the single-server baseline): no messages, no parameter server.
@@ -111,7 +121,7 @@ struct Draw {
 // `calm`: the job without revocations; a draw whose every server outlives it is that job (bar
 // the jitter of its step times, which averages out over a run), without simulating it again.
 Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool revocations, const Draw* calm) {
-  if (calm && revocations) {
+  if (calm && revocations && k.joins.empty()) {
     const std::uint64_t s = seed * 1000003ULL;  // attempt 0's, as below
     bool outlived = true;
     for (int i = 0; i < c.workers && outlived && k.workers_transient; ++i) {
@@ -135,13 +145,28 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     }
     // Every attempt a fresh cluster: new servers, new lifetimes.
     const std::uint64_t s = seed * 1000003ULL + static_cast<std::uint64_t>(attempt);
-    std::vector<SimWorker> ws(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      SimWorker& w = ws[static_cast<std::size_t>(i)];
-      w.rank = i + 1;
-      w.type = k.types[static_cast<std::size_t>(i)];
-      w.link = k.links[static_cast<std::size_t>(i)];
-      w.pacer.emplace(k.speeds[static_cast<std::size_t>(i)], pacer_seed(s, w.rank));
+    // The initial workers, those that joined at a step this attempt resumes past, then the joins to
+    // come (their steps counted from the resumed one).
+    std::vector<std::size_t> order;
+    std::vector<VirtualJoin> later;
+    for (int i = 0; i < n; ++i) order.push_back(static_cast<std::size_t>(i));
+    for (std::size_t j = 0; j < k.joins.size(); ++j)
+      if (k.joins[j].step > 0 && k.joins[j].step <= durable) order.push_back(static_cast<std::size_t>(n) + j);
+    const int initial = static_cast<int>(order.size());
+    for (std::size_t j = 0; j < k.joins.size(); ++j)
+      if (!(k.joins[j].step > 0 && k.joins[j].step <= durable)) {
+        order.push_back(static_cast<std::size_t>(n) + j);
+        VirtualJoin v = k.joins[j];
+        if (v.step > 0) v.step -= durable;
+        later.push_back(v);
+      }
+    std::vector<SimWorker> ws(order.size());
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      SimWorker& w = ws[i];
+      w.rank = static_cast<int>(i) + 1;
+      w.type = k.types[order[i]];
+      w.link = k.links[order[i]];
+      w.pacer.emplace(k.speeds[order[i]], pacer_seed(s, w.rank));
     }
     SimOptions so;
     so.update_seconds = k.update_seconds;
@@ -149,7 +174,7 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     so.failure_timeout = c.num_ps == 0 ? 0 : c.failure_timeout;  // alone: its loss is the job's end
     so.seed = s;
     if (revocations && k.workers_transient) so.lifetimes = k.lifetimes;
-    ClusterSim sim(std::move(so), std::move(ws), n, {});
+    ClusterSim sim(std::move(so), std::move(ws), initial, std::move(later));
     // The job stops when the first parameter-server shard is revoked (transient shards only).
     double ps_end = kNeverSeconds;
     if (revocations && k.ps_transient && k.ps_lifetime)
@@ -174,6 +199,7 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     const double t = end == End::kPsLost ? ps_end : sim.now();
     for (std::size_t i = 0; i < sim.workers().size(); ++i) {
       const SimWorker& w = sim.worker(i);
+      if (!w.begun) continue;  // never joined
       const double until = w.ended >= 0 ? std::min(w.ended, t) : t;
       d.cost += k.prices.cost_usd(w.type, k.workers_transient, std::max(0.0, until - w.started));
     }
@@ -258,7 +284,7 @@ PlanResult run_plan(const PlanConfig& c) {
   for (std::size_t i = 0; i < k.types.size(); ++i)
     pushes_per_second += 1.0 / (k.speeds[i].step_seconds + 2 * k.links[i].seconds(k.message_bytes));
   r.ps_saturation_workers =
-      k.update_seconds > 0 && c.num_ps > 0 ? double(c.workers) / (pushes_per_second * k.update_seconds) : kNeverSeconds;
+      k.update_seconds > 0 && c.num_ps > 0 ? double(k.types.size()) / (pushes_per_second * k.update_seconds) : kNeverSeconds;
   for (int i = 0; i < c.draws; ++i) {
     const Draw d = simulate(k, c, c.seed * 7919ULL + static_cast<std::uint64_t>(i) + 1, true, &ideal);
     if (!d.finished) {
@@ -283,7 +309,7 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
   std::vector<double> lost_when;
   for (std::size_t i = 0; i < r.restarts.size(); ++i)
     if (r.restarts[i] > 0) lost_when.push_back(r.lost_steps[i]);
-  return nlohmann::ordered_json{
+  nlohmann::ordered_json out{
       {"event", "plan"},
       {"evidence", "S"},
       {"model", c.model},
@@ -319,7 +345,12 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"lost_steps_mean_when_restarted", mean(lost_when)},
       {"ps_utilisation", r.ps_utilisation},
       {"ps_saturation_workers", r.ps_saturation_workers},
-      {"unfinished_draws", r.unfinished}};
+      {"unfinished_draws", r.unfinished},
+      {"joins", c.joins}};
+  if (c.per_draw)
+    out["per_draw"] = {{"seconds", r.seconds}, {"cost_usd", r.cost_usd}, {"revocations", r.revocations},
+                       {"restarts", r.restarts}, {"lost_steps", r.lost_steps}};
+  return out;
 }
 
 void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {

@@ -40,6 +40,8 @@ struct PlanConfig {
   int draws = 100;
   std::uint64_t seed = 1;
   bool json = false;
+  bool per_draw = false;  // --json: every draw's time, cost, revocations and restarts too
+  std::string joins;      // workers joining later: TYPE@step=N or TYPE@TIME, comma-separated
   // --deadline / --budget: search cluster shapes (worker type and count, transient or on demand,
   // 1 or 2 shards) for the cheapest meeting both at the 90th percentile; < 0: not given.
   double deadline_seconds = -1;
