@@ -35,6 +35,9 @@ assert s["test_accuracy"] > 0.3, f"accuracy {s['test_accuracy']} not well above 
 assert s["cost_usd"] > 0, s
 progress = [e for e in events if e["event"] == "progress"]
 assert progress and all("mean_staleness" in e and "active_workers" in e for e in progress), progress
+# The live prediction: every progress event says when the run should end and what it will cost.
+assert all(e["predicted_seconds_left"] is not None and e["predicted_seconds_left"] >= 0 and
+           e["predicted_cost_usd"] > 0 for e in progress), progress[-1]
 if policy == "dana":
     # One Nesterov momentum buffer per worker's data slot, checkpointed whole; /optimizer/momentum
     # holds their mean.

@@ -49,9 +49,11 @@ assert s["event"] == "summary" and s["global_step"] == 120, s
 assert s["max_staleness"] <= 1, s
 assert s["dropped_stale_pushes"] > 0, "3 workers with a bound of 1 must drop some pushes"
 assert s["worker_types"] == ["small", "big", "small"] and s["ps_type"] == "server", s
+assert s["pricing"] == "transient" and s["ps_pricing"] == "on-demand", s
 workers = next(e for e in events if e["event"] == "workers")["workers"]
 price = {"small": 0.5, "big": 1.8}
-expect = 2 * 0.18 * s["train_seconds"] / 3600 + sum(price[w["instance_type"]] * w["active_seconds"] / 3600 for w in workers)
+# Workers at the transient price, the 2 parameter-server shards on demand (--ps-pricing default).
+expect = 2 * 0.36 * s["train_seconds"] / 3600 + sum(price[w["instance_type"]] * w["active_seconds"] / 3600 for w in workers)
 assert abs(s["cost_usd"] - expect) <= 1e-6 * expect, (s["cost_usd"], expect)
 progress = [e for e in events if e["event"] == "progress"]
 assert all(len(e["workers"]) == 3 and "mean_staleness" in e["workers"][0] for e in progress), progress

@@ -329,3 +329,30 @@ TEST_CASE("mpi_trainer plan --deadline --budget: the cheapest shapes meeting bot
   CHECK(none.code == 1);
   CHECK(contains(none.output, "none does"));
 }
+
+TEST_CASE("the live prediction: steps left over the workers' rates, less what the revocation model takes",
+          "[unit][plan]") {
+  const mt::PriceTable prices = mt::PriceTable::table2();
+  const std::vector<mt::LiveWorker> two{{"k80", 4.0, 0}, {"k80", 4.0, 0}};
+  // No model: 800 steps at 8 a second, $0.256 an hour per transient K80 and the PS's $0.143 on demand.
+  const auto calm = mt::predict_finish(800, two, {}, 1.0, prices, true, 0.5, 0.143 / 3600);
+  CHECK(calm.seconds_left == Approx(100));
+  CHECK(calm.cost_usd == Approx(0.5 + 100 * (2 * 0.256 + 0.143) / 3600));
+  CHECK(mt::predict_finish(0, two, {}, 1.0, prices, true, 0.5, 0).seconds_left == 0);
+  CHECK(mt::predict_finish(10, {}, {}, 1.0, prices, true, 0.5, 0).seconds_left < 0);  // nobody trains
+  // Every server revoked at 1 model hour (--time-scale 3600: one a second): a run needing 2 s of
+  // two workers does not finish; one needing half a second does, as if nothing happened.
+  std::map<std::string, mt::RevocationModel> cap{{"k80", mt::RevocationModel::parse("0,0\n1,0\n1,1\n", "cap")}};
+  CHECK(mt::predict_finish(16, two, cap, 3600, prices, true, 0, 0).seconds_left < 0);
+  CHECK(mt::predict_finish(4, two, cap, 3600, prices, true, 0, 0).seconds_left == Approx(0.5).epsilon(0.01));
+  // 10% of the servers revoked in their first hour, all by the second: the expected rate falls,
+  // so the run takes longer than without the model, and a worker already 50 minutes old (alive)
+  // nears the steep part, so it is likelier to go during the run than a fresh one.
+  std::map<std::string, mt::RevocationModel> half{{"k80", mt::RevocationModel::parse("0,0\n1,0.1\n2,1\n", "steep")}};
+  const auto fresh = mt::predict_finish(8 * 1800, two, half, 1.0, prices, true, 0, 0);
+  CHECK(fresh.seconds_left > 1800 * 1.01);
+  const std::vector<mt::LiveWorker> old{{"k80", 4.0, 3000}, {"k80", 4.0, 3000}};
+  CHECK(mt::predict_finish(8 * 1800, old, half, 1.0, prices, true, 0, 0).seconds_left > fresh.seconds_left);
+  // Expected cost: workers billed only while expected alive, so below the calm run's bill per second.
+  CHECK(fresh.cost_usd < fresh.seconds_left * 2 * 0.256 / 3600);
+}

@@ -264,10 +264,16 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "update, measured, in proportion to the model's parameters)")
           ->check(kNonNegative),
       "MT_PS_UPDATE_SECONDS");
-  env(cmd.add_option("--pricing", c.pricing, "on-demand or transient prices")
+  env(cmd.add_option("--pricing", c.pricing, "The workers' (or a single process's) prices: on-demand or transient")
           ->capture_default_str()
           ->check(CLI::IsMember({"on-demand", "transient"})),
       "MT_PRICING");
+  env(cmd.add_option("--ps-pricing", c.ps_pricing,
+                     "The parameter-server shards' prices: on-demand (the paper's setup: a revoked PS stops the job) "
+                     "or transient")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"on-demand", "transient"})),
+      "MT_PS_PRICING");
   env(cmd.add_option("--ckpt-dir", c.ckpt_dir,
                      "Write HDF5 checkpoints here (atomically; LATEST names the newest) and "
                      "resume from here"),

@@ -45,7 +45,8 @@ struct TrainConfig {
   std::string worker_links;           // "LATENCY_MS/GBIT_S" for all, or one per worker; empty: the default
   std::string virtual_joins;          // "k80@step=16000,p100@2h": workers that join on the virtual clock
   double ps_update_seconds = -1;      // the PS's time per update; < 0: from the model's size
-  std::string pricing = "on-demand";  // on-demand | transient
+  std::string pricing = "on-demand";  // on-demand | transient: the workers' (and a single process's)
+  std::string ps_pricing = "on-demand";  // the parameter-server shards' (the paper ran its PS on demand)
   std::string ckpt_dir;               // empty: no checkpoints
   std::int64_t ckpt_every_steps = 0;  // 0: only at the end
   double ckpt_every_seconds = 0;      // 0: off

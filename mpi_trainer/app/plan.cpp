@@ -11,6 +11,7 @@
 #include "app/cluster_sim.hpp"
 #include "app/cost.hpp"
 #include "app/emulation.hpp"
+#include "app/metrics.hpp"
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
 #include "ps/faults.hpp"
@@ -489,6 +490,68 @@ int search_command(const PlanConfig& c, std::ostream& out) {
 }
 
 }  // namespace
+
+LivePrediction predict_finish(std::int64_t steps_left, const std::vector<LiveWorker>& workers,
+                              const std::map<std::string, RevocationModel>& models, double time_scale,
+                              const PriceTable& prices, bool transient, double spent_usd, double ps_usd_per_second) {
+  LivePrediction p;
+  double rate = 0, spend = ps_usd_per_second;
+  for (const auto& w : workers) {
+    rate += w.steps_per_second;
+    spend += prices.cost_usd(w.type, transient, 1.0);
+  }
+  if (steps_left <= 0) return {0, spent_usd};
+  if (rate <= 0) return p;
+  const double calm = double(steps_left) / rate;  // without revocations
+  if (models.empty()) return {calm, spent_usd + spend * calm};
+  // The chance that worker i, alive at age a, still runs t seconds later: (1 - F(a + t)) / (1 - F(a)).
+  const auto hours = [&](double seconds) { return seconds * time_scale / 3600.0; };
+  const auto alive = [&](const LiveWorker& w, double t) {
+    const auto it = models.find(w.type);
+    if (it == models.end()) return 1.0;
+    const double now = 1.0 - it->second.fraction_by(hours(w.age_seconds));
+    return now <= 0 ? 1.0 : (1.0 - it->second.fraction_by(hours(w.age_seconds + t))) / now;
+  };
+  const double dt = calm / 400;
+  double t = 0, done = 0, cost = spent_usd;
+  while (t < 100 * calm) {
+    double r = 0, s = ps_usd_per_second;
+    for (const auto& w : workers) {
+      const double a = alive(w, t + dt / 2);
+      r += w.steps_per_second * a;
+      s += prices.cost_usd(w.type, transient, 1.0) * a;
+    }
+    if (done + r * dt >= double(steps_left)) {
+      const double f = (double(steps_left) - done) / (r * dt);
+      return {t + f * dt, cost + s * f * dt};
+    }
+    done += r * dt;
+    cost += s * dt;
+    t += dt;
+  }
+  return p;  // the expected rate fell to nothing first
+}
+
+std::string prediction_model(const std::string& revocation_model, bool transient) {
+  if (!revocation_model.empty()) return revocation_model;
+  return transient ? "gce" : "";
+}
+
+std::string format_prediction(const LivePrediction& p, const char* word) {
+  if (p.seconds_left < 0) return std::string("  ") + word + " ? (a restart is likely)";
+  std::ostringstream s;
+  s << "  " << word << " ~" << format_eta(p.seconds_left) << " $" << std::fixed << std::setprecision(p.cost_usd < 10 ? 3 : 2)
+    << p.cost_usd;
+  return s.str();
+}
+
+nlohmann::ordered_json prediction_seconds_json(const LivePrediction& p) {
+  return p.seconds_left < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(p.seconds_left);
+}
+
+nlohmann::ordered_json prediction_cost_json(const LivePrediction& p) {
+  return p.cost_usd < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(p.cost_usd);
+}
 
 int plan_command(const PlanConfig& c, std::ostream& out) {
   if (c.deadline_seconds >= 0 || c.budget_usd >= 0) return search_command(c, out);

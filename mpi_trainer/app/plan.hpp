@@ -10,10 +10,14 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "app/cost.hpp"
+#include "ps/faults.hpp"
 
 namespace mt {
 
@@ -72,6 +76,35 @@ std::vector<PlanShape> search_plans(const PlanConfig& cfg);
 nlohmann::ordered_json plan_json(const PlanConfig& cfg, const PlanResult& r);
 // The human-readable report.
 void print_plan(const PlanConfig& cfg, const PlanResult& r, std::ostream& out);
+// The live prediction of a run in progress (its progress lines and metrics): when it will finish
+// and what it will have cost, from each active worker's measured push rate, the revocation model
+// of its instance type given its age (a worker that has lived `age` is revoked later with the
+// model's odds conditioned on that), and the prices. The expected training rate over time is
+// integrated until the steps left are done.
+struct LiveWorker {
+  std::string type;
+  double steps_per_second = 0;  // its pushes per second, measured
+  double age_seconds = 0;       // since it started (run time)
+};
+struct LivePrediction {
+  double seconds_left = -1;  // < 0: not expected to finish (every worker likely revoked first)
+  double cost_usd = -1;      // the run's total, so far included
+};
+// `models`: each instance type's revocation model (empty: none); `time_scale`: model hours per
+// run hour (--time-scale); `spent_usd`: the cost so far; `ps_usd_per_second`: every shard's.
+LivePrediction predict_finish(std::int64_t steps_left, const std::vector<LiveWorker>& workers,
+                              const std::map<std::string, RevocationModel>& models, double time_scale,
+                              const PriceTable& prices, bool transient, double spent_usd, double ps_usd_per_second);
+// The revocation model a run's live prediction uses: --revocation-model when given, else gce for
+// transient workers, none on demand.
+std::string prediction_model(const std::string& revocation_model, bool transient);
+// "  finish ~0:12:34 $1.23" for a progress line ("  finish ? (a restart is likely)" when not
+// expected to finish); `word`: "vfinish" for a virtual run's (virtual time).
+std::string format_prediction(const LivePrediction& p, const char* word = "finish");
+// The metrics' "predicted_seconds_left" and "predicted_cost_usd": null when not expected to finish.
+nlohmann::ordered_json prediction_seconds_json(const LivePrediction& p);
+nlohmann::ordered_json prediction_cost_json(const LivePrediction& p);
+
 // `mpi_trainer plan`: prints the prediction (or its JSON); returns the exit code.
 int plan_command(const PlanConfig& cfg, std::ostream& out);
 

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "app/cluster_sim.hpp"
 #include "app/device.hpp"
 #include "app/emulation.hpp"
 #include "core/atomic_file.hpp"
@@ -44,7 +45,32 @@ PsReport::PsReport(const TrainConfig& cfg, const RunSetup& setup, const Model& m
       log_(log),
       metrics_(shard == 0 ? cfg.metrics : std::string()),
       push_log_(shard == 0 ? cfg.push_log : std::string()),
-      status_path_(lead() ? run_status_path(cfg) : std::string()) {}
+      status_path_(lead() ? run_status_path(cfg) : std::string()) {
+  if (lead()) {
+    std::vector<std::string> types = types_;
+    types.push_back(cfg.instance_type);  // a joiner's
+    predict_models_ = revocation_models(prediction_model(cfg.revocation_model, setup.transient), types);
+  }
+}
+
+LivePrediction PsReport::predict(const Progress& e) {
+  const bool first = billed_.empty();  // the first window: every worker started with the run
+  for (const auto& w : e.workers) billed_.try_emplace(w.rank, Billed{w.type, first ? 0.0 : e.elapsed_seconds, -1});
+  double spent =
+      prev_.cost_usd + cfg_.num_ps * setup_.prices.cost_usd(cfg_.ps_type, setup_.ps_transient, e.elapsed_seconds);
+  for (const auto& [rank, b] : billed_)
+    spent += setup_.prices.cost_usd(b.type, setup_.transient, std::max(0.0, (b.end >= 0 ? b.end : e.elapsed_seconds) - b.start));
+  std::vector<LiveWorker> live;
+  for (const auto& w : e.workers) {
+    if (!w.active) continue;
+    double rate = w.images_per_second / double(cfg_.batch_size);
+    if (rate <= 0 && w.step_seconds > 0) rate = 1.0 / w.step_seconds;
+    live.push_back(LiveWorker{w.type, rate, e.elapsed_seconds - billed_[w.rank].start});
+  }
+  return predict_finish(cfg_.train_steps - e.global_step, live, predict_models_, cfg_.time_scale, setup_.prices,
+                        setup_.transient, spent,
+                        cfg_.num_ps * setup_.prices.cost_usd(cfg_.ps_type, setup_.ps_transient, 1.0));
+}
 
 void PsReport::log(const std::string& line) { log_ << line << '\n' << std::flush; }
 
@@ -107,6 +133,7 @@ void PsReport::started(const Started& e) {
                                       {"emulation", emulation_json(cfg_, emulated)},
                                       {"ps_type", cfg_.ps_type},
                                       {"pricing", cfg_.pricing},
+                                      {"ps_pricing", cfg_.ps_pricing},
                                       {"prices", setup_.prices.source()},
                                       {"ckpt_dir", cfg_.ckpt_dir},
                                       {"resume", cfg_.resume},
@@ -135,10 +162,11 @@ void PsReport::first_step(std::int64_t global_step, double seconds_since_start) 
 }
 
 void PsReport::progress(const Progress& e) {
+  const LivePrediction predicted = predict(e);
   if (!cfg_.quiet) {
     log_ << format_progress(ProgressLine{e.global_step, cfg_.train_steps, e.loss, e.train_accuracy, e.lr,
                                          e.images_per_second, e.active_workers, e.mean_staleness, e.eta_seconds})
-         << '\n'
+         << format_prediction(predicted) << '\n'
          << std::flush;
   }
   nlohmann::ordered_json per_worker = nlohmann::ordered_json::array();
@@ -161,10 +189,13 @@ void PsReport::progress(const Progress& e) {
                                         {"mean_staleness", e.mean_staleness},
                                         {"dropped_stale_pushes", e.dropped_stale_pushes},
                                         {"elapsed_seconds", e.elapsed_seconds},
+                                        {"predicted_seconds_left", prediction_seconds_json(predicted)},
+                                        {"predicted_cost_usd", prediction_cost_json(predicted)},
                                         {"workers", per_worker}});
 }
 
 void PsReport::departure(const Departure& e) {
+  if (const auto it = billed_.find(e.rank); it != billed_.end()) it->second.end = e.elapsed_seconds;
   metrics_.write(nlohmann::ordered_json{
       {"event", "revocation"},
       {"global_step", e.global_step},
@@ -248,7 +279,7 @@ void PsReport::snapshot_taken(std::int64_t global_step, double stall_seconds, do
 }
 
 double PsReport::cost(double run_seconds, const std::vector<WorkerUsage>& workers) const {
-  double c = prev_.cost_usd + cfg_.num_ps * setup_.prices.cost_usd(cfg_.ps_type, setup_.transient, run_seconds);
+  double c = prev_.cost_usd + cfg_.num_ps * setup_.prices.cost_usd(cfg_.ps_type, setup_.ps_transient, run_seconds);
   for (const auto& w : workers)
     c += setup_.prices.cost_usd(w.type, setup_.transient, w.active_seconds);
   return c;
@@ -448,6 +479,7 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
       {"worker_types", types_},
       {"ps_type", cfg_.ps_type},
       {"pricing", cfg_.pricing},
+      {"ps_pricing", cfg_.ps_pricing},
       {"attempts", prev_.attempts},
       {"resumed_from_step", prev_.global_step},
       {"lost_workers", e.lost},

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "app/checkpointing.hpp"
 #include "app/config.hpp"
 #include "app/metrics.hpp"
+#include "app/plan.hpp"
 #include "app/run_setup.hpp"
 #include "ckpt/async_writer.hpp"
 #include "ps/ps.hpp"
@@ -101,6 +103,15 @@ class PsReport final : public PsEvents, public SnapshotSink {
   bool stop_durable_reported_ = false;
   double cost_usd_ = 0;
   CheckpointTally tally_;
+  // The live prediction of the progress lines and metrics (app/plan.hpp, predict_finish): each
+  // worker's type and billed run seconds (end < 0 while it runs), and each type's revocation model.
+  struct Billed {
+    std::string type;
+    double start = 0, end = -1;
+  };
+  std::map<int, Billed> billed_;
+  std::map<std::string, RevocationModel> predict_models_;
+  LivePrediction predict(const Progress& e);
 };
 
 }  // namespace mt

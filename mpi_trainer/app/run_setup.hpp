@@ -22,7 +22,8 @@ struct RunSetup {
   LrSchedule schedule;
   bool nesterov = false;
   bool augment = true;
-  bool transient = false;
+  bool transient = false;     // --pricing: the workers'
+  bool ps_transient = false;  // --ps-pricing
   ResolvedDevice device;
   int threads = 1;
   std::string data_dir;

@@ -17,12 +17,14 @@
 
 #include "app/batch_ahead.hpp"
 #include "app/checkpointing.hpp"
+#include "app/cluster_sim.hpp"
 #include "app/cost.hpp"
 #include "ckpt/async_writer.hpp"
 #include "ps/faults.hpp"
 #include "app/device.hpp"
 #include "app/emulation.hpp"
 #include "app/metrics.hpp"
+#include "app/plan.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
@@ -134,6 +136,9 @@ RunSetup prepare_run(const TrainConfig& cfg) {
   r.transient = cfg.pricing == "transient";
   if (!r.transient && cfg.pricing != "on-demand")
     throw UsageError("--pricing must be on-demand or transient, not '" + cfg.pricing + "'");
+  r.ps_transient = cfg.ps_pricing == "transient";
+  if (!r.ps_transient && cfg.ps_pricing != "on-demand")
+    throw UsageError("--ps-pricing must be on-demand or transient, not '" + cfg.ps_pricing + "'");
   // Prices and instance types are checked before any work.
   r.prices = PriceTable::load(cfg.prices);
   if (cfg.worker_types.empty()) r.prices.at(cfg.instance_type);  // else checked per worker
@@ -182,6 +187,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   const ModelSpec& spec = setup.spec;
   const LrSchedule& schedule = setup.schedule;
   const bool nesterov = setup.nesterov, augment = setup.augment, transient = setup.transient;
+  // The live prediction's revocation model (app/plan.hpp): --revocation-model, else gce when transient.
+  const auto predict_models =
+      revocation_models(prediction_model(cfg.revocation_model, transient), {cfg.instance_type});
   const ResolvedDevice& device = setup.device;
   const int threads = setup.threads;
   const std::string& data_dir = setup.data_dir;
@@ -341,14 +349,21 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
       const double acc = double(window_correct) / double(window_steps * cfg.batch_size);
       const double eta = double(cfg.train_steps - step - 1) * (window_seconds / double(window_steps));
       res.final_train_loss = mean_loss;
+      const LivePrediction predicted = predict_finish(
+          cfg.train_steps - step - 1,
+          {LiveWorker{cfg.instance_type, double(window_steps) / std::max(window_seconds, 1e-9), train_seconds}},
+          predict_models, cfg.time_scale, setup.prices, transient,
+          prev.cost_usd + setup.prices.cost_usd(cfg.instance_type, transient, train_seconds), 0);
       if (!cfg.quiet) {
-        log << format_progress(ProgressLine{step + 1, cfg.train_steps, mean_loss, acc, lr, ips, 1, 0.0, eta}) << '\n'
+        log << format_progress(ProgressLine{step + 1, cfg.train_steps, mean_loss, acc, lr, ips, 1, 0.0, eta})
+            << format_prediction(predicted) << '\n'
             << std::flush;
       }
       metrics.write(nlohmann::ordered_json{{"event", "progress"}, {"global_step", step + 1}, {"loss", mean_loss},
                      {"train_accuracy", acc}, {"lr", lr}, {"images_per_second", ips},
                      {"active_workers", 1}, {"step_seconds", window_seconds / double(window_steps)},
-                     {"elapsed_seconds", train_seconds}});
+                     {"elapsed_seconds", train_seconds}, {"predicted_seconds_left", prediction_seconds_json(predicted)},
+                     {"predicted_cost_usd", prediction_cost_json(predicted)}});
       window_loss = window_seconds = 0;
       window_steps = window_correct = 0;
     }

@@ -13,6 +13,7 @@
 
 #include "app/emulation.hpp"
 #include "app/metrics.hpp"
+#include "app/plan.hpp"
 #include "app/run_setup.hpp"
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
@@ -76,6 +77,9 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   // server, which is not revoked here); --revocation-model draws each worker's lifetime.
   const std::vector<RevokeEntry> revokes = parse_revoke(c.revoke);
   std::map<std::string, RevocationModel> lifetimes = revocation_models(c.revocation_model, types);
+  // The live prediction's (app/plan.hpp): --revocation-model, else gce when transient.
+  const std::map<std::string, RevocationModel> lifetimes_by_type =
+      revocation_models(prediction_model(c.revocation_model, setup.transient), types);
 
   auto backend = make_backend(setup.device, setup.threads);
   MetricsWriter metrics(c.metrics);
@@ -155,7 +159,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
          return l;
        }()},
       {"ps_update_seconds", update_seconds}, {"failure_timeout", c.failure_timeout},
-      {"ps_type", c.ps_type},        {"pricing", c.pricing},
+      {"ps_type", c.ps_type},        {"pricing", c.pricing}, {"ps_pricing", c.ps_pricing},
       {"prices", setup.prices.source()}, {"revoke", c.revoke},
       {"revocation_model", c.revocation_model}, {"evidence", "E"},
       {"processes", 1}});
@@ -269,12 +273,26 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       const double done = double(done_steps) / double(c.train_steps);
       const double real = seconds_since(t_start);
       const double mean_staleness = window_staleness / double(window_pushes);
+      // The live prediction (app/plan.hpp): each active worker's pushes per virtual second, the
+      // virtual cluster's bill so far.
+      std::vector<LiveWorker> live;
+      double spent = setup.prices.cost_usd(c.ps_type, setup.ps_transient, now);
+      for (std::size_t i = 0; i < trainees.size(); ++i) {
+        const SimWorker& x = sim.worker(i);
+        if (!x.begun) continue;
+        spent += setup.prices.cost_usd(x.type, setup.transient, sim.billed_seconds(i));
+        if (x.alive && x.counted)
+          live.push_back(LiveWorker{x.type, double(trainees[i].window_pushes) / dt, now - x.started});
+      }
+      const LivePrediction predicted =
+          predict_finish(c.train_steps - done_steps, live, lifetimes_by_type, 1.0, setup.prices, setup.transient, spent,
+                         setup.prices.cost_usd(c.ps_type, setup.ps_transient, 1.0));
       if (!c.quiet)
         log << format_progress(ProgressLine{done_steps, c.train_steps, window_loss / double(window_pushes),
                                             double(window_correct) / double(window_images), last_lr,
                                             double(window_images) / dt, sim.active(), mean_staleness,
                                             real * (1 - done) / std::max(done, 1e-9)})
-            << "  vtime " << format_eta(now) << '\n'
+            << "  vtime " << format_eta(now) << format_prediction(predicted, "vfinish") << '\n'
             << std::flush;
       nlohmann::ordered_json per = nlohmann::ordered_json::array();
       for (std::size_t i = 0; i < trainees.size(); ++i) {
@@ -304,6 +322,8 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
                                            {"dropped_stale_pushes", dropped},
                                            {"virtual_seconds", now},
                                            {"elapsed_seconds", real},
+                                           {"predicted_seconds_left", prediction_seconds_json(predicted)},
+                                           {"predicted_cost_usd", prediction_cost_json(predicted)},
                                            {"workers", per}});
       window_loss = window_staleness = 0;
       window_images = window_correct = window_pushes = 0;
@@ -326,7 +346,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   // The bill of the virtual cluster: each worker from its start to its end, the PS throughout.
   const double now = sim.now();
   const std::int64_t step = sim.step();
-  double cost = setup.prices.cost_usd(c.ps_type, setup.transient, now);
+  double cost = setup.prices.cost_usd(c.ps_type, setup.ps_transient, now);
   int workers_end = 0;
   nlohmann::ordered_json usage = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < sim.workers().size(); ++i) {
@@ -376,6 +396,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       {"worker_types", types},
       {"ps_type", c.ps_type},
       {"pricing", c.pricing},
+      {"ps_pricing", c.ps_pricing},
       {"lost_workers", sim.lost()},
       {"left_workers", sim.left()},
       {"joined_workers", sim.joined()},
