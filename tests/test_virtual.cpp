@@ -356,3 +356,24 @@ TEST_CASE("the live prediction: steps left over the workers' rates, less what th
   // Expected cost: workers billed only while expected alive, so below the calm run's bill per second.
   CHECK(fresh.cost_usd < fresh.seconds_left * 2 * 0.256 / 3600);
 }
+
+TEST_CASE("mpi_trainer calibrate writes a device table that plan and --emulate-device read", "[unit][plan]") {
+  mt::test::TempDir dir("calibrate");
+  const auto table = dir.path() / "here.txt";
+  const auto r = run("calibrate --model resnet8 --batch-size 8 --steps 3 --warmup 1 --updates 5 --threads 1 --name k80 --out " +
+                     table.string());
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "parameter-server update"));
+  // The table's k80 row is this machine's step: plan without revocations takes steps x that.
+  std::ifstream in(table);
+  double step = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("k80 ", 0) == 0) step = std::stod(line.substr(4));
+  REQUIRE(step > 0);
+  const auto p = run("plan --devices " + table.string() +
+                     " --workers 1 --num-ps 0 --steps 100 --revocation-model none --draws 1 --json");
+  REQUIRE(p.code == 0);
+  CHECK(Json::parse(p.output)["seconds"]["mean"].get<double>() == Approx(100 * step).epsilon(0.1));
+  CHECK(run("calibrate --name 'a b'").code == mt::kExitUsage);
+  CHECK(run("calibrate --steps 1").code == mt::kExitUsage);
+}

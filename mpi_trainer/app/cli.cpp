@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "app/calibrate.hpp"
 #include "app/config.hpp"
 #include "app/emulation.hpp"
 #include "app/evaluate.hpp"
@@ -555,6 +556,28 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->check(CLI::Range(1, 4096));
   plan_cmd->get_option("--epochs")->excludes(plan_cmd->get_option("--steps"));
 
+  CalibrateConfig cal_cfg;
+  auto* cal_cmd = app.add_subcommand(
+      "calibrate", "Measure this machine's (or GPU's) step time and the parameter server's time per update, and "
+                   "write a device table for 'plan --devices' and '--emulate-device'");
+  cal_cmd->add_option("--model", cal_cfg.model, "Model: " + model_choices())->capture_default_str();
+  cal_cmd->add_option("--batch-size", cal_cfg.batch_size, "Images per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  cal_cmd->add_option("--device", cal_cfg.device, "cpu, cuda or auto")->capture_default_str();
+  cal_cmd->add_option("--threads", cal_cfg.threads, "CPU threads (0: the cores this process may use)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  cal_cmd->add_option("--steps", cal_cfg.steps, "Timed training steps")->capture_default_str()->check(CLI::Range(2, 100000));
+  cal_cmd->add_option("--warmup", cal_cfg.warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
+  cal_cmd->add_option("--updates", cal_cfg.updates, "Timed parameter-server updates")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  cal_cmd->add_option("--name", cal_cfg.name,
+                      "The device's name in the table (default: cpu or cuda; a Table II type such as v100 makes "
+                      "plan price it)");
+  cal_cmd->add_option("--out", cal_cfg.out, "Write the device table here (default: print it)");
+
   std::string gen_dir;
   std::int64_t gen_train = 5000, gen_test = 1000;
   std::uint64_t gen_seed = 1;
@@ -686,6 +709,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
         if (!(plan_cfg.deadline_seconds > 0)) throw UsageError("--deadline must be above 0");
       }
       return plan_command(plan_cfg, out);
+    } else if (*cal_cmd) {
+      return calibrate_command(cal_cfg, out);
     } else if (*devices_cmd) {
       out << DeviceTable::shipped_text();
     } else if (*export_cmd) {
