@@ -286,8 +286,44 @@ def run_series(exp, trainer, draws, rep, figures, plt):
     return [fig]
 
 
-RUNNERS = {"table": run_table, "overhead": run_overhead, "cdf": run_cdf, "series": run_series}
-ORDER = ["table1", "table3", "table4", "fig3", "fig5", "fig6", "fig7", "fig8"]
+def run_timeline(exp, trainer, draws, rep, figures, plt):
+    sizes = exp["sizes"]
+    per = {}
+    for n in sizes:
+        r = plan(trainer, with_draws(exp["common"] + ["--workers", str(n)], draws))
+        d = r["per_draw"]
+        rows = []
+        for total, ends in zip(d["first_attempt_seconds"], d["worker_ends"]):
+            lived = sorted(min(1.0, e / total) for e in ends)
+            rows.append((sum(1 for x in lived if x < 1.0 - 1e-9), lived))
+        rows.sort(key=lambda x: (x[0], x[1]))
+        per[n] = rows
+    most = max(max(k for k, _ in rows) for rows in per.values())
+    rep.add("| workers | " + " | ".join(f"clusters with r = {k}" for k in range(most + 1)) + " | paper |")
+    rep.add("|---" * (most + 3) + "|")
+    for n in sizes:
+        counts = [sum(1 for k, _ in per[n] if k == r) for r in range(most + 1)]
+        paper = exp.get("paper", {}).get(str(n))
+        ptxt = ", ".join(f"r = {k}: {v}" for k, v in paper.items()) if paper else "–"
+        rep.add(f"| {n} | " + " | ".join(f"{c} of {len(per[n])}" for c in counts) + f" | {ptxt} |")
+    rep.add()
+    fig, axes = plt.subplots(1, len(sizes), figsize=(3.2 * len(sizes), 4.2))
+    for ax, n in zip(axes, sizes):
+        grid = [lived for _, lived in per[n]]
+        im = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+        ax.set_title(f"{n} K80 workers", fontsize=9)
+        ax.set_xlabel("worker (by lifetime)")
+        ax.set_xticks(range(n))
+        ax.set_xticklabels([f"W{j + 1}" for j in range(n)], fontsize=7)
+        ax.set_ylabel("cluster (by revocations)")
+    fig.colorbar(im, ax=list(axes), label="share of the run lived")
+    fig.suptitle(exp["title"], fontsize=9)
+    return [fig]
+
+
+RUNNERS = {"table": run_table, "overhead": run_overhead, "cdf": run_cdf, "series": run_series,
+           "timeline": run_timeline}
+ORDER = ["table1", "table3", "table4", "fig4", "fig3", "fig5", "fig6", "fig7", "fig8"]
 
 
 def main():

@@ -116,6 +116,10 @@ Cluster prepare(const PlanConfig& c) {
 struct Draw {
   double seconds = 0, cost = 0, revocations = 0, restarts = 0, lost_steps = 0, ps_busy = 0;
   bool finished = true;
+  // The first attempt's: each initial worker's end (its revocation, or the attempt's end) and the
+  // attempt's length, for the revocation timelines (the paper's Figs. 1 and 4).
+  std::vector<double> worker_ends;
+  double first_attempt_seconds = 0;
 };
 
 // One training job from step 0 to the end, through any restarts. `revocations`: draw lifetimes.
@@ -134,7 +138,12 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
       const double life = sampled_lifetime_seconds(*k.ps_lifetime, s, -1 - shard, 1.0);
       outlived = life < 0 || life > calm->seconds;
     }
-    if (outlived) return *calm;
+    if (outlived) {
+      Draw d = *calm;
+      d.worker_ends.assign(static_cast<std::size_t>(c.workers), calm->seconds);
+      d.first_attempt_seconds = calm->seconds;
+      return d;
+    }
   }
   Draw d;
   std::int64_t durable = 0;  // global steps checkpointed before this attempt
@@ -207,6 +216,13 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     d.cost += c.num_ps * k.prices.cost_usd(c.ps_type, k.ps_transient, t);
     d.ps_busy += sim.ps_busy_seconds();
     d.revocations += double(sim.revocations()) + (end == End::kPsLost ? 1 : 0);
+    if (attempt == 0) {
+      d.first_attempt_seconds = t;
+      for (int i = 0; i < n; ++i) {
+        const SimWorker& w = sim.worker(static_cast<std::size_t>(i));
+        d.worker_ends.push_back(w.ended >= 0 ? std::min(w.ended, t) : t);
+      }
+    }
     d.seconds += t;
     if (end == End::kDone) return d;
     // A restart: every worker gone, the parameter server checkpoints the current state first; the
@@ -297,6 +313,8 @@ PlanResult run_plan(const PlanConfig& c) {
     r.revocations.push_back(d.revocations);
     r.restarts.push_back(d.restarts);
     r.lost_steps.push_back(d.lost_steps);
+    r.worker_ends.push_back(d.worker_ends);
+    r.first_attempt_seconds.push_back(d.first_attempt_seconds);
   }
   return r;
 }
@@ -350,7 +368,8 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"joins", c.joins}};
   if (c.per_draw)
     out["per_draw"] = {{"seconds", r.seconds}, {"cost_usd", r.cost_usd}, {"revocations", r.revocations},
-                       {"restarts", r.restarts}, {"lost_steps", r.lost_steps}};
+                       {"restarts", r.restarts}, {"lost_steps", r.lost_steps},
+                       {"first_attempt_seconds", r.first_attempt_seconds}, {"worker_ends", r.worker_ends}};
   return out;
 }
 

@@ -58,6 +58,9 @@ struct PlanResult {
   double ideal_seconds = 0;              // no revocation: one draw of the step times
   std::vector<double> seconds, cost_usd;  // one per draw
   std::vector<double> revocations, restarts, lost_steps;
+  // Each draw's first attempt: its length and each initial worker's end (revoked or at the end).
+  std::vector<double> first_attempt_seconds;
+  std::vector<std::vector<double>> worker_ends;
   double ps_utilisation = 0;   // the parameter server's busy fraction without revocations
   double ps_saturation_workers = 0;  // workers of this type at which one shard is always busy
   int unfinished = 0;          // draws that needed more than the restart limit
