@@ -3,16 +3,20 @@
 
 Each experiment is a small declarative file in bench/paper/experiments/ (its kind: R real
 processes and real kills, E emulated device speeds or a virtual-clock run with real gradients,
-S simulator only). This runner runs the S experiments through `mpi_trainer plan`, writes
+S simulator only). This runner runs the S experiments through `mpi_trainer plan` and the E ones as virtual-clock
+runs (`train --virtual-workers`), writes
 docs/reproduction.md (every table with the paper's number beside ours and the difference) and
 each figure as PNG and SVG in docs/figures/, checks the experiment's shape goals, and exits 1
 when one is missed.
 
   /usr/bin/python3 bench/paper/run.py [--trainer PATH] [--only table1,fig6] [--out DIR]
-                                      [--figures DIR] [--draws N]
+                                      [--figures DIR] [--draws N] [--kinds S,E]
+                                      [--e-steps N] [--e-data DIR]
 
 --out: where reproduction.md goes (default docs/); --figures: the plots (default docs/figures/);
---draws: replaces every experiment's draw count (a quick run). Needs python3-matplotlib.
+--draws: replaces every experiment's draw count (a quick run). --kinds: which evidence kinds to
+run (default S; E experiments are virtual-clock training runs, minutes each; --e-steps and
+--e-data make them quick). Needs python3-matplotlib.
 """
 import argparse
 import json
@@ -321,9 +325,59 @@ def run_timeline(exp, trainer, draws, rep, figures, plt):
     return [fig]
 
 
+def run_virtual(exp, trainer, draws, rep, figures, plt, opts):
+    import tempfile
+    steps = opts.e_steps or -(-exp["epochs"] * exp["train_images"] // 128)
+    q = steps // 4
+    common = list(exp["common"])
+    if opts.e_data:
+        common[common.index("--data") + 1] = opts.e_data
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, row in enumerate(exp["rows"]):
+            args = []
+            it = iter(row["args"])
+            for a in it:
+                if a == "--joins-every-quarter":
+                    t = next(it)
+                    args += ["--virtual-joins", f"{t}@step={q},{t}@step={2 * q},{t}@step={3 * q}"]
+                else:
+                    args.append(a)
+            m = os.path.join(tmp, f"{i}.jsonl")
+            cmd = [trainer, "train"] + common + args + [
+                "--train-steps", str(steps), "--lr-schedule", f"step:{max(1, steps // 2)},{max(1, steps * 3 // 4)}",
+                "--eval-every-steps", str(max(1, steps // 20)), "--log-every-steps", str(max(1, steps // 20)),
+                "--quiet", "--metrics", m]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
+            if out.returncode != 0:
+                sys.exit(f"run.py: {' '.join(cmd)}: exit {out.returncode}: {out.stdout}{out.stderr}")
+            ev = [json.loads(line) for line in open(m)]
+            results[row["name"]] = (ev[-1], [(e["virtual_seconds"], e["test_accuracy"]) for e in ev if e["event"] == "eval"])
+            print(f"run.py: {exp['id']}: {row['name']} done", flush=True)
+    base = results[exp["rows"][0]["name"]][0]
+    rep.add(f"{steps} global steps of batch 128 per run.")
+    rep.add()
+    rep.add("| run | test accuracy | against the first row | virtual time | cost |")
+    rep.add("|---|---|---|---|---|")
+    for row in exp["rows"]:
+        s = results[row["name"]][0]
+        rep.add(f"| {row['name']} | {100 * s['test_accuracy']:.2f}% | {100 * (s['test_accuracy'] - base['test_accuracy']):+.2f} | "
+                f"{s['virtual_seconds'] / 3600:.3f} h | ${s['cost_usd']:.3f} |")
+    rep.add()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for row in exp["rows"]:
+        pts = results[row["name"]][1]
+        ax.plot([t / 3600 for t, _ in pts], [100 * a for _, a in pts], label=row["name"])
+    ax.set_xlabel("virtual time (hours)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.legend(fontsize=7)
+    ax.set_title(exp["title"], fontsize=8)
+    return [fig]
+
+
 RUNNERS = {"table": run_table, "overhead": run_overhead, "cdf": run_cdf, "series": run_series,
-           "timeline": run_timeline}
-ORDER = ["table1", "table3", "table4", "fig4", "fig3", "fig5", "fig6", "fig7", "fig8"]
+           "timeline": run_timeline, "virtual": run_virtual}
+ORDER = ["table1", "table3", "table4", "fig4", "fig3", "fig5", "fig5_accuracy", "fig6", "fig7", "fig8"]
 
 
 def main():
@@ -333,6 +387,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "docs"))
     ap.add_argument("--figures", default=None)
     ap.add_argument("--draws", type=int, default=None)
+    ap.add_argument("--kinds", default="S", help="evidence kinds to run: S, or S,E (E: virtual runs, minutes each)")
+    ap.add_argument("--e-steps", type=int, default=None, help="E experiments: this many global steps (a quick run)")
+    ap.add_argument("--e-data", default=None, help="E experiments: this data directory instead of theirs")
     a = ap.parse_args()
     figures = a.figures or os.path.join(a.out, "figures")
     if not os.access(a.trainer, os.X_OK):
@@ -350,6 +407,11 @@ def main():
     for w in wanted:
         if w not in exps:
             sys.exit(f"run.py: no experiment '{w}' (have: {', '.join(sorted(exps))})")
+    kinds = set(k.strip() for k in a.kinds.split(",") if k.strip())
+    if not kinds <= {"S", "E", "R"}:
+        sys.exit(f"run.py: --kinds '{a.kinds}': give S, E (or both, comma-separated)")
+    skipped = [w for w in wanted if exps[w]["kind"] not in kinds]
+    wanted = [w for w in wanted if exps[w]["kind"] in kinds]
     rep = Report()
     rep.add("# Reproducing the paper")
     rep.add()
@@ -364,7 +426,10 @@ def main():
         rep.add()
         rep.add(f"Source: {exp['source']}.")
         rep.add()
-        figs = RUNNERS[exp["type"]](exp, a.trainer, a.draws, rep, figures, plt)
+        if exp["type"] == "virtual":
+            figs = run_virtual(exp, a.trainer, a.draws, rep, figures, plt, a)
+        else:
+            figs = RUNNERS[exp["type"]](exp, a.trainer, a.draws, rep, figures, plt)
         for i, fig in enumerate(figs):
             name = f"paper_{exp['id']}" + (f"_{i}" if i else "")
             save(fig, figures, name)
@@ -377,6 +442,10 @@ def main():
             rep.add(exp["note"])
             rep.add()
         print(f"run.py: {w} done", flush=True)
+    if skipped:
+        rep.add(f"Not run this time (evidence kinds other than {', '.join(sorted(kinds))}; `--kinds S,E` runs them): "
+                + ", ".join(f"{exps[w]['title']} ({exps[w]['kind']})" for w in skipped) + ".")
+        rep.add()
     rep.add("## Shape goals")
     rep.add()
     rep.add("| experiment | goal | result |")
