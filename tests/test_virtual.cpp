@@ -247,18 +247,19 @@ TEST_CASE("plan's Monte-Carlo revocations match the revocation model's CDF", "[u
   mt::test::TempDir dir("plan");
   // 40% of servers revoked within their first 36 s, the others never: each of 8 workers is lost
   // with probability 0.4 in a run that lasts longer (all 8 lost, and a restart, has p = 0.4^8).
+  // 1000 draws: the checks below allow more than 3 standard errors.
   const auto model = dir.path() / "early.csv";
   std::ofstream(model) << "# hours,fraction\n0,0\n0.01,0.4\n";
   mt::PlanConfig c;
   c.steps = 4000;  // about 2 minutes with 8 K80s
   c.workers = 8;
   c.revocation_model = model.string();
-  c.draws = 2000;
+  c.draws = 1000;
   const auto r = plan_of(c);
   double mean = 0;
   for (double v : r.revocations) mean += v;
   mean /= double(r.revocations.size());
-  CHECK(mean == Approx(8 * 0.4).margin(0.15));  // standard error 0.03
+  CHECK(mean == Approx(8 * 0.4).margin(0.15));  // standard error 0.044
   // Losing workers slows the run: every draw at least as long as the one without revocations.
   for (double s : r.seconds) CHECK(s >= r.ideal_seconds * 0.99);
   // A transient parameter server (its own lifetime from the model) stops the job in 40% of runs:
