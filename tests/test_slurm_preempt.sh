@@ -13,7 +13,9 @@
 set -uo pipefail
 source "$(dirname "$0")/slurm_lib.sh" "$1"
 template=${2:-train.sbatch} how=${3:-reclaim}
+# Reclaim checks the accuracy at the end (1200 steps); the other two only where training resumed.
 steps=1200 every=100
+[[ $how == reclaim ]] || steps=600
 job=$(MT_TRAIN_STEPS=$steps MT_CKPT_EVERY_STEPS=$every MT_CKPT_DIR="$dir/ck" \
       sbatch --parsable --chdir "$dir" --output "$dir/job.out" "$repo/slurm/$template") || fail "sbatch"
 wait_job "$job" RUNNING 30

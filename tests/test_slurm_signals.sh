@@ -13,7 +13,7 @@
 # Usage: test_slurm_signals.sh TRAINER
 set -uo pipefail
 source "$(dirname "$0")/slurm_lib.sh" "$1"
-steps=500
+steps=300  # the signal comes at step 100 or a little later
 for how in batch full steps; do
   rm -rf "$dir/ck" "$dir/job.out"
   job=$(MT_TRAIN_STEPS=$steps MT_CKPT_EVERY_STEPS=100000 MT_CKPT_DIR="$dir/ck" \
