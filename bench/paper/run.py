@@ -11,7 +11,7 @@ when one is missed.
 
   /usr/bin/python3 bench/paper/run.py [--trainer PATH] [--only table1,fig6] [--out DIR]
                                       [--figures DIR] [--draws N] [--kinds S,E]
-                                      [--e-steps N] [--e-data DIR]
+                                      [--e-steps N] [--e-data DIR] [--jobs N]
 
 --out: where reproduction.md goes (default docs/); --figures: the plots (default docs/figures/);
 --draws: replaces every experiment's draw count (a quick run). --kinds: which evidence kinds to
@@ -333,27 +333,34 @@ def run_virtual(exp, trainer, draws, rep, figures, plt, opts):
     if opts.e_data:
         common[common.index("--data") + 1] = opts.e_data
     results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, row in enumerate(exp["rows"]):
-            args = []
-            it = iter(row["args"])
-            for a in it:
-                if a == "--joins-every-quarter":
-                    t = next(it)
-                    args += ["--virtual-joins", f"{t}@step={q},{t}@step={2 * q},{t}@step={3 * q}"]
-                else:
-                    args.append(a)
-            m = os.path.join(tmp, f"{i}.jsonl")
-            cmd = [trainer, "train"] + common + args + [
-                "--train-steps", str(steps), "--lr-schedule", f"step:{max(1, steps // 2)},{max(1, steps * 3 // 4)}",
-                "--eval-every-steps", str(max(1, steps // 20)), "--log-every-steps", str(max(1, steps // 20)),
-                "--quiet", "--metrics", m]
-            out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
-            if out.returncode != 0:
-                sys.exit(f"run.py: {' '.join(cmd)}: exit {out.returncode}: {out.stdout}{out.stderr}")
-            ev = [json.loads(line) for line in open(m)]
-            results[row["name"]] = (ev[-1], [(e["virtual_seconds"], e["test_accuracy"]) for e in ev if e["event"] == "eval"])
-            print(f"run.py: {exp['id']}: {row['name']} done", flush=True)
+
+    def one(i, row, tmp):
+        args = []
+        it = iter(row["args"])
+        for a in it:
+            if a == "--joins-every-quarter":
+                t = next(it)
+                args += ["--virtual-joins", f"{t}@step={q},{t}@step={2 * q},{t}@step={3 * q}"]
+            else:
+                args.append(a)
+        m = os.path.join(tmp, f"{i}.jsonl")
+        cmd = [trainer, "train"] + common + args + [
+            "--train-steps", str(steps), "--lr-schedule", f"step:{max(1, steps // 2)},{max(1, steps * 3 // 4)}",
+            "--eval-every-steps", str(max(1, steps // 20)), "--log-every-steps", str(max(1, steps // 20)),
+            "--quiet", "--metrics", m]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
+        if out.returncode != 0:
+            return f"run.py: {' '.join(cmd)}: exit {out.returncode}: {out.stdout}{out.stderr}"
+        ev = [json.loads(line) for line in open(m)]
+        results[row["name"]] = (ev[-1], [(e["virtual_seconds"], e["test_accuracy"]) for e in ev if e["event"] == "eval"])
+        print(f"run.py: {exp['id']}: {row['name']} done", flush=True)
+        return None
+
+    from concurrent.futures import ThreadPoolExecutor
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+        errors = [e for e in pool.map(lambda x: one(x[0], x[1], tmp), enumerate(exp["rows"])) if e]
+    if errors:
+        sys.exit(errors[0])
     base = results[exp["rows"][0]["name"]][0]
     rep.add(f"{steps} global steps of batch 128 per run.")
     rep.add()
@@ -390,6 +397,7 @@ def main():
     ap.add_argument("--kinds", default="S", help="evidence kinds to run: S, or S,E (E: virtual runs, minutes each)")
     ap.add_argument("--e-steps", type=int, default=None, help="E experiments: this many global steps (a quick run)")
     ap.add_argument("--e-data", default=None, help="E experiments: this data directory instead of theirs")
+    ap.add_argument("--jobs", type=int, default=1, help="E experiments: training runs at once (one thread each)")
     a = ap.parse_args()
     figures = a.figures or os.path.join(a.out, "figures")
     if not os.access(a.trainer, os.X_OK):
