@@ -82,7 +82,7 @@ def save(fig, figures, name):
     return paths
 
 
-def run_table(exp, trainer, draws, rep, figures, plt):
+def run_table(exp, trainer, draws, rep, plt, opts):
     results = {}
     for row in exp["rows"]:
         results[row["name"]] = plan(trainer, with_draws(exp["common"] + row["args"], draws))
@@ -157,7 +157,7 @@ def run_table(exp, trainer, draws, rep, figures, plt):
     return [fig]
 
 
-def run_overhead(exp, trainer, draws, rep, figures, plt):
+def run_overhead(exp, trainer, draws, rep, plt, opts):
     rep.add("| revocations | workers | paper time overhead | ours | paper cost overhead | ours | draws |")
     rep.add("|---|---|---|---|---|---|---|")
     ours = {}
@@ -227,7 +227,7 @@ def fraction_by(model, h):
     return frac[-1]
 
 
-def run_cdf(exp, trainer, draws, rep, figures, plt):
+def run_cdf(exp, trainer, draws, rep, plt, opts):
     models = {name: read_model(os.path.join(REPO, "mpi_trainer", "ps", f)) for name, f in exp["models"].items()}
     rep.add("| model | revoked by 1 h | by 2 h | by 12 h | before 24 h | at 24 h |")
     rep.add("|---|---|---|---|---|---|")
@@ -248,7 +248,7 @@ def run_cdf(exp, trainer, draws, rep, figures, plt):
     return [fig]
 
 
-def run_series(exp, trainer, draws, rep, figures, plt):
+def run_series(exp, trainer, draws, rep, plt, opts):
     res = {}
     for t in exp["types"]:
         for n in exp["sizes"]:
@@ -290,7 +290,7 @@ def run_series(exp, trainer, draws, rep, figures, plt):
     return [fig]
 
 
-def run_timeline(exp, trainer, draws, rep, figures, plt):
+def run_timeline(exp, trainer, draws, rep, plt, opts):
     sizes = exp["sizes"]
     per = {}
     for n in sizes:
@@ -325,7 +325,7 @@ def run_timeline(exp, trainer, draws, rep, figures, plt):
     return [fig]
 
 
-def run_virtual(exp, trainer, draws, rep, figures, plt, opts):
+def run_virtual(exp, trainer, draws, rep, plt, opts):
     import tempfile
     steps = opts.e_steps or -(-exp["epochs"] * exp["train_images"] // 128)
     q = steps // 4
@@ -434,10 +434,7 @@ def main():
         rep.add()
         rep.add(f"Source: {exp['source']}.")
         rep.add()
-        if exp["type"] == "virtual":
-            figs = run_virtual(exp, a.trainer, a.draws, rep, figures, plt, a)
-        else:
-            figs = RUNNERS[exp["type"]](exp, a.trainer, a.draws, rep, figures, plt)
+        figs = RUNNERS[exp["type"]](exp, a.trainer, a.draws, rep, plt, a)
         for i, fig in enumerate(figs):
             name = f"paper_{exp['id']}" + (f"_{i}" if i else "")
             save(fig, figures, name)

@@ -84,6 +84,12 @@ std::map<std::string, RevocationModel> revocation_models(const std::string& name
   return out;
 }
 
+double worker_lifetime_seconds(const std::map<std::string, RevocationModel>& lifetimes, const std::string& type,
+                               std::uint64_t seed, int rank) {
+  const auto it = lifetimes.find(type);
+  return it == lifetimes.end() ? -1 : sampled_lifetime_seconds(it->second, seed, rank, 1.0);
+}
+
 ClusterSim::ClusterSim(SimOptions options, std::vector<SimWorker> workers, int initial, std::vector<VirtualJoin> joins)
     : opt_(std::move(options)), workers_(std::move(workers)), initial_(initial), joins_(std::move(joins)) {
   MT_ASSERT(initial_ >= 0 && static_cast<std::size_t>(initial_) + joins_.size() == workers_.size(),
@@ -112,10 +118,8 @@ void ClusterSim::start(std::size_t who, double at) {
   w.begun = true;
   w.started = at;
   next_step(w, at);
-  if (const auto it = opt_.lifetimes.find(w.type); it != opt_.lifetimes.end()) {
-    const double life = sampled_lifetime_seconds(it->second, opt_.seed, w.rank, 1.0);
-    if (life >= 0) w.kill_at = std::min(w.kill_at, at + life);
-  }
+  const double life = worker_lifetime_seconds(opt_.lifetimes, w.type, opt_.seed, w.rank);
+  if (life >= 0) w.kill_at = std::min(w.kill_at, at + life);
 }
 
 // SIGKILL: the worker is gone, its step in flight lost, and the parameter server notices after

@@ -55,6 +55,10 @@ double default_ps_update_seconds(std::int64_t params);
 
 // `--revocation-model NAME` (empty: none) for each of `types`: RevocationModel::load(NAME, type).
 std::map<std::string, RevocationModel> revocation_models(const std::string& name, const std::vector<std::string>& types);
+// The lifetime (virtual seconds from its start) the simulator draws for worker `rank` of `type`
+// with `seed`; negative: never revoked, or no model for its type.
+double worker_lifetime_seconds(const std::map<std::string, RevocationModel>& lifetimes, const std::string& type,
+                               std::uint64_t seed, int rank);
 
 // One worker of the simulated cluster, as the simulator sees it.
 struct SimWorker {

@@ -122,20 +122,31 @@ struct Draw {
   double first_attempt_seconds = 0;
 };
 
+// Attempt `attempt`'s seed of a draw: every attempt a fresh cluster, new servers, new lifetimes.
+std::uint64_t attempt_seed(std::uint64_t seed, int attempt) {
+  return seed * 1000003ULL + static_cast<std::uint64_t>(attempt);
+}
+
+// When the first parameter-server shard is revoked (transient shards only): the job stops then.
+double first_ps_loss(const Cluster& k, const PlanConfig& c, std::uint64_t attempt_seed) {
+  double end = kNeverSeconds;
+  if (k.ps_transient && k.ps_lifetime)
+    for (int shard = 0; shard < c.num_ps; ++shard) {
+      const double life = sampled_lifetime_seconds(*k.ps_lifetime, attempt_seed, -1 - shard, 1.0);
+      if (life >= 0) end = std::min(end, life);
+    }
+  return end;
+}
+
 // One training job from step 0 to the end, through any restarts. `revocations`: draw lifetimes.
 // `calm`: the job without revocations; a draw whose every server outlives it is that job (bar
 // the jitter of its step times, which averages out over a run), without simulating it again.
 Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool revocations, const Draw* calm) {
   if (calm && revocations && k.joins.empty()) {
-    const std::uint64_t s = seed * 1000003ULL;  // attempt 0's, as below
-    bool outlived = true;
+    const std::uint64_t s = attempt_seed(seed, 0);
+    bool outlived = first_ps_loss(k, c, s) > calm->seconds;
     for (int i = 0; i < c.workers && outlived && k.workers_transient; ++i) {
-      const auto it = k.lifetimes.find(k.types[static_cast<std::size_t>(i)]);
-      const double life = it == k.lifetimes.end() ? -1 : sampled_lifetime_seconds(it->second, s, i + 1, 1.0);
-      outlived = life < 0 || life > calm->seconds;
-    }
-    for (int shard = 0; shard < c.num_ps && outlived && k.ps_transient && k.ps_lifetime; ++shard) {
-      const double life = sampled_lifetime_seconds(*k.ps_lifetime, s, -1 - shard, 1.0);
+      const double life = worker_lifetime_seconds(k.lifetimes, k.types[static_cast<std::size_t>(i)], s, i + 1);
       outlived = life < 0 || life > calm->seconds;
     }
     if (outlived) {
@@ -153,18 +164,18 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
       d.finished = false;
       return d;
     }
-    // Every attempt a fresh cluster: new servers, new lifetimes.
-    const std::uint64_t s = seed * 1000003ULL + static_cast<std::uint64_t>(attempt);
+    const std::uint64_t s = attempt_seed(seed, attempt);
     // The initial workers, those that joined at a step this attempt resumes past, then the joins to
     // come (their steps counted from the resumed one).
+    const auto joined_before = [&](const VirtualJoin& j) { return j.step > 0 && j.step <= durable; };
     std::vector<std::size_t> order;
     std::vector<VirtualJoin> later;
     for (int i = 0; i < n; ++i) order.push_back(static_cast<std::size_t>(i));
     for (std::size_t j = 0; j < k.joins.size(); ++j)
-      if (k.joins[j].step > 0 && k.joins[j].step <= durable) order.push_back(static_cast<std::size_t>(n) + j);
+      if (joined_before(k.joins[j])) order.push_back(static_cast<std::size_t>(n) + j);
     const int initial = static_cast<int>(order.size());
     for (std::size_t j = 0; j < k.joins.size(); ++j)
-      if (!(k.joins[j].step > 0 && k.joins[j].step <= durable)) {
+      if (!joined_before(k.joins[j])) {
         order.push_back(static_cast<std::size_t>(n) + j);
         VirtualJoin v = k.joins[j];
         if (v.step > 0) v.step -= durable;
@@ -185,13 +196,7 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     so.seed = s;
     if (revocations && k.workers_transient) so.lifetimes = k.lifetimes;
     ClusterSim sim(std::move(so), std::move(ws), initial, std::move(later));
-    // The job stops when the first parameter-server shard is revoked (transient shards only).
-    double ps_end = kNeverSeconds;
-    if (revocations && k.ps_transient && k.ps_lifetime)
-      for (int shard = 0; shard < c.num_ps; ++shard) {
-        const double life = sampled_lifetime_seconds(*k.ps_lifetime, s, -1 - shard, 1.0);
-        if (life >= 0) ps_end = std::min(ps_end, life);
-      }
+    const double ps_end = revocations ? first_ps_loss(k, c, s) : kNeverSeconds;
     enum class End { kDone, kPsLost, kNoWorkers } end = End::kDone;
     const std::int64_t need = k.steps - durable;
     while (sim.step() < need) {
@@ -259,6 +264,14 @@ double fraction_positive(const std::vector<double>& v) {
   return v.empty() ? 0 : n / double(v.size());
 }
 
+// The steps lost by each draw that needed a restart.
+std::vector<double> lost_steps_of_restarted(const PlanResult& r) {
+  std::vector<double> out;
+  for (std::size_t i = 0; i < r.restarts.size(); ++i)
+    if (r.restarts[i] > 0) out.push_back(r.lost_steps[i]);
+  return out;
+}
+
 std::string hours(double seconds) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(2) << seconds / 3600.0 << " h";
@@ -293,6 +306,14 @@ std::string cluster_line(const PlanConfig& c, const Cluster& k) {
 PlanResult run_plan(const PlanConfig& c) {
   const Cluster k = prepare(c);
   PlanResult r;
+  r.cluster = cluster_line(c, k);
+  r.params = k.params;
+  r.steps = k.steps;
+  r.worker_types = k.types;
+  r.prices = k.prices.source();
+  r.devices = k.device_source;
+  for (const auto& [type, model] : k.lifetimes) r.revocation_models[type] = model.source();
+  if (k.ps_lifetime) r.revocation_models[c.ps_type] = k.ps_lifetime->source();
   const Draw ideal = simulate(k, c, c.seed, false, nullptr);
   r.ideal_seconds = ideal.seconds;
   r.ps_utilisation = ideal.seconds > 0 ? ideal.ps_busy / ideal.seconds : 0;
@@ -320,36 +341,27 @@ PlanResult run_plan(const PlanConfig& c) {
 }
 
 nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
-  const Cluster k = prepare(c);
   const auto stats = [](const std::vector<double>& v) {
     return nlohmann::ordered_json{{"median", percentile(v, 0.5)}, {"p10", percentile(v, 0.1)},
                                   {"p90", percentile(v, 0.9)},    {"mean", mean(v)}};
   };
-  std::vector<double> lost_when;
-  for (std::size_t i = 0; i < r.restarts.size(); ++i)
-    if (r.restarts[i] > 0) lost_when.push_back(r.lost_steps[i]);
   nlohmann::ordered_json out{
       {"event", "plan"},
       {"evidence", "S"},
       {"model", c.model},
-      {"parameters", k.params},
-      {"global_steps", k.steps},
+      {"parameters", r.params},
+      {"global_steps", r.steps},
       {"batch_size", c.batch_size},
       {"workers", c.workers},
-      {"worker_types", k.types},
+      {"worker_types", r.worker_types},
       {"pricing", c.pricing},
       {"num_ps", c.num_ps},
       {"ps_type", c.ps_type},
       {"ps_pricing", c.ps_pricing},
-      {"prices", k.prices.source()},
-      {"devices", k.device_source},
+      {"prices", r.prices},
+      {"devices", r.devices},
       {"revocation_model", c.revocation_model},
-      {"revocation_models", [&] {
-         nlohmann::ordered_json m = nlohmann::ordered_json::object();
-         for (const auto& [type, model] : k.lifetimes) m[type] = model.source();
-         if (k.ps_lifetime) m[c.ps_type] = k.ps_lifetime->source();
-         return m;
-       }()},
+      {"revocation_models", r.revocation_models},
       {"ckpt_every_steps", c.ckpt_every_steps},
       {"restart_seconds", c.restart_seconds},
       {"draws", c.draws},
@@ -361,7 +373,7 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"probability_revoked", fraction_positive(r.revocations)},
       {"probability_restart", fraction_positive(r.restarts)},
       {"restarts_mean", mean(r.restarts)},
-      {"lost_steps_mean_when_restarted", mean(lost_when)},
+      {"lost_steps_mean_when_restarted", mean(lost_steps_of_restarted(r))},
       {"ps_utilisation", r.ps_utilisation},
       {"ps_saturation_workers", r.ps_saturation_workers},
       {"unfinished_draws", r.unfinished},
@@ -374,14 +386,13 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
 }
 
 void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
-  const Cluster k = prepare(c);
   const auto row = [&](const char* name, const std::vector<double>& v, std::string (*fmt)(double)) {
     out << "  " << std::left << std::setw(10) << name << std::right << std::setw(10) << fmt(percentile(v, 0.5))
         << std::setw(10) << fmt(percentile(v, 0.1)) << std::setw(10) << fmt(percentile(v, 0.9)) << std::setw(10)
         << fmt(mean(v)) << '\n';
   };
-  out << "plan: " << cluster_line(c, k) << '\n'
-      << "  step times: " << k.device_source << " device table; prices: " << k.prices.source()
+  out << "plan: " << r.cluster << '\n'
+      << "  step times: " << r.devices << " device table; prices: " << r.prices
       << "; revocations: " << c.revocation_model << "; checkpoint every "
       << c.ckpt_every_steps << " steps, restart " << c.restart_seconds << " s; " << c.draws << " draws (seed "
       << c.seed << "); evidence S (simulator)\n";
@@ -392,9 +403,7 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
   out << "              median       p10       p90      mean\n";
   row("time", r.seconds, hours);
   row("cost", r.cost_usd, dollars);
-  std::vector<double> lost_when;
-  for (std::size_t i = 0; i < r.restarts.size(); ++i)
-    if (r.restarts[i] > 0) lost_when.push_back(r.lost_steps[i]);
+  const std::vector<double> lost_when = lost_steps_of_restarted(r);
   out << std::fixed << std::setprecision(2) << "  without revocations: " << hours(r.ideal_seconds) << '\n'
       << "  revocations: " << mean(r.revocations) << " per run on average; at least one in "
       << std::setprecision(1) << 100 * fraction_positive(r.revocations) << "% of runs\n"
@@ -481,8 +490,7 @@ int search_command(const PlanConfig& c, std::ostream& out) {
         << '\n';
     return 0;
   }
-  const Cluster k = prepare(c);
-  out << "plan search: " << c.model << ", " << k.steps << " global steps of " << c.batch_size << "; deadline "
+  out << "plan search: " << c.model << ", " << shapes.front().result.steps << " global steps of " << c.batch_size << "; deadline "
       << (c.deadline_seconds < 0 ? std::string("none") : hours(c.deadline_seconds)) << ", budget "
       << (c.budget_usd < 0 ? std::string("none") : dollars(c.budget_usd))
       << " (both at the 90th percentile); parameter servers " << c.ps_type << " (" << c.ps_pricing << "); " << c.draws
@@ -513,32 +521,42 @@ int search_command(const PlanConfig& c, std::ostream& out) {
 LivePrediction predict_finish(std::int64_t steps_left, const std::vector<LiveWorker>& workers,
                               const std::map<std::string, RevocationModel>& models, double time_scale,
                               const PriceTable& prices, bool transient, double spent_usd, double ps_usd_per_second) {
-  LivePrediction p;
+  // Per worker, what does not change over the integration: its price per second, its model and
+  // the chance it had to live to its age, 1 - F(age).
+  struct Live {
+    const LiveWorker* w;
+    double usd_per_second;
+    const RevocationModel* model;
+    double alive_now;
+  };
+  const auto hours = [&](double seconds) { return seconds * time_scale / 3600.0; };
+  std::vector<Live> live;
   double rate = 0, spend = ps_usd_per_second;
   for (const auto& w : workers) {
+    const auto it = models.find(w.type);
+    const RevocationModel* m = it == models.end() ? nullptr : &it->second;
+    live.push_back(Live{&w, prices.cost_usd(w.type, transient, 1.0), m,
+                        m ? 1.0 - m->fraction_by(hours(w.age_seconds)) : 1.0});
     rate += w.steps_per_second;
-    spend += prices.cost_usd(w.type, transient, 1.0);
+    spend += live.back().usd_per_second;
   }
   if (steps_left <= 0) return {0, spent_usd};
-  if (rate <= 0) return p;
+  if (rate <= 0) return {};
   const double calm = double(steps_left) / rate;  // without revocations
   if (models.empty()) return {calm, spent_usd + spend * calm};
-  // The chance that worker i, alive at age a, still runs t seconds later: (1 - F(a + t)) / (1 - F(a)).
-  const auto hours = [&](double seconds) { return seconds * time_scale / 3600.0; };
-  const auto alive = [&](const LiveWorker& w, double t) {
-    const auto it = models.find(w.type);
-    if (it == models.end()) return 1.0;
-    const double now = 1.0 - it->second.fraction_by(hours(w.age_seconds));
-    return now <= 0 ? 1.0 : (1.0 - it->second.fraction_by(hours(w.age_seconds + t))) / now;
+  // The chance that a worker alive at age a still runs t seconds later: (1 - F(a + t)) / (1 - F(a)).
+  const auto alive = [&](const Live& l, double t) {
+    if (!l.model || l.alive_now <= 0) return 1.0;
+    return (1.0 - l.model->fraction_by(hours(l.w->age_seconds + t))) / l.alive_now;
   };
   const double dt = calm / 400;
   double t = 0, done = 0, cost = spent_usd;
   while (t < 100 * calm) {
     double r = 0, s = ps_usd_per_second;
-    for (const auto& w : workers) {
-      const double a = alive(w, t + dt / 2);
-      r += w.steps_per_second * a;
-      s += prices.cost_usd(w.type, transient, 1.0) * a;
+    for (const auto& l : live) {
+      const double a = alive(l, t + dt / 2);
+      r += l.w->steps_per_second * a;
+      s += l.usd_per_second * a;
     }
     if (done + r * dt >= double(steps_left)) {
       const double f = (double(steps_left) - done) / (r * dt);
@@ -548,7 +566,7 @@ LivePrediction predict_finish(std::int64_t steps_left, const std::vector<LiveWor
     cost += s * dt;
     t += dt;
   }
-  return p;  // the expected rate fell to nothing first
+  return {};  // the expected rate fell to nothing first
 }
 
 std::string prediction_model(const std::string& revocation_model, bool transient) {

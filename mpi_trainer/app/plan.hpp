@@ -55,6 +55,12 @@ struct PlanConfig {
 
 // One configuration's prediction.
 struct PlanResult {
+  // What was planned, as checked and resolved (the report and the JSON say it).
+  std::string cluster;                    // e.g. "4 x k80 worker(s) (transient) + 1 parameter server ..."
+  std::int64_t params = 0, steps = 0;
+  std::vector<std::string> worker_types;  // per worker, joiners last
+  std::string prices, devices;            // the tables' sources
+  nlohmann::ordered_json revocation_models = nlohmann::ordered_json::object();  // type -> the model's source
   double ideal_seconds = 0;              // no revocation: one draw of the step times
   std::vector<double> seconds, cost_usd;  // one per draw
   std::vector<double> revocations, restarts, lost_steps;

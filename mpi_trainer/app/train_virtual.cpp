@@ -76,8 +76,8 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   // Revocations on the virtual clock: --revoke names worker ranks 1..N (rank 0 is the parameter
   // server, which is not revoked here); --revocation-model draws each worker's lifetime.
   const std::vector<RevokeEntry> revokes = parse_revoke(c.revoke);
-  std::map<std::string, RevocationModel> lifetimes = revocation_models(c.revocation_model, types);
-  // The live prediction's (app/plan.hpp): --revocation-model, else gce when transient.
+  // The live prediction's models (app/plan.hpp): --revocation-model, else gce when transient;
+  // the simulator draws lifetimes only from --revocation-model, which is then the same.
   const std::map<std::string, RevocationModel> lifetimes_by_type =
       revocation_models(prediction_model(c.revocation_model, setup.transient), types);
 
@@ -137,7 +137,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   sim_options.message_bytes = message_bytes;
   sim_options.failure_timeout = c.failure_timeout;
   sim_options.seed = c.seed;
-  sim_options.lifetimes = std::move(lifetimes);
+  if (!c.revocation_model.empty()) sim_options.lifetimes = lifetimes_by_type;
   ClusterSim sim(std::move(sim_options), std::move(sim_workers), n0, joins);
   for (int i = 0; i < n0; ++i) start_trainee(static_cast<std::size_t>(i));
 
