@@ -262,11 +262,11 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   std::vector<Emulation> emulated;
   std::exception_ptr error;
   try {
+    install_rank_signal_handlers();  // first: a notice during the set-up (data loading) is a notice
     setup.emplace(prepare_run(c));
     types = worker_types(c, setup->prices, mpi.size() - c.num_ps);
     plan = FaultPlan::make(c.revoke, c.revocation_model, c.seed, c.time_scale, c.num_ps, mpi.rank(), mpi.size(),
                            mpi.rank() < c.num_ps ? c.ps_type : types[static_cast<std::size_t>(mpi.rank() - c.num_ps)]);
-    install_rank_signal_handlers();
     emulated = emulations(c, types);
     if (mpi.rank() == 0) check_checkpoint_dir(c);  // shard 0 writes the checkpoints
     if (mpi.rank() < c.num_ps) {
