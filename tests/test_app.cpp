@@ -1,11 +1,16 @@
 // App-level pieces without a process boundary: the price table, where workers' data cursors
 // start after a resume, snapshots that reuse the checkpoint writer's memory, and the fault
-// injection's parsers (--revoke, revocation models).
+// injection's parsers (--revoke, revocation models), whole output lines.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +19,7 @@
 #include "ckpt/async_writer.hpp"
 #include "data/dataset.hpp"
 #include "core/error.hpp"
+#include "core/line_output.hpp"
 #include "ps/faults.hpp"
 #include "test_util.hpp"
 
@@ -295,4 +301,43 @@ TEST_CASE("revocation model files: a fraction below 1 leaves survivors, bad tabl
     CHECK_THAT(err.what(), Catch::Contains("t.csv:2"));
   }
   CHECK_THROWS_AS(RevocationModel::load("/nonexistent/model.csv"), DataError);
+}
+
+TEST_CASE("output lines leave in one write each, whichever thread builds them in pieces", "[unit][app]") {
+  // A file opened O_APPEND by two writers: any write(2) of a part of a line would show up as a
+  // line cut by the other thread's line.
+  const mt::test::TempDir dir("line_output");
+  const std::string path = (dir.path() / "out.txt").string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+  REQUIRE(fd >= 0);
+  constexpr int kLines = 400;
+  {
+    std::ostream stream(nullptr);
+    const mt::LineOutput lines(stream, fd);
+    auto writer = [&stream](char who) {
+      for (int i = 0; i < kLines; ++i) stream << who << ": line " << i << " of " << kLines << " " << 0.5 * i << '\n';
+      stream << who << ": unfinished";
+    };
+    std::thread a(writer, 'a'), b(writer, 'b');
+    a.join();
+    b.join();
+  }  // the unfinished lines go out at the end
+  REQUIRE(::close(fd) == 0);
+  std::ifstream in(path);
+  std::map<char, int> next;
+  std::string line;
+  int unfinished = 0;
+  while (std::getline(in, line)) {
+    if (line.ends_with("unfinished")) {
+      ++unfinished;
+      continue;
+    }
+    std::ostringstream want;
+    want << line[0] << ": line " << next[line[0]] << " of " << kLines << " " << 0.5 * next[line[0]];
+    REQUIRE(line == want.str());
+    ++next[line[0]];
+  }
+  CHECK(next['a'] == kLines);
+  CHECK(next['b'] == kLines);
+  CHECK(unfinished >= 1);  // "a: unfinishedb: unfinished" or two lines: both whole
 }
