@@ -2,7 +2,8 @@
 # The parameter server is SIGKILLed in the middle of writing its 2nd checkpoint (--revoke
 # rank=0@ckpt=2): the workers notice within --failure-timeout and exit 10, nothing hangs, the
 # status file still says "running", and launch/restart_loop.sh reruns the job, which resumes from
-# the previous valid checkpoint (the torn .tmp file is never used) and finishes.
+# the previous valid checkpoint (the torn .tmp file is never used) and finishes. No standby
+# (--ps-standby 0): with one, the restart resumes from its replica (test_fault_ps_standby.sh).
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
 steps=160
@@ -10,7 +11,7 @@ cat > "$dir/cmd.sh" <<EOS
 #!/usr/bin/env bash
 extra=()
 [[ \$MT_RESTART_ATTEMPT == 1 ]] && extra=(--revoke rank=0@ckpt=2)
-exec $(train_cmd 4 --train-steps $steps --ckpt-every-steps 40 --failure-timeout 1) "\${extra[@]}"
+exec $(train_cmd 4 --train-steps $steps --ckpt-every-steps 40 --failure-timeout 1 --ps-standby 0) "\${extra[@]}"
 EOS
 chmod +x "$dir/cmd.sh"
 start=$SECONDS

@@ -11,6 +11,8 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "ps/clock.hpp"
+#include "ps/snapshot.hpp"
 
 namespace mt {
 
@@ -390,6 +392,55 @@ std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const
                           "--ckpt-dir, or move them away to start fresh");
   if (found) same_job(found->checkpoint, found->file.string());
   return found;
+}
+
+}  // namespace mt
+
+namespace mt {
+
+std::string replica_record_json(const TrainProgress& p, const std::string& config_json) {
+  nlohmann::ordered_json j{{"epoch", p.epoch},
+                           {"position", p.position},
+                           {"train_seconds", p.train_seconds},
+                           {"cost_usd", p.cost_usd},
+                           {"attempts", p.attempts},
+                           {"lr", p.lr},
+                           {"worker_cursors", p.worker_cursors},
+                           {"config", config_json}};
+  return j.dump();
+}
+
+ReplicaWritten write_replica_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
+                                        const ReplicaState& r) {
+  const auto t0 = Clock::now();
+  if (cfg.ckpt_dir.empty()) throw CheckpointError("a replica checkpoint needs --ckpt-dir");
+  TrainProgress p;
+  std::string config_json = "{}";
+  try {
+    const auto j = nlohmann::json::parse(r.record);
+    p.epoch = j.at("epoch").get<std::int64_t>();
+    p.position = j.at("position").get<std::int64_t>();
+    p.train_seconds = j.at("train_seconds").get<double>();
+    p.cost_usd = j.at("cost_usd").get<double>();
+    p.attempts = j.at("attempts").get<std::int64_t>();
+    p.lr = j.at("lr").get<double>();
+    p.worker_cursors = j.at("worker_cursors").get<std::vector<std::array<std::int64_t, 2>>>();
+    config_json = j.at("config").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(std::string("the replica's progress record is unreadable: ") + e.what());
+  }
+  p.global_step = r.global_step;
+  const bool gap = parse_lr_scaling(cfg.lr_scaling) == LrScaling::kGap;
+  const int momenta = static_cast<int>(r.state.size()) - (gap ? 1 : 0);
+  if (momenta < 1) throw CheckpointError("the replica holds no momentum");
+  FlatTensors mean(model.params());
+  const StateView state = view_state(r.state, momenta, gap, mean);
+  const ckpt::Checkpoint c =
+      make_checkpoint(model, r.params, state.momentum, r.bn_stats, p, config_json, job, {}, state.extra);
+  ReplicaWritten w;
+  w.file = ckpt::publish(cfg.ckpt_dir, c, cfg.ckpt_keep);
+  w.seconds = since(t0);
+  return w;
 }
 
 }  // namespace mt

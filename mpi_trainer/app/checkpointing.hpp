@@ -135,6 +135,19 @@ void restore_slot_momenta(const ckpt::Checkpoint& c, const FlatTensors& momentum
 // throws CheckpointError when it records them but they are missing or misshapen (damaged).
 bool restore_gap_mean_step(const ckpt::Checkpoint& c, FlatTensors& out);
 
+// A standby's replica of the parameter server (--ps-standby, ps/replica.hpp) as a checkpoint. The
+// parameter server's progress and configuration travel in each replica as this record.
+std::string replica_record_json(const TrainProgress& p, const std::string& config_json);
+struct ReplicaWritten {
+  std::filesystem::path file;
+  double seconds = 0;  // from the call to durable
+};
+// Writes `r` into --ckpt-dir at once (synchronously, published atomically like every checkpoint):
+// the optimizer state as the parameter server keeps it under --momentum-correction and
+// --lr-scaling. Throws CheckpointError.
+ReplicaWritten write_replica_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
+                                        const ReplicaState& r);
+
 // "stage2.block3.conv1.weight" -> "params/stage2/block3/conv1/weight" (group "params").
 std::string array_path(const std::string& group, const std::string& dotted_name);
 

@@ -344,6 +344,23 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::Range(0.0, 3600.0)),
       "MT_DRAIN_DEADLINE");
+  env(cmd.add_option("--ps-standby", c.ps_standby,
+                     "Fault tolerance: workers that keep a replica of the parameter server in host "
+                     "memory (the lowest-ranked live ones; each shard streams its state to them every "
+                     "--replica-interval updates). When the parameter server is lost, a standby writes "
+                     "its replica as a checkpoint before exiting 10, so the restart resumes from it "
+                     "instead of the last periodic checkpoint (needs --ckpt-dir). -1 (default): 1 when "
+                     "there are 2 or more workers, else 0")
+          ->capture_default_str()
+          ->check(CLI::Range(-1, 64)),
+      "MT_PS_STANDBY");
+  env(cmd.add_option("--replica-interval", c.replica_interval,
+                     "Fault tolerance: updates between two replicas a shard sends its standbys (a "
+                     "replica still in flight is not overtaken: the next one waits): the most "
+                     "updates a parameter server's loss costs with a standby")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 1000000)),
+      "MT_REPLICA_INTERVAL");
   env(cmd.add_option("--status-file", c.status_file,
                      "Parameter server: JSON run state for launchers (state, exit_code, global_step); "
                      "default <ckpt-dir>/run-status.json. mpirun --enable-recovery always exits 0, so "

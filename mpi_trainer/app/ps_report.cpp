@@ -285,21 +285,31 @@ double PsReport::cost(double run_seconds, const std::vector<WorkerUsage>& worker
   return c;
 }
 
-TrainProgress PsReport::progress_of(const Snapshot& s) const {
+TrainProgress PsReport::progress_at(std::int64_t global_step, const std::vector<LoaderCursor>& slot_cursors,
+                                    double run_seconds, double lr, const std::vector<WorkerUsage>& workers) const {
   TrainProgress p = prev_;
-  p.global_step = s.global_step;
+  p.global_step = global_step;
   p.worker_cursors.clear();
-  for (const auto& c : s.slot_cursors)
+  for (const auto& c : slot_cursors)
     p.worker_cursors.push_back({c.epoch, c.position});
   // Informational for the parameter server (restores read worker_cursors): data slot 0's cursor.
-  if (!s.slot_cursors.empty()) {
-    p.epoch = s.slot_cursors.front().epoch;
-    p.position = s.slot_cursors.front().position;
+  if (!slot_cursors.empty()) {
+    p.epoch = slot_cursors.front().epoch;
+    p.position = slot_cursors.front().position;
   }
-  p.train_seconds = prev_.train_seconds + s.run_seconds;
-  p.cost_usd = cost(s.run_seconds, s.workers);
-  p.lr = s.lr;
+  p.train_seconds = prev_.train_seconds + run_seconds;
+  p.cost_usd = cost(run_seconds, workers);
+  p.lr = lr;
   return p;
+}
+
+TrainProgress PsReport::progress_of(const Snapshot& s) const {
+  return progress_at(s.global_step, s.slot_cursors, s.run_seconds, s.lr, s.workers);
+}
+
+std::string PsReport::replica_record(std::int64_t global_step, const std::vector<LoaderCursor>& slot_cursors,
+                                     double run_seconds, double lr, const std::vector<WorkerUsage>& workers) {
+  return replica_record_json(progress_at(global_step, slot_cursors, run_seconds, lr, workers), config_json_);
 }
 
 void PsReport::checkpoint(const Snapshot& s) {

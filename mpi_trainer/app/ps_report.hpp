@@ -62,6 +62,8 @@ class PsReport final : public PsEvents, public SnapshotSink {
   bool evaluates() const override { return eval_.has_value(); }
   bool eval_busy() override { return eval_ && eval_->busy(); }
   void checkpoint(const Snapshot& s) override;
+  std::string replica_record(std::int64_t global_step, const std::vector<LoaderCursor>& slot_cursors,
+                             double run_seconds, double lr, const std::vector<WorkerUsage>& workers) override;
   void evaluate(const Snapshot& s) override;
   std::string poll() override;
 
@@ -77,6 +79,8 @@ class PsReport final : public PsEvents, public SnapshotSink {
   // earlier attempts.
   double cost(double run_seconds, const std::vector<WorkerUsage>& workers) const;
   TrainProgress progress_of(const Snapshot& s) const;
+  TrainProgress progress_at(std::int64_t global_step, const std::vector<LoaderCursor>& slot_cursors,
+                            double run_seconds, double lr, const std::vector<WorkerUsage>& workers) const;
   void write_status(const std::string& state, std::int64_t global_step, int exit_code, int revocations,
                     const std::string& error = {});
   void report_written();

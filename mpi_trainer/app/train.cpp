@@ -122,7 +122,8 @@ RunSetup prepare_run(const TrainConfig& cfg) {
                                       {"--ckpt-every-seconds", cfg.ckpt_every_seconds > 0},
                                       {"--ckpt-keep", cfg.ckpt_keep != TrainConfig{}.ckpt_keep},
                                       {"--ckpt-fail", cfg.ckpt_fail != TrainConfig{}.ckpt_fail},
-                                      {"--ckpt-sync", cfg.ckpt_sync != TrainConfig{}.ckpt_sync}})
+                                      {"--ckpt-sync", cfg.ckpt_sync != TrainConfig{}.ckpt_sync},
+                                      {"--ps-standby", cfg.ps_standby > 0}})
       if (given)
         throw UsageError(std::string(flag) + " needs --ckpt-dir (the directory the checkpoints go to); without it "
                                              "nothing is saved");

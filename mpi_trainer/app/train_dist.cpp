@@ -7,16 +7,20 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <iomanip>
 #include <iostream>
 #include <optional>
 #include <ostream>
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "app/batch_ahead.hpp"
 #include "app/checkpointing.hpp"
 #include "app/device.hpp"
 #include "app/emulation.hpp"
+#include "app/metrics.hpp"
 #include "app/ps_report.hpp"
 #include "app/run_setup.hpp"
 #include "ckpt/checkpoint.hpp"
@@ -38,6 +42,13 @@ std::string join_port_file(const TrainConfig& cfg) {
 }
 
 
+// --ps-standby: -1 is one standby when there are 2 or more workers and checkpoints to write the
+// replica into; never more standbys than workers.
+int standbys(const TrainConfig& cfg, int workers) {
+  const int asked = cfg.ps_standby >= 0 ? cfg.ps_standby : (workers >= 2 && !cfg.ckpt_dir.empty() ? 1 : 0);
+  return std::min(asked, workers);
+}
+
 PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<std::string> types) {
   PsOptions o;
   o.train_steps = cfg.train_steps;
@@ -54,6 +65,8 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.max_loss = cfg.max_loss;
   o.failure_timeout = cfg.failure_timeout;
   o.drain_deadline = cfg.drain_deadline;
+  o.ps_standby = standbys(cfg, static_cast<int>(types.size()));
+  o.replica_interval = cfg.replica_interval;
   o.ckpt_every_steps = cfg.ckpt_every_steps;
   o.ckpt_every_seconds = cfg.ckpt_every_seconds;
   o.eval_every_steps = cfg.eval_every_steps;
@@ -120,7 +133,29 @@ class NetworkStep final : public StepComputer {
 TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm ps, int rank, FaultPlan plan,
                         const Emulation& emulation, std::uint64_t pacer_seed) {
   const Model model(setup.spec);
-  const WorkerOptions opts = worker_options(cfg);
+  WorkerOptions opts = worker_options(cfg);
+  // A standby writes its replica of the parameter server as a checkpoint when it is lost.
+  if (!cfg.ckpt_dir.empty())
+    opts.on_ps_lost = [&cfg, &setup, &model, rank](const ReplicaState& r) {
+      std::string steps;
+      for (const std::int64_t s : r.shard_steps) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+      const ReplicaWritten w = write_replica_checkpoint(cfg, model, setup.job, r);
+      std::ostringstream line;
+      line << "mpi_trainer: " << worker_label(rank) << " (standby): wrote its replica of the parameter server at global step "
+           << r.global_step << (r.shard_steps.size() > 1 ? " (shards at " + steps + ")" : "") << " as "
+           << w.file.string() << " in " << std::fixed << std::setprecision(3) << w.seconds
+           << " s: the restart resumes from it\n";
+      std::cerr << line.str() << std::flush;
+      // The parameter server, which writes the metrics, is gone: the standby adds this event.
+      MetricsWriter(cfg.metrics)
+          .write(nlohmann::ordered_json{{"event", "ps_replica_checkpoint"},
+                                        {"global_step", r.global_step},
+                                        {"shard_steps", r.shard_steps},
+                                        {"rank", rank},
+                                        {"file", w.file.string()},
+                                        {"write_seconds", w.seconds},
+                                        {"unix_time", unix_now()}});
+    };
   const WorkerResult w = run_worker(opts, model, ps, rank, std::move(plan), [&]() -> std::unique_ptr<StepComputer> {
     return std::make_unique<NetworkStep>(model, setup, cfg.batch_size, StepPacer(emulation, pacer_seed));
   });

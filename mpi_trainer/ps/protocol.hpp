@@ -20,6 +20,10 @@
 //   worker -> shard  kLeave  (no payload) leaving on a preemption notice; signal = its signal
 //   worker -> shard  kHeartbeat on kTagHeartbeat (no payload): alive (a thread, every
 //                            --failure-timeout / 5 seconds)
+//   shard -> worker  kReplica on kTagReplica, to a standby (--ps-standby, ps/replica.hpp): the
+//                            shard's parameters, then its optimizer state buffers (`slots` of them),
+//                            then on shard 0 the BN statistics and the app's progress record
+//                            (`request_id` bytes); step = model_version = the shard's global step
 //
 // Between shards (shard 0 coordinates checkpoints, evaluation and the end):
 //   shard 0 -> shard k  kSnapshotRequest (no payload; request_id)
@@ -38,13 +42,14 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 5;
+inline constexpr std::uint16_t kProtocolVersion = 6;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
 inline constexpr int kTagControl = 14;    // shard 0 -> shard k: requests, stop, start state
 inline constexpr int kTagSnapshot = 15;   // shard k -> shard 0: requested state
 inline constexpr int kTagHeartbeat = 16;  // worker -> shard: alive
+inline constexpr int kTagReplica = 17;    // shard -> standby worker: the shard's state
 
 inline constexpr std::int32_t kShmOffer = 0x4f4d4853;     // "SHMO"
 inline constexpr std::int32_t kShmAccepted = 0x414d4853;  // "SHMA"
@@ -63,7 +68,8 @@ enum class MsgKind : std::uint16_t {
   kSnapshot = 6,
   kHeartbeat = 7,
   kLeave = 8,
-  kDrain = 9
+  kDrain = 9,
+  kReplica = 10
 };
 
 struct MsgHeader {
@@ -76,12 +82,12 @@ struct MsgHeader {
   std::int64_t cursor_epoch = 0;     // push: data cursor after this batch;
   std::int64_t cursor_position = 0;  // reply to a join: where this worker's data continues
   std::int64_t param_count = 0;      // join: the worker's model size
-  std::int64_t request_id = 0;       // snapshot request and its answer
+  std::int64_t request_id = 0;       // snapshot request and its answer; replica: the record's bytes
   float loss = 0;                    // push: the batch's loss
   std::int32_t correct = 0;          // push: its correct predictions
   std::int32_t batch = 0;            // push and join: the batch size
   std::int32_t slot = 0;             // reply to a join: this worker's data slot
-  std::int32_t slots = 0;            // reply to a join: the number of data slots
+  std::int32_t slots = 0;            // reply to a join: the number of data slots; replica: state buffers
   std::int32_t signal = 0;           // leave: the notice signal
   std::int32_t shm = 0;              // join: kShmOffer; its reply: kShmAccepted
   std::int32_t end = 0;              // stop: kCleanEnd or kFailedEnd

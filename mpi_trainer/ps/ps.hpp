@@ -53,6 +53,8 @@ struct PsOptions {
   // Fault tolerance (docs/fault-model.md).
   double failure_timeout = 1.5;  // a worker silent this long is lost (s)
   double drain_deadline = 10;    // after a notice: workers stop within this (s)
+  int ps_standby = 0;                   // standby workers each shard streams replicas to (ps/replica.hpp)
+  std::int64_t replica_interval = 10;   // updates between two replicas
   // Shard 0's cadence.
   std::int64_t ckpt_every_steps = 0;
   double ckpt_every_seconds = 0;
@@ -122,6 +124,13 @@ class SnapshotSink {
   // Called often from the update loop: report what finished in the background. Non-empty: why
   // training must stop now (the shard stops as on a notice).
   virtual std::string poll() = 0;
+  // What a replica on a standby carries besides the tensors (ps/replica.hpp), for the app to
+  // write the replica as its own checkpoint: data cursors, time and cost so far, configuration.
+  virtual std::string replica_record(std::int64_t /*global_step*/, const std::vector<LoaderCursor>& /*slot_cursors*/,
+                                     double /*run_seconds*/, double /*lr*/,
+                                     const std::vector<WorkerUsage>& /*workers*/) {
+    return {};
+  }
 };
 
 // What the runtime reports. Shard 0 calls everything; the other shards only `stopping` and `log`.
@@ -251,6 +260,16 @@ class StepComputer {
   virtual Step step(const FlatTensors& params, FlatTensors& grads, FlatTensors& batch_stats) = 0;
 };
 
+// A standby's newest replica of the whole parameter server, assembled from every shard's
+// (ps/replica.hpp): each shard's part is that shard's state at one point of its update stream.
+struct ReplicaState {
+  std::int64_t global_step = 0;  // shard 0's
+  std::vector<std::int64_t> shard_steps;
+  FlatTensors params, bn_stats;
+  std::vector<FlatTensors> state;  // the optimizer's state buffers: the momenta, then the gap's if any
+  std::string record;              // SnapshotSink::replica_record of shard 0
+};
+
 struct WorkerOptions {
   int num_ps = 1;
   int batch_size = 128;
@@ -259,6 +278,9 @@ struct WorkerOptions {
   bool quiet = false;
   bool synthetic_gradients = false;  // no computer: a fixed gradient, packed once
   std::uint64_t seed = 1;
+  // Called once when the parameter server is lost and this worker holds a whole replica of it
+  // (a standby), before the worker exits 10: the app writes it as a checkpoint.
+  std::function<void(const ReplicaState&)> on_ps_lost;
 };
 
 struct WorkerResult {

@@ -64,6 +64,7 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
     gap_.emplace(velocity(static_cast<std::size_t>(momenta_)));
     gap_before_.resize(static_cast<std::size_t>(mine_));
   }
+  if (opts.ps_standby > 0) replicas_.emplace(std::max<std::int64_t>(1, opts.replica_interval));
   if (lead())
     gather_.emplace(model, part_, shard_deadline(opts), momenta_, gap_aware_);
   else
@@ -107,6 +108,8 @@ void Shard::stamp_failure(MsgHeader& stop) const {
 
 bool Shard::reply(Member& m, MsgKind kind) {
   if (!settle_send(m)) return false;
+  // A standby's last replica is taken before it stops (it receives while it waits for this reply).
+  if (kind == MsgKind::kStop && replicas_) replicas_->settle(m.rank, opts_.failure_timeout);
   MsgHeader& h = m.send.header();
   h = MsgHeader{};
   h.kind = kind;
@@ -185,6 +188,7 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   ++window_pushes_;
   const bool replied = reply(m, MsgKind::kParams);
   if (lead()) after_step(lr);
+  if (replicas_) replicate();
   plan_.at_step(shard_, step_);
   return replied;
 }
@@ -406,6 +410,38 @@ void Shard::after_step(double lr) {
       want |= kForEval;
   }
   if (want) request_snapshot(want);
+}
+
+std::vector<ReplicaSender::Dest> Shard::standbys() const {
+  std::vector<ReplicaSender::Dest> out;
+  for (const Member& m : members_.members()) {
+    if (static_cast<int>(out.size()) >= opts_.ps_standby) break;
+    if (m.working()) out.push_back(ReplicaSender::Dest{m.rank, m.comm, m.peer});
+  }
+  return out;
+}
+
+void Shard::replicate() {
+  if (stop_at_ || step_ >= opts_.train_steps || failure_code_ != 0) return;  // the final checkpoint follows
+  const std::vector<ReplicaSender::Dest> dests = standbys();
+  if (!replicas_->due(step_, dests)) return;
+  std::vector<int> ranks;
+  for (const auto& d : dests) ranks.push_back(d.id);
+  if (lead() && ranks != standby_ranks_ && !opts_.quiet) {
+    std::string names;
+    for (const int r : ranks) names += (names.empty() ? "" : ", ") + std::to_string(r);
+    events_.log("mpi_trainer: parameter server: standby replica on worker rank " + names + " at global step " +
+                std::to_string(step_) + ", every " + std::to_string(opts_.replica_interval) + " updates" +
+                (standby_ranks_.empty() ? "" : " (the previous standby is gone)"));
+  }
+  standby_ranks_ = std::move(ranks);
+  std::vector<std::span<const float>> pieces{current(), velocity_};
+  std::string record;
+  if (lead()) {
+    pieces.push_back(stats_.span());
+    record = sink_.replica_record(step_, slot_cursors_, since(t0_), schedule_lr_now(), usage());
+  }
+  replicas_->send(step_, state_buffers(), pieces, record, dests);
 }
 
 void Shard::report_progress(double lr) {

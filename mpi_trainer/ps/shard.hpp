@@ -17,6 +17,7 @@
 #include "ps/joins.hpp"
 #include "ps/membership.hpp"
 #include "ps/partition.hpp"
+#include "ps/replica.hpp"
 #include "ps/ps.hpp"
 #include "ps/snapshot.hpp"
 #include "ps/transport.hpp"
@@ -57,6 +58,9 @@ class Shard {
   void begin_stop(const std::string& why);
   void take_joins();
   void after_step(double lr);
+  // --ps-standby: a replica to the standbys when one is due and the previous one has left.
+  void replicate();
+  std::vector<ReplicaSender::Dest> standbys() const;
   void report_progress(double lr);
   // Shard 0: checkpoints and evaluations.
   std::vector<WorkerUsage> usage() const;
@@ -106,6 +110,8 @@ class Shard {
   std::vector<LoaderCursor> slot_cursors_;  // shard 0: each data slot's cursor after its last push
   std::optional<SnapshotGather> gather_;    // shard 0
   std::optional<SnapshotAnswer> answer_;    // shards > 0
+  std::optional<ReplicaSender> replicas_;   // --ps-standby > 0
+  std::vector<int> standby_ranks_;          // the standbys of the last replica, for the log
   double gather_stall_ = 0;
 
   // Stopping early: a notice or no worker left; no more pushes are applied.

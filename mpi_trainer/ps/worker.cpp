@@ -13,6 +13,7 @@
 #include "ps/mpi_env.hpp"
 #include "ps/partition.hpp"
 #include "ps/ps.hpp"
+#include "ps/replica.hpp"
 #include "ps/transport.hpp"
 #include "ps/ulfm.hpp"
 
@@ -20,10 +21,17 @@ namespace mt {
 
 namespace {
 
+// What a worker does before it exits on the loss of its parameter server (a standby writes its
+// replica), set by run_worker. Runs once: a second thread that finds the loss waits here while
+// the first one ends the process.
+std::mutex lost_mutex;
+std::function<void()> before_lost_exit;
+
 // A worker whose parameter server stopped answering (or, with ULFM, that the MPI library reported
 // failed: waited < 0) exits 10 at once, without MPI_Finalize (which could wait for the dead) and
 // without MPI_Abort (which would end the whole job, and a live shard may still serve others).
 [[noreturn]] void parameter_server_lost(int rank, int shard, double waited) {
+  const std::lock_guard<std::mutex> once(lost_mutex);
   unlink_pending_segments();
   std::cout << std::flush;
   std::ostringstream line;  // one write: lines of several workers do not interleave
@@ -35,6 +43,16 @@ namespace {
   line << " at unix " << std::fixed << std::setprecision(3) << unix_now() << ": the parameter server is lost; exit "
        << kExitPsLost << '\n';
   std::cerr << line.str() << std::flush;
+  if (before_lost_exit) {
+    try {
+      before_lost_exit();
+    } catch (...) {
+      const ErrorReport e = describe_error(std::current_exception());
+      std::cerr << "mpi_trainer: " + worker_label(rank) + ": error: " + e.what + "\n" << std::flush;
+    }
+  }
+  std::cout << std::flush;
+  std::cerr << std::flush;
   std::_Exit(kExitPsLost);
 }
 constexpr double kReportedByMpi = -1;  // parameter_server_lost's `waited` for a ULFM report
@@ -52,12 +70,15 @@ int first_error(const std::vector<MPI_Status>& statuses) {
 // `mpi` held, as the main thread does (MPI_THREAD_SERIALIZED).
 class WorkerAgent {
  public:
-  WorkerAgent(std::mutex& mpi, MPI_Comm ps, const WorkerOptions& opts, int rank, FaultPlan& plan)
+  // `on_beat`, with `mpi` held, at every heartbeat (a standby takes its replicas while it computes).
+  WorkerAgent(std::mutex& mpi, MPI_Comm ps, const WorkerOptions& opts, int rank, FaultPlan& plan,
+              std::function<void()> on_beat)
       : mpi_(mpi),
         ps_(ps),
         opts_(opts),
         rank_(rank),
         plan_(plan),
+        on_beat_(std::move(on_beat)),
         hb_(static_cast<std::size_t>(opts.num_ps), Buffer(0)),
         hbreq_(static_cast<std::size_t>(opts.num_ps), MPI_REQUEST_NULL) {
     for (auto& b : hb_) {
@@ -139,6 +160,7 @@ class WorkerAgent {
         parameter_server_lost(rank_, static_cast<int>(s), kReportedByMpi);
       }
     }
+    if (on_beat_) on_beat_();
   }
 
   std::mutex& mpi_;
@@ -146,6 +168,7 @@ class WorkerAgent {
   const WorkerOptions& opts_;
   const int rank_;
   FaultPlan& plan_;
+  const std::function<void()> on_beat_;
   std::vector<Buffer> hb_;
   std::vector<MPI_Request> hbreq_;
   std::atomic<bool> leaving_{false};
@@ -163,9 +186,46 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
                         const std::function<std::unique_ptr<StepComputer>()>& make_computer) {
   const int shards = opts.num_ps;
   std::mutex mpi_lock;
-  // First: heartbeats must flow before anything slow happens here.
-  WorkerAgent agent(mpi_lock, ps, opts, rank, plan);
   const Partition part(model.params(), shards);
+  // A standby's replicas of the shards (any worker may be made one, at any time), taken with the
+  // MPI lock held by the polls below and by the agent while a step computes.
+  ReplicaHost replicas(shards);
+  auto take_replicas = [&] {
+    try {
+      replicas.poll(ps);
+    } catch (const ProcessFailed&) {  // ULFM: a shard died
+      parameter_server_lost(rank, 0, kReportedByMpi);
+    }
+  };
+  {
+    const std::lock_guard<std::mutex> lock(lost_mutex);
+    before_lost_exit = [&, rank] {
+      if (!opts.on_ps_lost) return;
+      if (auto r = replicas.assemble(model, part)) {
+        opts.on_ps_lost(*r);
+      } else if (replicas.any() && !opts.quiet) {  // a standby that has not heard from every shard yet
+        std::cerr << "mpi_trainer: " + worker_label(rank) +
+                         " (standby): no replica from every shard yet: the restart resumes from the newest checkpoint\n"
+                  << std::flush;
+      }
+    };
+  }
+  struct ClearHook {
+    ~ClearHook() {
+      const std::lock_guard<std::mutex> lock(lost_mutex);
+      before_lost_exit = nullptr;
+    }
+  } clear_hook;
+  // First: heartbeats must flow before anything slow happens here.
+  WorkerAgent agent(mpi_lock, ps, opts, rank, plan, take_replicas);
+  struct CloseReplicas {
+    std::mutex& lock;
+    ReplicaHost& host;
+    ~CloseReplicas() {
+      const std::lock_guard<std::mutex> hold(lock);
+      host.close();
+    }
+  } close_replicas{mpi_lock, replicas};
   std::unique_ptr<StepComputer> computer;
   if (!opts.synthetic_gradients) computer = make_computer();
   FlatTensors params(model.params()), grads(model.params()), stats(model.stats()), batch_stats(model.stats());
@@ -222,6 +282,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       {
         std::lock_guard<std::mutex> lock(mpi_lock);
         rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, statuses.data());
+        if (rc == MPI_SUCCESS) take_replicas();
       }
       if (rc != MPI_SUCCESS) {
         // ULFM: a request with a dead shard completed with the error (in its status when

@@ -1,0 +1,180 @@
+#include "ps/replica.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "ps/mpi_env.hpp"
+
+namespace mt {
+
+namespace {
+
+std::int64_t record_floats(std::size_t bytes) {
+  return static_cast<std::int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
+}
+
+}  // namespace
+
+void ReplicaSender::give_up() {
+  abandon(std::move(buf_));
+  buf_ = Buffer(0);
+  inflight_.clear();
+}
+
+bool ReplicaSender::due(std::int64_t step, const std::vector<Dest>& dests) {
+  if (dests.empty() || (last_step_ >= 0 && step - last_step_ < interval_)) return false;
+  bool done = true;
+  for (auto& [id, req] : inflight_) {
+    const bool wanted = std::any_of(dests.begin(), dests.end(), [&](const Dest& d) { return d.id == id; });
+    int flag = 1;
+    try {
+      if (req != MPI_REQUEST_NULL) MT_MPI(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
+    } catch (const ProcessFailed&) {  // ULFM: that standby died; the shard drops it on its own
+      flag = 0;
+      req = MPI_REQUEST_NULL;
+      if (wanted) continue;
+    }
+    if (!flag && !wanted) {  // a former standby that does not take it: let it go
+      give_up();
+      return true;
+    }
+    done = done && flag;
+  }
+  if (done) inflight_.clear();
+  return done;
+}
+
+void ReplicaSender::send(std::int64_t step, int state_buffers, std::span<const std::span<const float>> pieces,
+                         const std::string& record, const std::vector<Dest>& dests) {
+  MT_ASSERT(inflight_.empty(), "the previous replica has left");
+  std::int64_t floats = record_floats(record.size());
+  for (const auto& p : pieces) floats += static_cast<std::int64_t>(p.size());
+  if (static_cast<std::int64_t>(buf_.data.size()) != kHeaderFloats + floats) buf_ = Buffer(floats);
+  float* out = buf_.payload();
+  for (const auto& p : pieces) out = std::copy(p.begin(), p.end(), out);
+  if (!record.empty()) {
+    out[record_floats(record.size()) - 1] = 0.f;  // the padding after the last byte
+    std::memcpy(out, record.data(), record.size());
+  }
+  MsgHeader& h = buf_.header();
+  h = MsgHeader{};
+  h.kind = MsgKind::kReplica;
+  h.step = h.model_version = step;
+  h.payload = floats;
+  h.request_id = static_cast<std::int64_t>(record.size());
+  h.slots = state_buffers;
+  for (const Dest& d : dests) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    try {
+      isend(buf_, floats, d.peer, kTagReplica, &req, d.comm);
+    } catch (const ProcessFailed&) {  // ULFM: known dead; the shard drops it on its own
+      continue;
+    }
+    inflight_.emplace_back(d.id, req);
+  }
+  last_step_ = step;
+  ++sent_;
+}
+
+bool ReplicaSender::settle(int id, double seconds) {
+  for (auto it = inflight_.begin(); it != inflight_.end(); ++it) {
+    if (it->first != id) continue;
+    if (wait_for(&it->second, seconds)) {
+      inflight_.erase(it);
+      return true;
+    }
+    give_up();
+    return false;
+  }
+  return true;
+}
+
+ReplicaHost::ReplicaHost(int shards) : parts_(static_cast<std::size_t>(shards)) {}
+
+void ReplicaHost::poll(MPI_Comm comm) {
+  if (closed_) return;
+  for (std::size_t s = 0; s < parts_.size(); ++s) {
+    Part& p = parts_[s];
+    if (p.req == MPI_REQUEST_NULL) {
+      int flag = 0;
+      MPI_Status st;
+      MT_MPI(MPI_Iprobe(static_cast<int>(s), kTagReplica, comm, &flag, &st));
+      if (!flag) continue;
+      int count = 0;
+      MT_MPI(MPI_Get_count(&st, MPI_FLOAT, &count));
+      if (count < kHeaderFloats)
+        throw Error(kExitInternal, "worker: malformed replica from shard " + std::to_string(s) + ": " +
+                                       std::to_string(count) + " floats");
+      if (static_cast<int>(p.incoming.data.size()) != count) p.incoming = Buffer(count - kHeaderFloats);
+      MT_MPI(MPI_Irecv(p.incoming.data.data(), count, MPI_FLOAT, static_cast<int>(s), kTagReplica, comm, &p.req));
+    }
+    int done = 0;
+    MT_MPI(MPI_Test(&p.req, &done, MPI_STATUS_IGNORE));
+    if (!done) continue;
+    if (const auto bad = check_header(p.incoming.header(), static_cast<std::int64_t>(p.incoming.data.size()));
+        !bad.empty() || p.incoming.header().kind != MsgKind::kReplica)
+      throw Error(kExitInternal, "worker: malformed replica from shard " + std::to_string(s) + ": " +
+                                     (bad.empty() ? "not a replica" : bad));
+    std::lock_guard<std::mutex> lock(mu_);
+    std::swap(p.incoming, p.newest);
+    p.has = true;
+  }
+}
+
+bool ReplicaHost::complete() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.has; });
+}
+
+bool ReplicaHost::any() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::any_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.has; });
+}
+
+std::optional<ReplicaState> ReplicaHost::assemble(const Model& model, const Partition& part) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.has; })) return std::nullopt;
+  ReplicaState r;
+  r.params = FlatTensors(model.params());
+  r.bn_stats = FlatTensors(model.stats());
+  const auto header = [](const Part& p) { return *reinterpret_cast<const MsgHeader*>(p.newest.data.data()); };
+  const int buffers = header(parts_[0]).slots;
+  for (int j = 0; j < buffers; ++j) r.state.emplace_back(model.params());
+  for (std::size_t s = 0; s < parts_.size(); ++s) {
+    const MsgHeader h = header(parts_[s]);
+    const auto n = static_cast<std::size_t>(part.floats(static_cast<int>(s)));
+    const std::size_t stats = s == 0 ? static_cast<std::size_t>(model.stats().total()) : 0;
+    const std::size_t record = s == 0 ? static_cast<std::size_t>(record_floats(static_cast<std::size_t>(h.request_id))) : 0;
+    if (h.slots != buffers || h.payload < 0 ||
+        static_cast<std::size_t>(h.payload) != (1 + static_cast<std::size_t>(buffers)) * n + stats + record)
+      throw Error(kExitInternal, "worker: shard " + std::to_string(s) + "'s replica does not fit this model (" +
+                                     std::to_string(h.payload) + " floats, " + std::to_string(h.slots) +
+                                     " state buffers)");
+    const std::span<const float> payload(parts_[s].newest.data.data() + kHeaderFloats, static_cast<std::size_t>(h.payload));
+    part.unpack(static_cast<int>(s), payload.subspan(0, n), r.params);
+    for (int j = 0; j < buffers; ++j)
+      part.unpack(static_cast<int>(s), payload.subspan((1 + static_cast<std::size_t>(j)) * n, n),
+                  r.state[static_cast<std::size_t>(j)]);
+    if (s == 0) {
+      const auto tail = payload.subspan((1 + static_cast<std::size_t>(buffers)) * n);
+      std::copy_n(tail.begin(), stats, r.bn_stats.flat().data());
+      r.record.assign(reinterpret_cast<const char*>(tail.data() + stats), static_cast<std::size_t>(h.request_id));
+      r.global_step = h.step;
+    }
+    r.shard_steps.push_back(h.step);
+  }
+  return r;
+}
+
+void ReplicaHost::close() {
+  closed_ = true;
+  for (Part& p : parts_) {
+    if (p.req == MPI_REQUEST_NULL) continue;
+    int done = 0;
+    if (MPI_Test(&p.req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) continue;
+    if (MPI_Cancel(&p.req) != MPI_SUCCESS || !wait_for(&p.req, 1.0)) abandon(std::move(p.incoming));
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,89 @@
+// Replicas of the parameter server on standby workers (--ps-standby, docs/fault-model.md,
+// "Standby replicas").
+//
+// Every --replica-interval updates each shard copies its state (its parameters, its optimizer
+// state buffers; shard 0 also the BatchNorm statistics and the app's progress record: data
+// cursors, time and cost so far, the job's configuration) into a send buffer and sends it to the
+// standby workers without waiting: while a replica is still in flight the next one waits for the
+// next update, so the update loop never blocks on a standby. A standby keeps the newest replica
+// that arrived whole (a receive cut by the shard's death leaves the previous one untouched). When
+// the parameter server is lost, the standby hands that replica to the app, which writes it as a
+// checkpoint before the worker exits 10: the restart resumes at most an interval or so behind.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "nn/params.hpp"
+#include "ps/partition.hpp"
+#include "ps/ps.hpp"
+#include "ps/transport.hpp"
+
+namespace mt {
+
+// A shard's side: one send buffer shared by the sends to every standby.
+class ReplicaSender {
+ public:
+  struct Dest {
+    int id = 0;  // the standby's rank as the reports name it
+    MPI_Comm comm = MPI_COMM_WORLD;
+    int peer = 0;
+  };
+  explicit ReplicaSender(std::int64_t interval) : interval_(interval) {}
+
+  // Whether a replica is due at `step` and every earlier one has left. Sends to a standby no
+  // longer in `dests` (it was lost, or another took its place) are given up: their buffer is
+  // abandoned and a fresh one taken.
+  bool due(std::int64_t step, const std::vector<Dest>& dests);
+  // Packs `pieces` and the record (bytes after them) into the buffer and sends it to `dests`.
+  void send(std::int64_t step, int state_buffers, std::span<const std::span<const float>> pieces,
+            const std::string& record, const std::vector<Dest>& dests);
+  // The replica in flight to `id` has left, within `seconds` (before the standby is told to
+  // stop, so that no send is left unmatched). False: given up (the standby is presumed lost).
+  bool settle(int id, double seconds);
+  std::int64_t sent() const { return sent_; }
+  std::int64_t last_step() const { return last_step_; }
+
+ private:
+  void give_up();  // abandon the buffer that unfinished sends still read
+  const std::int64_t interval_;
+  Buffer buf_{0};
+  std::vector<std::pair<int, MPI_Request>> inflight_;  // (dest id, request)
+  std::int64_t last_step_ = -1, sent_ = 0;
+};
+
+// A standby worker's side: the newest whole replica of each shard.
+class ReplicaHost {
+ public:
+  explicit ReplicaHost(int shards);
+  // With the MPI lock held: receives replicas that arrived from the shards on `comm`, never
+  // blocking. Throws ProcessFailed (ULFM) when a shard is known dead.
+  void poll(MPI_Comm comm);
+  // Whether every shard's replica arrived at least once; whether any did.
+  bool complete() const;
+  bool any() const;
+  // The newest replicas, assembled (thread-safe: the poll may run on another thread): nothing
+  // unless complete().
+  std::optional<ReplicaState> assemble(const Model& model, const Partition& part) const;
+  // The end: receives still posted are cancelled (the shards settle their sends before the stop);
+  // polls do nothing from then on.
+  void close();
+
+ private:
+  struct Part {
+    Buffer incoming{0}, newest{0};
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool has = false;
+  };
+  std::vector<Part> parts_;
+  bool closed_ = false;
+  mutable std::mutex mu_;  // guards `newest` and `has` against assemble() from another thread
+};
+
+}  // namespace mt

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A standby worker holds a replica of the parameter server (--ps-standby, default 1 here) and,
+# when the PS is SIGKILLed, writes it as a checkpoint before exiting 10; the restart loop resumes
+# from it, at most --replica-interval updates behind the PS, instead of from the last periodic
+# checkpoint (--ckpt-every-steps 100, far behind). Cases, each under launch/restart_loop.sh:
+#   ps       the PS killed at step 157: resumed at >= 147
+#   shards   --num-ps 2, shard 1 killed at step 157: the standby holds both shards' parts
+#   standby  the standby (rank 1) killed at step 20, then the PS at 150: rank 2 took over as
+#            standby and wrote the replica
+#   both     the standby killed at step 140 and the PS at 157, before it noticed: back to the
+#            periodic checkpoint (100)
+# Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both". The shards
+# case takes 90 s (shard 0 waits up to 60 s for the lost shard 1 before the attempt ends), so it is
+# run by hand: ... "ps shards standby both".
+set -euo pipefail
+source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
+steps=240 interval=10 kill=157 cases=" ${3:-ps standby both} "
+case_run() {  # NAME NP KILLS [extra flags]
+  local t0=$SECONDS
+  local name=$1 np=$2 kills=$3; shift 3
+  rm -rf "$dir/ck" "$dir/m.jsonl"
+  cat > "$dir/job.sh" <<JOB
+#!/usr/bin/env bash
+extra=()
+[[ \$MT_RESTART_ATTEMPT == 1 ]] && extra=(--revoke "$kills")
+exec $(train_cmd "$np" --train-steps $steps --ckpt-every-steps 100 --replica-interval $interval --failure-timeout 1 "$@") "\${extra[@]}"
+JOB
+  chmod +x "$dir/job.sh"
+  "$restart_loop" --attempts 3 --delay 0 --status "$dir/ck/run-status.json" -- "$dir/job.sh" > "$dir/$name.txt" 2>&1 \
+    || { echo "$name: the restart loop failed"; cat "$dir/$name.txt"; exit 1; }
+  echo "$name: $((SECONDS - t0)) s"
+}
+check() {  # NAME KILL_STEP MIN_RESUME MAX_RESUME STANDBY_RANK(or -)
+  /usr/bin/python3 - "$dir/m.jsonl" "$@" "$steps" <<'PY'
+import json, sys
+path, name, kill, lo, hi, standby, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
+events = [json.loads(l) for l in open(path)]
+s = events[-1]
+assert s["event"] == "summary" and s["global_step"] == steps and s["exit_code"] == 0, s
+assert s["attempts"] == 2 and lo <= s["resumed_from_step"] <= hi, (name, s["resumed_from_step"], lo, hi)
+rep = [e for e in events if e["event"] == "ps_replica_checkpoint"]
+if standby == "-":
+    assert not rep, rep
+else:
+    assert len(rep) == 1 and rep[0]["rank"] == int(standby) and rep[0]["global_step"] == s["resumed_from_step"], rep
+# The global step never goes back within an attempt, and the second starts where the first's replica was.
+progress = [e["global_step"] for e in events if e["event"] == "progress"]
+first = [p for p in progress if p <= kill]
+assert first == sorted(first) and progress[len(first):] == sorted(progress[len(first):]), progress
+assert min(progress[len(first):]) > s["resumed_from_step"], progress
+print(f"ok: {name}: resumed from step {s['resumed_from_step']} (PS lost at {kill}), standby {standby}")
+PY
+}
+if [[ $cases == *" ps "* ]]; then
+  case_run ps 4 "rank=0@step=$kill:KILL"
+  grep -q "worker rank 1 (standby): wrote its replica of the parameter server at global step" "$dir/ps.txt"
+  check ps $kill $((kill - interval)) $kill 1
+fi
+if [[ $cases == *" shards "* ]]; then
+  case_run shards 5 "rank=1@step=$kill:KILL" --num-ps 2
+  grep -q "worker rank 2 (standby): wrote its replica .* (shards at " "$dir/shards.txt"
+  check shards $kill $((kill - interval - 5)) $((kill + 10)) 2
+fi
+if [[ $cases == *" standby "* ]]; then
+  case_run standby 4 "rank=1@step=20:KILL,rank=0@step=150:KILL"
+  grep -q "standby replica on worker rank 2 at global step .* (the previous standby is gone)" "$dir/standby.txt"
+  check standby 150 $((150 - interval)) 150 2
+fi
+if [[ $cases == *" both "* ]]; then
+  case_run both 4 "rank=1@step=140:KILL,rank=0@step=$kill:KILL"
+  check both $kill 100 100 -
+fi
