@@ -267,13 +267,28 @@ TEST_CASE("plan's Monte-Carlo revocations match the revocation model's CDF", "[u
   c.revocation_model = model.string();
   c.ps_pricing = "transient";
   c.ckpt_every_steps = 500;
+  c.ps_standby = 0;
   const auto t = plan_of(c);
-  double restarted = 0;
+  double restarted = 0, lost = 0;
   for (std::size_t i = 0; i < t.restarts.size(); ++i) {
     restarted += t.restarts[i] > 0 ? 1 : 0;
+    lost += t.lost_steps[i];
     CHECK(t.lost_steps[i] <= 500 * t.restarts[i]);
   }
   CHECK(restarted / double(t.restarts.size()) == Approx(0.4).margin(0.05));
+  // With a standby (the default with 2 or more workers) a restart loses the updates since the
+  // last replica while a worker outlives the parameter server.
+  c.ps_standby = -1;
+  c.replica_interval = 10;
+  const auto sb = plan_of(c);
+  double lost_sb = 0, beyond = 0;
+  for (std::size_t i = 0; i < sb.restarts.size(); ++i) {
+    CHECK(sb.restarts[i] <= t.restarts[i]);  // less to redo: never more restarts
+    lost_sb += sb.lost_steps[i];
+    beyond += sb.lost_steps[i] > 10 * sb.restarts[i] ? 1 : 0;  // every worker gone before the PS
+  }
+  CHECK(beyond <= 2);  // P(all 8 workers revoked first) < 0.4^8 per draw
+  CHECK(lost_sb < lost / 10);
 }
 
 TEST_CASE("mpi_trainer plan: the report, --json and its errors", "[unit][plan]") {

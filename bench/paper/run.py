@@ -29,6 +29,10 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def plan(trainer, args):
+    # The paper's clusters had no standby replica of the parameter server: a lost PS went back
+    # to its last checkpoint. An experiment may still ask for one (--ps-standby in its args).
+    if "--ps-standby" not in args:
+        args = args + ["--ps-standby", "0"]
     out = subprocess.run([trainer, "plan", "--json"] + args, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"run.py: mpi_trainer plan {' '.join(args)}: exit {out.returncode}: {out.stdout}{out.stderr}")

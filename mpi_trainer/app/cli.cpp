@@ -355,12 +355,19 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->check(CLI::Range(-1, 64)),
       "MT_PS_STANDBY");
   env(cmd.add_option("--replica-interval", c.replica_interval,
-                     "Fault tolerance: updates between two replicas a shard sends its standbys (a "
-                     "replica still in flight is not overtaken: the next one waits): the most "
-                     "updates a parameter server's loss costs with a standby")
+                     "Fault tolerance: updates between two replicas a shard sends its standbys, at "
+                     "least (a replica still in flight is not overtaken: the next one waits): about "
+                     "the most updates a parameter server's loss costs with a standby")
           ->capture_default_str()
           ->check(CLI::Range(1, 1000000)),
       "MT_REPLICA_INTERVAL");
+  env(cmd.add_option("--replica-budget", c.replica_budget,
+                     "Fault tolerance: the share of a shard's time its replicas may take at most (each "
+                     "replica's copy is timed); when the shard is the bottleneck, replicas are spaced "
+                     "further apart than --replica-interval rather than slowing training (1: never)")
+          ->capture_default_str()
+          ->check(CLI::Range(0.001, 1.0)),
+      "MT_REPLICA_BUDGET");
   env(cmd.add_option("--status-file", c.status_file,
                      "Parameter server: JSON run state for launchers (state, exit_code, global_step); "
                      "default <ckpt-dir>/run-status.json. mpirun --enable-recovery always exits 0, so "
@@ -548,6 +555,15 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
                        "Periodic checkpoint interval (0: none): what a revoked parameter server loses")
       ->capture_default_str()
       ->check(kNonNegative);
+  plan_cmd->add_option("--ps-standby", plan_cfg.ps_standby,
+                       "Standby workers holding a replica of the parameter server (train's --ps-standby): "
+                       "a lost parameter server then costs the updates since the last replica while a "
+                       "worker outlives it. -1: 1 with 2 or more workers, else 0")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 64));
+  plan_cmd->add_option("--replica-interval", plan_cfg.replica_interval, "Updates between two replicas")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   plan_cmd->add_option("--restart-seconds", plan_cfg.restart_seconds,
                        "Seconds from a stopped job to training again (new servers, start, resume)")
       ->capture_default_str()

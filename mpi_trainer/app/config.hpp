@@ -61,7 +61,8 @@ struct TrainConfig {
   double failure_timeout = 1.5;       // a peer silent this long is lost (s)
   double drain_deadline = 10;         // a worker's notice: push and leave within this (s)
   int ps_standby = -1;                // workers holding a replica of the PS (-1: 1 with 2+ workers, else 0)
-  int replica_interval = 10;          // updates between two replicas a shard sends its standbys
+  int replica_interval = 10;          // updates between two replicas a shard sends its standbys, at least
+  double replica_budget = 0.01;       // the share of a shard's time replicas may take, at most
   std::string status_file;            // run state for launchers; empty: <ckpt-dir>/run-status.json
   std::string revoke;                 // "rank=2@30s,rank=3@step=400": real kills
   std::string revocation_model;       // empty: none; gce or a table file: sampled lifetimes

@@ -138,6 +138,11 @@ double first_ps_loss(const Cluster& k, const PlanConfig& c, std::uint64_t attemp
   return end;
 }
 
+int standbys(const PlanConfig& c) {
+  if (c.num_ps == 0) return 0;
+  return c.ps_standby >= 0 ? std::min(c.ps_standby, c.workers) : (c.workers >= 2 ? 1 : 0);
+}
+
 // One training job from step 0 to the end, through any restarts. `revocations`: draw lifetimes.
 // `calm`: the job without revocations; a draw whose every server outlives it is that job (bar
 // the jitter of its step times, which averages out over a run), without simulating it again.
@@ -236,6 +241,15 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     std::int64_t kept = reached;
     if (end == End::kPsLost || c.num_ps == 0)
       kept = c.ckpt_every_steps > 0 ? std::max(durable, reached / c.ckpt_every_steps * c.ckpt_every_steps) : durable;
+    if (end == End::kPsLost && c.num_ps > 0 && standbys(c) > 0) {
+      // The standby writes its replica when the parameter server is lost, if a worker is still up.
+      bool standby_up = false;
+      for (std::size_t i = 0; i < sim.workers().size() && !standby_up; ++i) {
+        const SimWorker& w = sim.worker(i);
+        standby_up = w.begun && (w.ended < 0 || w.ended >= t);
+      }
+      if (standby_up) kept = std::max(kept, reached - std::min(reached - durable, c.replica_interval));
+    }
     d.lost_steps += double(reached - kept);
     durable = kept;
     d.restarts += 1;
@@ -363,6 +377,8 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"revocation_model", c.revocation_model},
       {"revocation_models", r.revocation_models},
       {"ckpt_every_steps", c.ckpt_every_steps},
+      {"ps_standby", standbys(c)},
+      {"replica_interval", c.replica_interval},
       {"restart_seconds", c.restart_seconds},
       {"draws", c.draws},
       {"seed", c.seed},
@@ -393,8 +409,9 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
   };
   out << "plan: " << r.cluster << '\n'
       << "  step times: " << r.devices << " device table; prices: " << r.prices
-      << "; revocations: " << c.revocation_model << "; checkpoint every "
-      << c.ckpt_every_steps << " steps, restart " << c.restart_seconds << " s; " << c.draws << " draws (seed "
+      << "; revocations: " << c.revocation_model << "; checkpoint every " << c.ckpt_every_steps << " steps"
+      << (standbys(c) > 0 ? ", standby replica every " + std::to_string(c.replica_interval) + " updates" : "")
+      << ", restart " << c.restart_seconds << " s; " << c.draws << " draws (seed "
       << c.seed << "); evidence S (simulator)\n";
   if (r.seconds.empty()) {
     out << "  no draw finished within " << kMaxRestarts << " restarts: the servers are revoked faster than it trains\n";

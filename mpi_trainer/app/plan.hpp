@@ -40,6 +40,11 @@ struct PlanConfig {
   std::string revocation_model = "gce";  // gce, a table file, or none
   double failure_timeout = 1.5;
   std::int64_t ckpt_every_steps = 1000;
+  // A standby's replica (train's --ps-standby): a lost parameter server costs the updates since
+  // its last replica, not since its last checkpoint, while a worker (the standby) outlives it.
+  // -1: 1 with 2 or more workers and a parameter server, else 0.
+  int ps_standby = -1;
+  std::int64_t replica_interval = 10;
   double restart_seconds = 120;
   int draws = 100;
   std::uint64_t seed = 1;

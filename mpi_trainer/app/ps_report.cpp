@@ -499,6 +499,11 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
       {"stopped_by", or_null(e.stop_reason)},
       {"checkpoint_failures", tally_.failures},
       {"exit_code", exit_code(e.exit_code)}};
+  summary["ps_standby"] = e.standbys > 0 ? nlohmann::ordered_json{{"standbys", e.standbys},
+                                                                  {"replicas", e.replicas},
+                                                                  {"mean_interval_updates", e.replica_interval},
+                                                                  {"mean_replica_seconds", e.replica_seconds}}
+                                          : nlohmann::ordered_json();
   if (cfg_.synthetic_gradients) summary["synthetic_gradients"] = true;
   metrics_.write(summary);
   if (!cfg_.quiet) {
@@ -506,7 +511,9 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
          << std::setprecision(1) << train_seconds << " s by " << e.workers_start + e.joined << " worker(s) and "
          << e.shards << " PS shard(s), " << e.images_per_second << " img/s";
     if (ev) log_ << ", test accuracy " << std::setprecision(2) << 100.0 * ev->accuracy << "%";
-    log_ << ", cost $" << std::setprecision(4) << cost_usd_ << " (" << cfg_.pricing << ")";
+    log_ << ", cost $" << std::setprecision(4) << cost_usd_ << " ("
+         << (cfg_.pricing == cfg_.ps_pricing ? cfg_.pricing : "workers " + cfg_.pricing + ", PS " + cfg_.ps_pricing)
+         << ")";
     if (revocations > 0) log_ << ", " << revocations << " revocation(s)";
     log_ << '\n';
     if (e.stopped_early)

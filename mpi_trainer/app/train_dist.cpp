@@ -67,6 +67,7 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.drain_deadline = cfg.drain_deadline;
   o.ps_standby = standbys(cfg, static_cast<int>(types.size()));
   o.replica_interval = cfg.replica_interval;
+  o.replica_budget = cfg.replica_budget;
   o.ckpt_every_steps = cfg.ckpt_every_steps;
   o.ckpt_every_seconds = cfg.ckpt_every_seconds;
   o.eval_every_steps = cfg.eval_every_steps;

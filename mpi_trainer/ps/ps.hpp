@@ -54,7 +54,8 @@ struct PsOptions {
   double failure_timeout = 1.5;  // a worker silent this long is lost (s)
   double drain_deadline = 10;    // after a notice: workers stop within this (s)
   int ps_standby = 0;                   // standby workers each shard streams replicas to (ps/replica.hpp)
-  std::int64_t replica_interval = 10;   // updates between two replicas
+  std::int64_t replica_interval = 10;   // updates between two replicas, at least
+  double replica_budget = 0.01;         // the share of a shard's time replicas may take, at most
   // Shard 0's cadence.
   std::int64_t ckpt_every_steps = 0;
   double ckpt_every_seconds = 0;
@@ -213,6 +214,11 @@ class PsEvents {
     bool stopped_early = false;
     std::string stop_reason;
     int exit_code = 0;
+    // Shard 0's replicas to its standbys (--ps-standby): how many, the mean updates between two,
+    // the mean seconds each took the shard (the copy and the send's start).
+    int standbys = 0;
+    std::int64_t replicas = 0;
+    double replica_interval = 0, replica_seconds = 0;
   };
   // Returns the test accuracy and loss of the final evaluation, when the app ran one.
   struct Evaluated {

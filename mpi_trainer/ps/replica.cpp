@@ -23,7 +23,8 @@ void ReplicaSender::give_up() {
 }
 
 bool ReplicaSender::due(std::int64_t step, const std::vector<Dest>& dests) {
-  if (dests.empty() || (last_step_ >= 0 && step - last_step_ < interval_)) return false;
+  if (dests.empty()) return false;
+  if (last_step_ >= 0 && (step - last_step_ < interval_ || since(last_at_) * budget_ < cost_)) return false;
   bool done = true;
   for (auto& [id, req] : inflight_) {
     const bool wanted = std::any_of(dests.begin(), dests.end(), [&](const Dest& d) { return d.id == id; });
@@ -48,6 +49,7 @@ bool ReplicaSender::due(std::int64_t step, const std::vector<Dest>& dests) {
 void ReplicaSender::send(std::int64_t step, int state_buffers, std::span<const std::span<const float>> pieces,
                          const std::string& record, const std::vector<Dest>& dests) {
   MT_ASSERT(inflight_.empty(), "the previous replica has left");
+  const auto t0 = Clock::now();
   std::int64_t floats = record_floats(record.size());
   for (const auto& p : pieces) floats += static_cast<std::int64_t>(p.size());
   if (static_cast<std::int64_t>(buf_.data.size()) != kHeaderFloats + floats) buf_ = Buffer(floats);
@@ -73,8 +75,12 @@ void ReplicaSender::send(std::int64_t step, int state_buffers, std::span<const s
     }
     inflight_.emplace_back(d.id, req);
   }
+  if (first_step_ < 0) first_step_ = step;
   last_step_ = step;
   ++sent_;
+  last_at_ = Clock::now();
+  cost_ = seconds_between(t0, last_at_);
+  cost_sum_ += cost_;
 }
 
 bool ReplicaSender::settle(int id, double seconds) {

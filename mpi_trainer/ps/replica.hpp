@@ -35,7 +35,11 @@ class ReplicaSender {
     MPI_Comm comm = MPI_COMM_WORLD;
     int peer = 0;
   };
-  explicit ReplicaSender(std::int64_t interval) : interval_(interval) {}
+  // `interval`: updates between two replicas at least. `budget`: the share of the shard's time
+  // replicas may take at most (their copy is the cost; measured): when the shard is the
+  // bottleneck and a replica costs more than that share of `interval` updates, replicas are
+  // spaced further apart in time instead of slowing training.
+  ReplicaSender(std::int64_t interval, double budget) : interval_(interval), budget_(budget) {}
 
   // Whether a replica is due at `step` and every earlier one has left. Sends to a standby no
   // longer in `dests` (it was lost, or another took its place) are given up: their buffer is
@@ -48,14 +52,21 @@ class ReplicaSender {
   // stop, so that no send is left unmatched). False: given up (the standby is presumed lost).
   bool settle(int id, double seconds);
   std::int64_t sent() const { return sent_; }
-  std::int64_t last_step() const { return last_step_; }
+  // Updates between consecutive replicas, on average (0 before the second).
+  double mean_interval() const {
+    return sent_ > 1 ? double(last_step_ - first_step_) / double(sent_ - 1) : 0.0;
+  }
+  double mean_cost_seconds() const { return sent_ > 0 ? cost_sum_ / double(sent_) : 0.0; }
 
  private:
   void give_up();  // abandon the buffer that unfinished sends still read
   const std::int64_t interval_;
+  const double budget_;
   Buffer buf_{0};
   std::vector<std::pair<int, MPI_Request>> inflight_;  // (dest id, request)
-  std::int64_t last_step_ = -1, sent_ = 0;
+  std::int64_t first_step_ = -1, last_step_ = -1, sent_ = 0;
+  Clock::time_point last_at_{};
+  double cost_ = 0, cost_sum_ = 0;  // the last replica's copy and send (s); their sum
 };
 
 // A standby worker's side: the newest whole replica of each shard.

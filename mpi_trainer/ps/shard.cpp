@@ -64,7 +64,7 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
     gap_.emplace(velocity(static_cast<std::size_t>(momenta_)));
     gap_before_.resize(static_cast<std::size_t>(mine_));
   }
-  if (opts.ps_standby > 0) replicas_.emplace(std::max<std::int64_t>(1, opts.replica_interval));
+  if (opts.ps_standby > 0) replicas_.emplace(std::max<std::int64_t>(1, opts.replica_interval), opts.replica_budget);
   if (lead())
     gather_.emplace(model, part_, shard_deadline(opts), momenta_, gap_aware_);
   else
@@ -775,9 +775,17 @@ PsResult Shard::finish() {
                              schedule_lr_now(),
                              usage(),
                              state.extra};
-  res.evaluated = events_.finished(PsEvents::Finished{
-      final_state, start_step_, last_snapshot_step_, res.images_per_second, shards_, workers_, joined_, members_.lost(),
-      members_.left(), shm_workers_, max_staleness_, dropped_, stop_at_.has_value(), stop_reason_, exit_code_});
+  PsEvents::Finished done{final_state, start_step_,   last_snapshot_step_, res.images_per_second,
+                          shards_,     workers_,      joined_,             members_.lost(),
+                          members_.left(), shm_workers_, max_staleness_,  dropped_,
+                          stop_at_.has_value(), stop_reason_, exit_code_};
+  if (replicas_) {
+    done.standbys = opts_.ps_standby;
+    done.replicas = replicas_->sent();
+    done.replica_interval = replicas_->mean_interval();
+    done.replica_seconds = replicas_->mean_cost_seconds();
+  }
+  res.evaluated = events_.finished(done);
   return res;
 }
 
