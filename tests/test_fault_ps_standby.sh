@@ -43,6 +43,10 @@ if standby == "-":
     assert not rep, rep
 else:
     assert len(rep) == 1 and rep[0]["rank"] == int(standby) and rep[0]["global_step"] == s["resumed_from_step"], rep
+resume = [e for e in events if e["event"] == "resume"]
+assert len(resume) == (1 if s["resumed_from_step"] else 0), resume
+if resume:  # a resume from a standby's replica says who wrote it
+    assert resume[0].get("written_by") == (None if standby == "-" else f"worker rank {standby}"), resume
 # The global step never goes back within an attempt (each begins with its config event), the
 # first got to the kill, and the second starts where it resumed.
 attempts = []
@@ -59,6 +63,7 @@ PY
 if [[ $cases == *" ps "* ]]; then
   case_run ps 4 "rank=0@step=$kill:KILL"
   grep -q "worker rank 1 (standby): wrote its replica of the parameter server at global step" "$dir/ps.txt"
+  grep -q "resumed from .* (attempt 2) (a standby's replica, written by worker rank 1)" "$dir/ps.txt"
   check ps $kill $((kill - interval)) $kill 1
 fi
 if [[ $cases == *" shards "* ]]; then

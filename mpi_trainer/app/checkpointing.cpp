@@ -410,8 +410,13 @@ std::string replica_record_json(const TrainProgress& p, const std::string& confi
   return j.dump();
 }
 
+std::string replica_note(const ckpt::Checkpoint& c) {
+  const auto it = c.strings.find("written_by");
+  return it == c.strings.end() || it->second.empty() ? "" : " (a standby's replica, written by " + it->second + ")";
+}
+
 ReplicaWritten write_replica_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
-                                        const ReplicaState& r) {
+                                        const ReplicaState& r, const std::string& label) {
   const auto t0 = Clock::now();
   if (cfg.ckpt_dir.empty()) throw CheckpointError("a replica checkpoint needs --ckpt-dir");
   TrainProgress p;
@@ -435,8 +440,8 @@ ReplicaWritten write_replica_checkpoint(const TrainConfig& cfg, const Model& mod
   if (momenta < 1) throw CheckpointError("the replica holds no momentum");
   FlatTensors mean(model.params());
   const StateView state = view_state(r.state, momenta, gap, mean);
-  const ckpt::Checkpoint c =
-      make_checkpoint(model, r.params, state.momentum, r.bn_stats, p, config_json, job, {}, state.extra);
+  ckpt::Checkpoint c = make_checkpoint(model, r.params, state.momentum, r.bn_stats, p, config_json, job, {}, state.extra);
+  c.strings["written_by"] = label;
   ReplicaWritten w;
   w.file = ckpt::publish(cfg.ckpt_dir, c, cfg.ckpt_keep);
   w.seconds = since(t0);

@@ -145,8 +145,12 @@ struct ReplicaWritten {
 // Writes `r` into --ckpt-dir at once (synchronously, published atomically like every checkpoint):
 // the optimizer state as the parameter server keeps it under --momentum-correction and
 // --lr-scaling. Throws CheckpointError.
+// The checkpoint's `written_by` attribute names the standby (`label`, "worker rank 1"); a
+// resume says it resumed from a replica.
 ReplicaWritten write_replica_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
-                                        const ReplicaState& r);
+                                        const ReplicaState& r, const std::string& label);
+// " (a standby's replica, written by worker rank 1)" for a checkpoint a standby wrote, else "".
+std::string replica_note(const ckpt::Checkpoint& c);
 
 // "stage2.block3.conv1.weight" -> "params/stage2/block3/conv1/weight" (group "params").
 std::string array_path(const std::string& group, const std::string& dotted_name);

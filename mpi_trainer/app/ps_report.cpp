@@ -91,12 +91,15 @@ PsStart PsReport::restore(FlatTensors& params, std::span<FlatTensors> momenta, F
     prev_.attempts += 1;
     if (!cfg_.quiet)
       log_ << "mpi_trainer: resumed from " << found->file.string() << " at global step " << prev_.global_step
-           << " (attempt " << prev_.attempts << ")\n";
-    metrics_.write(nlohmann::ordered_json{{"event", "resume"},
-                                          {"file", found->file.string()},
-                                          {"global_step", prev_.global_step},
-                                          {"attempt", prev_.attempts},
-                                          {"saved_workers", prev_.worker_cursors.size()}});
+           << " (attempt " << prev_.attempts << ")" << replica_note(found->checkpoint) << "\n";
+    nlohmann::ordered_json resume{{"event", "resume"},
+                                  {"file", found->file.string()},
+                                  {"global_step", prev_.global_step},
+                                  {"attempt", prev_.attempts},
+                                  {"saved_workers", prev_.worker_cursors.size()}};
+    if (const auto by = found->checkpoint.strings.find("written_by"); by != found->checkpoint.strings.end())
+      resume["written_by"] = by->second;
+    metrics_.write(resume);
   }
   if (!cfg_.ckpt_dir.empty()) {
     writer_.emplace(cfg_.ckpt_dir, cfg_.ckpt_keep);

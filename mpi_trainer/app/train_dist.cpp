@@ -140,7 +140,7 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
     opts.on_ps_lost = [&cfg, &setup, &model, rank](const ReplicaState& r) {
       std::string steps;
       for (const std::int64_t s : r.shard_steps) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
-      const ReplicaWritten w = write_replica_checkpoint(cfg, model, setup.job, r);
+      const ReplicaWritten w = write_replica_checkpoint(cfg, model, setup.job, r, worker_label(rank));
       std::ostringstream line;
       line << "mpi_trainer: " << worker_label(rank) << " (standby): wrote its replica of the parameter server at global step "
            << r.global_step << (r.shard_steps.size() > 1 ? " (shards at " + steps + ")" : "") << " as "
