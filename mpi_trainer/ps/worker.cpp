@@ -195,6 +195,12 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       replicas.poll(ps);
     } catch (const ProcessFailed&) {  // ULFM: a shard died
       parameter_server_lost(rank, 0, kReportedByMpi);
+    } catch (const std::exception& e) {
+      // A malformed replica (a parameter server of another build) or a failed receive: this
+      // worker trains on as before, without a replica (also on the heartbeat thread).
+      replicas.close();
+      std::cerr << "mpi_trainer: " + worker_label(rank) + ": warning: no standby replica here: " + e.what() + "\n"
+                << std::flush;
     }
   };
   {
