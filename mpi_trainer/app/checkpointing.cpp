@@ -410,9 +410,9 @@ std::string replica_record_json(const TrainProgress& p, const std::string& confi
   return j.dump();
 }
 
-std::string replica_note(const ckpt::Checkpoint& c) {
+std::string replica_writer(const ckpt::Checkpoint& c) {
   const auto it = c.strings.find("written_by");
-  return it == c.strings.end() || it->second.empty() ? "" : " (a standby's replica, written by " + it->second + ")";
+  return it == c.strings.end() ? "" : it->second;
 }
 
 ReplicaWritten write_replica_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,

@@ -149,8 +149,8 @@ struct ReplicaWritten {
 // resume says it resumed from a replica.
 ReplicaWritten write_replica_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
                                         const ReplicaState& r, const std::string& label);
-// " (a standby's replica, written by worker rank 1)" for a checkpoint a standby wrote, else "".
-std::string replica_note(const ckpt::Checkpoint& c);
+// Who wrote `c` when a standby did ("worker rank 1"), else "".
+std::string replica_writer(const ckpt::Checkpoint& c);
 
 // "stage2.block3.conv1.weight" -> "params/stage2/block3/conv1/weight" (group "params").
 std::string array_path(const std::string& group, const std::string& dotted_name);

@@ -89,16 +89,17 @@ PsStart PsReport::restore(FlatTensors& params, std::span<FlatTensors> momenta, F
       log_ << "mpi_trainer: the checkpoint holds no gap-aware mean steps (written under another --lr-scaling): "
               "they start afresh, each parameter's first updates penalized by the staleness\n";
     prev_.attempts += 1;
+    const std::string by = replica_writer(found->checkpoint);
     if (!cfg_.quiet)
       log_ << "mpi_trainer: resumed from " << found->file.string() << " at global step " << prev_.global_step
-           << " (attempt " << prev_.attempts << ")" << replica_note(found->checkpoint) << "\n";
+           << " (attempt " << prev_.attempts << ")"
+           << (by.empty() ? "" : " (a standby's replica, written by " + by + ")") << "\n";
     nlohmann::ordered_json resume{{"event", "resume"},
                                   {"file", found->file.string()},
                                   {"global_step", prev_.global_step},
                                   {"attempt", prev_.attempts},
                                   {"saved_workers", prev_.worker_cursors.size()}};
-    if (const auto by = found->checkpoint.strings.find("written_by"); by != found->checkpoint.strings.end())
-      resume["written_by"] = by->second;
+    if (!by.empty()) resume["written_by"] = by;
     metrics_.write(resume);
   }
   if (!cfg_.ckpt_dir.empty()) {

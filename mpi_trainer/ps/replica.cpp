@@ -22,9 +22,7 @@ void ReplicaSender::give_up() {
   inflight_.clear();
 }
 
-bool ReplicaSender::due(std::int64_t step, const std::vector<Dest>& dests) {
-  if (dests.empty()) return false;
-  if (last_step_ >= 0 && (step - last_step_ < interval_ || since(last_at_) * budget_ < cost_)) return false;
+bool ReplicaSender::ready(const std::vector<Dest>& dests) {
   bool done = true;
   for (auto& [id, req] : inflight_) {
     const bool wanted = std::any_of(dests.begin(), dests.end(), [&](const Dest& d) { return d.id == id; });
@@ -126,11 +124,6 @@ void ReplicaHost::poll(MPI_Comm comm) {
     std::swap(p.incoming, p.newest);
     p.has = true;
   }
-}
-
-bool ReplicaHost::complete() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.has; });
 }
 
 bool ReplicaHost::any() const {

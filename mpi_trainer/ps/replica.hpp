@@ -41,10 +41,15 @@ class ReplicaSender {
   // spaced further apart in time instead of slowing training.
   ReplicaSender(std::int64_t interval, double budget) : interval_(interval), budget_(budget) {}
 
-  // Whether a replica is due at `step` and every earlier one has left. Sends to a standby no
+  // Whether a replica is due at `step`: the interval and the budget (no MPI call, no allocation:
+  // asked after every update).
+  bool due(std::int64_t step) const {
+    return last_step_ < 0 || (step - last_step_ >= interval_ && since(last_at_) * budget_ >= cost_);
+  }
+  // Whether every earlier replica has left, so the buffer may take the next. Sends to a standby no
   // longer in `dests` (it was lost, or another took its place) are given up: their buffer is
   // abandoned and a fresh one taken.
-  bool due(std::int64_t step, const std::vector<Dest>& dests);
+  bool ready(const std::vector<Dest>& dests);
   // Packs `pieces` and the record (bytes after them) into the buffer and sends it to `dests`.
   void send(std::int64_t step, int state_buffers, std::span<const std::span<const float>> pieces,
             const std::string& record, const std::vector<Dest>& dests);
@@ -76,11 +81,10 @@ class ReplicaHost {
   // With the MPI lock held: receives replicas that arrived from the shards on `comm`, never
   // blocking. Throws ProcessFailed (ULFM) when a shard is known dead.
   void poll(MPI_Comm comm);
-  // Whether every shard's replica arrived at least once; whether any did.
-  bool complete() const;
+  // Whether any shard's replica arrived.
   bool any() const;
   // The newest replicas, assembled (thread-safe: the poll may run on another thread): nothing
-  // unless complete().
+  // unless every shard's arrived at least once.
   std::optional<ReplicaState> assemble(const Model& model, const Partition& part) const;
   // The end: receives still posted are cancelled (the shards settle their sends before the stop);
   // polls do nothing from then on.

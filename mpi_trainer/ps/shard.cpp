@@ -423,8 +423,9 @@ std::vector<ReplicaSender::Dest> Shard::standbys() const {
 
 void Shard::replicate() {
   if (stop_at_ || step_ >= opts_.train_steps || failure_code_ != 0) return;  // the final checkpoint follows
+  if (!replicas_->due(step_)) return;
   const std::vector<ReplicaSender::Dest> dests = standbys();
-  if (!replicas_->due(step_, dests)) return;
+  if (dests.empty() || !replicas_->ready(dests)) return;
   std::vector<int> ranks;
   for (const auto& d : dests) ranks.push_back(d.id);
   if (lead() && ranks != standby_ranks_ && !opts_.quiet) {
