@@ -23,7 +23,10 @@
 # verifies (the global step never goes back past one that was durable; a damaged one is skipped
 # and reported), every checkpoint left verifies (but the one damaged on purpose), no temporary
 # file is left. Work lost per PS kill: the last step the PS reported before it was lost minus
-# the step the next attempt resumed from.
+# the step the next attempt resumed from. With a ULFM build (`mpi_trainer --version` says ULFM)
+# a PS kill (ps-kill, ps-kill-mid) must not restart the job at all: the standby takes the
+# parameter server over in the same attempt (a `ps_takeover` event, docs/fault-model.md), the
+# global step never goes back, and the work lost is the takeover's lost updates.
 #
 #   bench/chaos.sh [--kill-runs N] [--other-runs M] [--only S1,S2] [--sync|--async] [--seed S] [--trainer PATH] [--shim PATH]
 #   --kill-runs N   N worker-kill runs and N PS-kill runs (ps-kill-mid and ps-kill in turn); default 20
@@ -56,6 +59,8 @@ while (($#)); do
 done
 [[ -x $trainer ]] || { echo "chaos.sh: no mpi_trainer at $trainer (launch/build.sh release)" >&2; exit 2; }
 trainer=$(cd "$(dirname "$trainer")" && pwd)/$(basename "$trainer")
+ulfm=0
+[[ $("$trainer" --version 2>/dev/null) == *"failure detection: ULFM"* ]] && ulfm=1
 [[ -n $shim ]] || shim="$(dirname "$trainer")/bench/libmt_fsync_fault.so"
 for n in "$kill_runs" "$other_runs"; do
   [[ $n =~ ^[0-9]+$ ]] || { echo "chaos.sh: run counts are whole numbers" >&2; exit 2; }
@@ -141,10 +146,10 @@ newest() { ls "$ck" 2>/dev/null | grep -E '^ckpt-[0-9]+\.h5$' | sort | tail -1; 
 # loss to m.jsonl.lost. DAMAGED: the step of a checkpoint damaged on purpose (not counted durable,
 # and it must have been skipped).
 analyse() {  # analyse SCENARIO DAMAGED
-  /usr/bin/python3 - "$dir/m.jsonl" "$steps" "$1" "${2:-}" <<'PY' 2>&1 || true
+  /usr/bin/python3 - "$dir/m.jsonl" "$steps" "$1" "${2:-}" "$ulfm" <<'PY' 2>&1 || true
 import json, sys
 events = [json.loads(l) for l in open(sys.argv[1])]
-steps, scenario, damaged = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+steps, scenario, damaged, ulfm = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5] == "1"
 damaged = int(damaged) if damaged else None
 s = events[-1]
 if s["event"] != "summary" or s["global_step"] != steps or s["exit_code"] != 0:
@@ -175,7 +180,17 @@ if damaged is not None:
     name = f"ckpt-{damaged:010d}.h5"
     if not any(e["event"] == "checkpoint_skipped" and name in e["reason"] for e in events):
         print(f"the damaged {name} was not reported as skipped"); sys.exit()
-if scenario.startswith("ps-kill"):
+takeovers = [e for e in events if e["event"] == "ps_takeover"]
+if scenario.startswith("ps-kill") and ulfm:
+    # Taken over inside the job: one attempt, the step never back, the lost updates reported.
+    if configs != 1 or len(takeovers) != 1:
+        print(f"ULFM: the PS kill was not taken over in the same attempt ({configs} attempt(s), {len(takeovers)} takeover(s))"); sys.exit()
+    seen = [e["global_step"] for e in events if e["event"] == "progress"]
+    if seen != sorted(seen):
+        print(f"the global step went back: {seen}"); sys.exit()
+    lost = [takeovers[0]["lost_updates"]]
+    open(sys.argv[1] + ".lost", "w").write(" ".join(map(str, lost)))
+elif scenario.startswith("ps-kill"):
     if not lost:
         print("the PS kill did not lead to a second attempt"); sys.exit()
     open(sys.argv[1] + ".lost", "w").write(" ".join(map(str, lost)))

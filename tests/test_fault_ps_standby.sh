@@ -9,12 +9,18 @@
 #            standby and wrote the replica
 #   both     the standby and the PS killed together (one kill(1), between steps 160 and 199):
 #            back to the periodic checkpoint (100)
+# With a ULFM build (`mpi_trainer --version` says ULFM) the ps and standby cases take the parameter
+# server over inside the job instead (docs/fault-model.md, "Takeover under ULFM"): one attempt, a
+# ps_takeover event by the standby, the global step never back, at most two replica intervals of
+# updates lost (one, plus the replica in flight at the kill); `both` has no replica left to take
+# over from and restarts as above; `shards` (two shards: no takeover) too.
 # Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both". The shards
 # case takes 90 s (shard 0 waits up to 60 s for the lost shard 1 before the attempt ends), so it is
 # run by hand: ... "ps shards standby both".
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
-steps=240 interval=10 kill=157 cases=" ${3:-ps standby both} "
+steps=240 interval=10 kill=157 cases=" ${3:-ps standby both} " ulfm=0
+[[ $("$trainer" --version) == *"failure detection: ULFM"* ]] && ulfm=1
 case_run() {  # NAME NP KILLS [extra flags]
   local t0=$SECONDS
   local name=$1 np=$2 kills=$3; shift 3
@@ -29,6 +35,26 @@ JOB
   "$restart_loop" --attempts 3 --delay 0 --status "$dir/ck/run-status.json" -- "$dir/job.sh" > "$dir/$name.txt" 2>&1 \
     || { echo "$name: the restart loop failed"; cat "$dir/$name.txt"; exit 1; }
   echo "$name: $((SECONDS - t0)) s"
+}
+check_takeover() {  # NAME KILL_STEP STANDBY_RANK
+  /usr/bin/python3 - "$dir/m.jsonl" "$@" "$steps" "$interval" <<'PY'
+import json, sys
+path, name, kill, standby, steps, interval = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+events = [json.loads(l) for l in open(path)]
+s = events[-1]
+assert s["event"] == "summary" and s["global_step"] == steps and s["exit_code"] == 0, s
+assert s["attempts"] == 1 and sum(e["event"] == "config" for e in events) == 1, "restarted instead of a takeover"
+t = [e for e in events if e["event"] == "ps_takeover"]
+assert len(t) == 1 and t[0]["by"] == f"worker rank {standby}", t
+t = t[0]
+assert kill - 3 <= t["global_step"] <= kill and 0 <= t["lost_updates"] <= 2 * interval, t
+assert t["global_step"] - t["lost_updates"] == t["replica_step"] and t["first_applied_step"] == t["global_step"] + 1, t
+assert s["ps_takeover"]["by"] == t["by"] and s["revocations"] >= 1, s
+steps_seen = [e["global_step"] for e in events if e["event"] == "progress"]
+assert steps_seen == sorted(steps_seen) and steps_seen[-1] == steps, steps_seen
+print(f"ok: {name}: taken over by worker rank {standby} at step {t['global_step']} (PS lost at {kill}), "
+      f"{t['lost_updates']} update(s) lost, first step {t['seconds_to_first_step']:.3f} s after the loss")
+PY
 }
 check() {  # NAME KILL_STEP MIN_RESUME MAX_RESUME STANDBY_RANK(or -)
   /usr/bin/python3 - "$dir/m.jsonl" "$@" "$steps" <<'PY'
@@ -62,9 +88,14 @@ PY
 }
 if [[ $cases == *" ps "* ]]; then
   case_run ps 4 "rank=0@step=$kill:KILL"
-  grep -q "worker rank 1 (standby): wrote its replica of the parameter server at global step" "$dir/ps.txt"
-  grep -q "resumed from .* (attempt 2) (a standby's replica, written by worker rank 1)" "$dir/ps.txt"
-  check ps $kill $((kill - interval)) $kill 1
+  if ((ulfm)); then
+    grep -q "worker rank 1 took over as the parameter server at global step .* from its replica of step" "$dir/ps.txt"
+    check_takeover ps $kill 1
+  else
+    grep -q "worker rank 1 (standby): wrote its replica of the parameter server at global step" "$dir/ps.txt"
+    grep -q "resumed from .* (attempt 2) (a standby's replica, written by worker rank 1)" "$dir/ps.txt"
+    check ps $kill $((kill - interval)) $kill 1
+  fi
 fi
 if [[ $cases == *" shards "* ]]; then
   case_run shards 5 "rank=1@step=$kill:KILL" --num-ps 2
@@ -74,7 +105,7 @@ fi
 if [[ $cases == *" standby "* ]]; then
   case_run standby 4 "rank=1@step=20:KILL,rank=0@step=150:KILL"
   grep -q "standby replica on worker rank 2 at global step .* (the previous standby is gone)" "$dir/standby.txt"
-  check standby 150 $((150 - interval)) 150 2
+  if ((ulfm)); then check_takeover standby 150 2; else check standby 150 $((150 - interval)) 150 2; fi
 fi
 if [[ $cases == *" both "* ]]; then
   # One kill(1) for both: under ULFM the PS learns of a dead standby within milliseconds and

@@ -82,12 +82,22 @@ PsStart PsReport::restore(FlatTensors& params, std::span<FlatTensors> momenta, F
   std::optional<FlatTensors> mean;
   if (per_slot) mean.emplace(model_.params());
   FlatTensors& momentum = per_slot ? *mean : momenta[0];
-  if (auto found = find_resume_checkpoint(cfg_, model_, setup_.job, metrics_, log_)) {
+  // A takeover starts from the replica it just wrote; a run from the newest checkpoint, if any.
+  std::optional<ckpt::Loaded> found;
+  if (takeover_) {
+    found = load_named_checkpoint(takeover_->file);
+    check_compatible(found->checkpoint, model_);
+  } else {
+    found = find_resume_checkpoint(cfg_, model_, setup_.job, metrics_, log_);
+  }
+  if (found) {
     prev_ = restore_checkpoint(found->checkpoint, model_, params, momentum, bn_stats);
     if (per_slot) restore_slot_momenta(found->checkpoint, momentum, momenta);
     if (gap_mean_step && !restore_gap_mean_step(found->checkpoint, *gap_mean_step) && !cfg_.quiet)
       log_ << "mpi_trainer: the checkpoint holds no gap-aware mean steps (written under another --lr-scaling): "
               "they start afresh, each parameter's first updates penalized by the staleness\n";
+  }
+  if (found && !takeover_) {
     prev_.attempts += 1;
     const std::string by = replica_writer(found->checkpoint);
     if (!cfg_.quiet)
@@ -143,8 +153,20 @@ void PsReport::started(const Started& e) {
                                       {"resume", cfg_.resume},
                                       {"synthetic_gradients", cfg_.synthetic_gradients},
                                       {"processes", e.workers + e.shards}};
-  metrics_.write(config);
   config_json_ = config.dump();
+  if (takeover_) {  // the same attempt goes on: its config event stands
+    if (!cfg_.quiet)
+      log_ << "mpi_trainer: " << takeover_->by << " took over as the parameter server at global step "
+           << takeover_->first_step << " from its replica of step " << takeover_->replica_step << " ("
+           << takeover_->first_step - takeover_->replica_step << " update(s) lost, replica written as "
+           << takeover_->file << " in " << std::fixed << std::setprecision(3) << takeover_->write_seconds << " s), "
+           << e.workers << " worker(s) go on\n"
+           << std::defaultfloat << std::flush;
+    if (cfg_.eval_every_steps > 0) eval_.emplace(model_, setup_, cfg_.batch_size, 1);
+    write_status("running", e.global_step, 0, 0);
+    return;
+  }
+  metrics_.write(config);
   if (!cfg_.quiet)
     log_ << "mpi_trainer: parameter server: " << e.shards << " shard(s), " << e.workers << " worker(s), "
          << setup_.spec.name << " (" << model_.param_count() << " parameters) on " << setup_.data.format << ", "
@@ -159,6 +181,25 @@ void PsReport::started(const Started& e) {
 }
 
 void PsReport::first_step(std::int64_t global_step, double seconds_since_start) {
+  if (takeover_) {
+    const double seconds = unix_now() - takeover_->lost_at;
+    takeover_event_ = nlohmann::ordered_json{{"event", "ps_takeover"},
+                                             {"by", takeover_->by},
+                                             {"global_step", takeover_->first_step},
+                                             {"replica_step", takeover_->replica_step},
+                                             {"lost_updates", takeover_->first_step - takeover_->replica_step},
+                                             {"first_applied_step", global_step},
+                                             {"seconds_to_first_step", seconds},
+                                             {"replica_write_seconds", takeover_->write_seconds},
+                                             {"takeovers", takeover_->takeovers},
+                                             {"lost_at_unix", takeover_->lost_at},
+                                             {"unix_time", unix_now()}};
+    metrics_.write(takeover_event_);
+    if (!cfg_.quiet)
+      log_ << "mpi_trainer: parameter server (" << takeover_->by << "): first step applied " << std::fixed
+           << std::setprecision(3) << seconds << " s after the loss of the previous one\n"
+           << std::defaultfloat << std::flush;
+  }
   metrics_.write(nlohmann::ordered_json{{"event", "first_step"},
                                         {"global_step", global_step},
                                         {"unix_time", unix_now()},
@@ -474,7 +515,9 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
         {"mean_staleness", w.mean_staleness},
         {"cost_usd", setup_.prices.cost_usd(w.type, setup_.transient, w.active_seconds)}});
   metrics_.write(nlohmann::ordered_json{{"event", "workers"}, {"workers", per_worker}});
-  const int revocations = e.lost + e.left;
+  // A parameter server lost and taken over in this attempt was revoked too (the workers lost
+  // before a takeover are the previous parameter server's, not counted here).
+  const int revocations = e.lost + e.left + (takeover_ ? takeover_->takeovers : 0);
   nlohmann::ordered_json summary{
       {"event", "summary"},
       {"global_step", s.global_step},
@@ -483,7 +526,7 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
       {"cost_usd", cost_usd_},
       {"revocations", revocations},
       {"workers_start", e.workers_start},
-      {"workers_end", e.workers_start + e.joined - revocations},
+      {"workers_end", e.workers_start + e.joined - e.lost - e.left},
       {"images_per_second", e.images_per_second},
       {"test_loss", ev ? nlohmann::ordered_json(ev->loss) : nlohmann::ordered_json()},
       {"max_staleness", e.max_staleness},
@@ -508,6 +551,11 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
                                                                   {"mean_interval_updates", e.replica_interval},
                                                                   {"mean_replica_seconds", e.replica_seconds}}
                                           : nlohmann::ordered_json();
+  if (takeover_) {  // the parameter server lost and taken over in this attempt
+    nlohmann::ordered_json t = takeover_event_.is_null() ? nlohmann::ordered_json{{"by", takeover_->by}} : takeover_event_;
+    t.erase("event");
+    summary["ps_takeover"] = t;
+  }
   if (cfg_.synthetic_gradients) summary["synthetic_gradients"] = true;
   metrics_.write(summary);
   if (!cfg_.quiet) {

@@ -67,6 +67,21 @@ class PsReport final : public PsEvents, public SnapshotSink {
   void evaluate(const Snapshot& s) override;
   std::string poll() override;
 
+  // This parameter server took a lost one over inside the job (ULFM, docs/fault-model.md,
+  // "Takeover under ULFM"): it starts from the replica written as `file` instead of the newest
+  // checkpoint, in the same attempt (no config or resume event), and reports a `ps_takeover`
+  // event at its first applied step. Called before the runtime starts.
+  struct TakeoverReport {
+    std::string file;              // the replica, written as a checkpoint
+    double write_seconds = 0;      // its write, durable
+    std::string by;                // "worker rank 1"
+    std::int64_t replica_step = 0;  // the replica's global step
+    std::int64_t first_step = 0;    // the highest any survivor saw: the count goes on from it
+    double lost_at = 0;             // unix time the loss was learned
+    int takeovers = 1;              // in this attempt, this one included
+  };
+  void take_over(TakeoverReport t) { takeover_ = std::move(t); }
+
   // What earlier attempts did (a resume), and the totals once finished.
   const TrainProgress& previous() const { return prev_; }
   double cost_usd() const { return cost_usd_; }
@@ -115,6 +130,8 @@ class PsReport final : public PsEvents, public SnapshotSink {
   };
   std::map<int, Billed> billed_;
   std::map<std::string, RevocationModel> predict_models_;
+  std::optional<TakeoverReport> takeover_;
+  nlohmann::ordered_json takeover_event_;  // the ps_takeover event, for the summary
   LivePrediction predict(const Progress& e);
 };
 

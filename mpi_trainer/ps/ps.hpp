@@ -39,7 +39,16 @@ const char* to_string(MomentumCorrection m);
 struct PsOptions {
   std::int64_t train_steps = 0;  // global steps in all, over every attempt
   int batch_size = 128;
-  int num_ps = 1;       // shards: ranks 0..num_ps-1
+  int num_ps = 1;       // shards: ranks 0..num_ps-1 of `comm`
+  // The job's processes: shards first, then workers. After a takeover under ULFM (one shard): the
+  // survivors, the new parameter server at rank 0; each worker of it (rank num_ps + i) is named
+  // worker_ranks[i] in the reports (its rank in the launched job) and trains data slot
+  // worker_slots[i] of `slots`, as before the takeover. Empty, 0: rank, rank - num_ps, the workers.
+  MPI_Comm comm = MPI_COMM_WORLD;
+  std::vector<int> worker_ranks, worker_slots;
+  int slots = 0;
+  std::int64_t first_step = 0;  // the global step starts here at least (a takeover: never backwards)
+  int self_rank = -1;           // this process's rank in the launched job, for --revoke's lines (-1: in comm)
   int max_workers = 0;  // elastic joins: data slots (0: the launched workers only)
   // The update: SGD with momentum, the learning rate scaled by the policy (ps/update_policy.hpp).
   LrScaling lr_scaling = LrScaling::kStaleness;  // the trainer's defaults (app/config.hpp)
@@ -287,12 +296,32 @@ struct WorkerOptions {
   // Called once when the parameter server is lost and this worker holds a whole replica of it
   // (a standby), before the worker exits 10: the app writes it as a checkpoint.
   std::function<void(const ReplicaState&)> on_ps_lost;
+  // Under ULFM, one shard, a worker of the launched job: when the MPI library reports the
+  // parameter server failed, the survivors take it over inside the job instead of exiting 10
+  // (docs/fault-model.md, "Takeover under ULFM"): they revoke and shrink the communicator, the
+  // one holding the newest replica becomes the parameter server (run_worker returns it a
+  // `Takeover`), the others join it and train on with their data slots and cursors.
+  bool takeover = false;
+};
+
+// What run_worker hands the worker that becomes the parameter server.
+struct Takeover {
+  MPI_Comm comm = MPI_COMM_NULL;  // the survivors, this process at rank 0, the workers after it
+  ReplicaState replica;           // its newest replica, to start from
+  std::int64_t first_step = 0;    // the highest global step any survivor saw: the new PS counts on from it
+  std::vector<int> worker_ranks, worker_slots;  // each worker of `comm` (ranks 1..): its name and data slot
+  int data_slots = 0;                            // of the launched job
+  double lost_at = 0;                            // unix time this process learned of the loss
+  int takeovers = 0;                             // within this run, this one included
+  FaultPlan plan;                                // this process's own revocations go on
 };
 
 struct WorkerResult {
   std::int64_t pushes = 0;
   bool clean_end = false;  // stopped by shards that knew of no lost rank
   int exit_code = 0;       // non-zero: the parameter server failed with this code (kFailedEnd)
+  std::optional<Takeover> takeover;  // this worker took over as the parameter server: run it on takeover->comm
+  int takeovers = 0;                 // the parameter server was taken over while this worker trained
 };
 
 // A worker: `ps` holds the shards at ranks 0..S-1 (MPI_COMM_WORLD, or the intercommunicator of a

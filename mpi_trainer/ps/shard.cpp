@@ -19,13 +19,18 @@ namespace {
 // Shards wait for each other with this deadline: a lost shard is a lost parameter server.
 double shard_deadline(const PsOptions& o) { return std::max(60.0, o.drain_deadline + 10 * o.failure_timeout); }
 
-int world(int (*query)(MPI_Comm, int*)) {
+int comm_rank(MPI_Comm comm) {
   int v = 0;
-  MT_MPI(query(MPI_COMM_WORLD, &v));
+  MT_MPI(MPI_Comm_rank(comm, &v));
   return v;
 }
-int mpi_world_rank() { return world(MPI_Comm_rank); }
-int mpi_world_size() { return world(MPI_Comm_size); }
+int comm_size(MPI_Comm comm) {
+  int v = 0;
+  MT_MPI(MPI_Comm_size(comm, &v));
+  return v;
+}
+// The data slots: the launched workers' (a takeover keeps them), or the elastic joins' if more.
+int data_slots(const PsOptions& o, int workers) { return std::max(o.slots > 0 ? o.slots : workers, o.max_workers); }
 
 constexpr const char* kUlfmReported = "the MPI library (ULFM) reported the process failed";
 
@@ -41,12 +46,13 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
       events_(events),
       sink_(sink),
       shards_(opts.num_ps),
-      shard_(mpi_world_rank()),
-      workers_(mpi_world_size() - opts.num_ps),
+      shard_(comm_rank(opts.comm)),
+      workers_(comm_size(opts.comm) - opts.num_ps),
+      self_(opts.self_rank >= 0 ? opts.self_rank : shard_),
       part_(model.params(), shards_),
       mine_(part_.floats(shard_)),
       stats_floats_(shard_ == 0 ? model.stats().total() : 0),
-      momenta_(opts.momentum_correction == MomentumCorrection::kDana ? std::max(workers_, opts.max_workers) : 1),
+      momenta_(opts.momentum_correction == MomentumCorrection::kDana ? data_slots(opts, workers_) : 1),
       gap_aware_(policy_.gap_aware()),
       full_(model.params()),
       stats_(model.stats()),
@@ -57,8 +63,11 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
       runs_(part_.runs(shard_)),
       counts_(model.bn_counts(opts.batch_size)),
       members_(
-          std::max(workers_, opts.max_workers),
+          data_slots(opts, workers_),
           Membership::Deadlines{opts.failure_timeout, std::max(60.0, 10 * opts.failure_timeout), opts.drain_deadline}) {
+  // Shards exchange snapshots and the start over MPI_COMM_WORLD (ps/snapshot.hpp): a takeover's
+  // communicator is for one shard.
+  MT_ASSERT(opts.comm == MPI_COMM_WORLD || shards_ == 1, "a parameter server on another communicator has one shard");
   for (int j = 0; j < state_buffers(); ++j) state_full_.emplace_back(model.params());
   if (gap_aware_) {
     gap_.emplace(velocity(static_cast<std::size_t>(momenta_)));
@@ -80,7 +89,7 @@ void Shard::start_state() {
     const PsStart start = sink_.restore(full_, state.first(static_cast<std::size_t>(momenta_)),
                                         gap_aware_ ? &state_full_.back() : nullptr, stats_, members_.slots());
     MT_ASSERT(static_cast<int>(start.slot_cursors.size()) == members_.slots(), "a cursor per data slot");
-    start_step_ = start.global_step;
+    start_step_ = std::max(start.global_step, opts_.first_step);
     slot_cursors_ = start.slot_cursors;
     gather_->send_start(full_, state_full_, start_step_);
     part_.pack(0, full_, params_);
@@ -189,7 +198,7 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   const bool replied = reply(m, MsgKind::kParams);
   if (lead()) after_step(lr);
   if (replicas_) replicate();
-  plan_.at_step(shard_, step_);
+  plan_.at_step(self_, step_);
   return replied;
 }
 
@@ -261,7 +270,7 @@ void Shard::handle_worker(Member& m) {
         ++step_;
         if (!reply(m, MsgKind::kParams)) return;
         if (lead()) after_step(policy_.lr(step_ - 1, members_.live(), 0));
-        plan_.at_step(shard_, step_);
+        plan_.at_step(self_, step_);
         break;
       }
       if (!apply_push(m, h)) return;
@@ -534,8 +543,10 @@ PsResult Shard::run() {
     // every worker's join, with a stop that carries the error.
     t0_ = Clock::now();
     for (int w = 0; w < workers_; ++w) {
-      Member& m = members_.add(shards_ + w, MPI_COMM_WORLD, shards_ + w, w,
-                               opts_.worker_types.at(static_cast<std::size_t>(w)), t0_);
+      const auto i = static_cast<std::size_t>(w);
+      const int slot = opts_.worker_slots.empty() ? w : opts_.worker_slots.at(i);
+      Member& m = members_.add(opts_.worker_ranks.empty() ? shards_ + w : opts_.worker_ranks.at(i), opts_.comm,
+                               shards_ + w, slot, opts_.worker_types.at(static_cast<std::size_t>(slot)), t0_);
       m.recv = Buffer(mine_ + stats_floats_);
       m.send = Buffer(mine_);
       irecv(m.recv, m.peer, kTagToPs, &m.rreq, m.comm);
@@ -736,7 +747,7 @@ void Shard::serve() {
       next_slow_poll = Clock::now() + kSlowPoll;
       check_notice();
       detect_failures();
-      plan_.at_time(shard_);
+      plan_.at_time(self_);
     }
     poll_background();
     if (pushes > 0) {

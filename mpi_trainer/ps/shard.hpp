@@ -80,6 +80,7 @@ class Shard {
   PsEvents& events_;
   SnapshotSink& sink_;
   const int shards_, shard_, workers_;
+  const int self_;  // this process's rank in the launched job (PsOptions::self_rank)
   const Partition part_;
   const std::int64_t mine_, stats_floats_;
   // Momentum buffers: one, or one per data slot under --momentum-correction dana (each worker's

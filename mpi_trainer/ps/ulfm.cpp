@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/error.hpp"
 #include "ps/mpi_env.hpp"
 
 // Set by mpi_trainer/CMakeLists.txt from the probe; 0 when built some other way.
@@ -115,6 +116,27 @@ bool ulfm_is_proc_failed(int mpi_error_code) {
 #else
   (void)mpi_error_code;
   return false;
+#endif
+}
+
+void ulfm_revoke(MPI_Comm comm) {
+#if MT_HAVE_ULFM
+  MT_MPI(MPIX_Comm_revoke(comm));
+#else
+  (void)comm;
+  throw Error(kExitInternal, "ulfm_revoke: this build has no ULFM");
+#endif
+}
+
+MPI_Comm ulfm_shrink(MPI_Comm comm) {
+#if MT_HAVE_ULFM
+  MPI_Comm shrunk = MPI_COMM_NULL;
+  MT_MPI(MPIX_Comm_shrink(comm, &shrunk));
+  MT_MPI(MPI_Comm_set_errhandler(shrunk, MPI_ERRORS_RETURN));
+  return shrunk;
+#else
+  (void)comm;
+  throw Error(kExitInternal, "ulfm_shrink: this build has no ULFM");
 #endif
 }
 

@@ -23,6 +23,16 @@ std::vector<int> ulfm_failed_ranks(MPI_Comm comm);
 // MPIX_ERR_REVOKED. Always false without ULFM, and for MPI_SUCCESS.
 bool ulfm_is_proc_failed(int mpi_error_code);
 
+// The takeover of a lost parameter server (docs/fault-model.md, "Takeover under ULFM"), ULFM only
+// (an internal error without it). Revokes `comm`: every operation on it, pending or future, at
+// every rank, fails with MPIX_ERR_REVOKED, so that each survivor learns of the loss at its next
+// MPI call even if it had no business with the dead.
+void ulfm_revoke(MPI_Comm comm);
+// Collective over the survivors of `comm`: a new communicator of the processes alive, in the order
+// of their ranks in `comm`, errors returned (MPI_ERRORS_RETURN). Throws ProcessFailed when another
+// process fails during the shrink.
+MPI_Comm ulfm_shrink(MPI_Comm comm);
+
 // What this build uses, for --version and the run's first metrics line (no MPI_Init needed):
 // the MPI library ("Open MPI v5.0.11"), how failures are detected ("ulfm+heartbeat": the library
 // reports failed processes, heartbeats catch hung ones; "heartbeat": --failure-timeout only), and

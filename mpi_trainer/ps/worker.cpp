@@ -71,14 +71,17 @@ int first_error(const std::vector<MPI_Status>& statuses) {
 class WorkerAgent {
  public:
   // `on_beat`, with `mpi` held, at every heartbeat (a standby takes its replicas while it computes).
+  // `on_failed(shard)`, with `mpi` held, when the MPI library (ULFM) reports a shard failed: it
+  // exits 10, or (a takeover ahead) flags the loss for the main thread; no beat follows.
   WorkerAgent(std::mutex& mpi, MPI_Comm ps, const WorkerOptions& opts, int rank, FaultPlan& plan,
-              std::function<void()> on_beat)
+              std::function<void()> on_beat, std::function<void(int)> on_failed)
       : mpi_(mpi),
         ps_(ps),
         opts_(opts),
         rank_(rank),
         plan_(plan),
         on_beat_(std::move(on_beat)),
+        on_failed_(std::move(on_failed)),
         hb_(static_cast<std::size_t>(opts.num_ps), Buffer(0)),
         hbreq_(static_cast<std::size_t>(opts.num_ps), MPI_REQUEST_NULL) {
     for (auto& b : hb_) {
@@ -150,6 +153,7 @@ class WorkerAgent {
 
   void beat() {
     std::lock_guard<std::mutex> lock(mpi_);
+    if (failed_) return;
     for (std::size_t s = 0; s < hb_.size(); ++s) {
       try {
         int done = 1;
@@ -157,7 +161,9 @@ class WorkerAgent {
         if (!done) continue;  // the shard has not taken the last one: do not reuse its buffer
         isend(hb_[s], 0, static_cast<int>(s), kTagHeartbeat, &hbreq_[s], ps_);
       } catch (const ProcessFailed&) {  // ULFM: this shard died (the main thread may be computing)
-        parameter_server_lost(rank_, static_cast<int>(s), kReportedByMpi);
+        failed_ = true;
+        on_failed_(static_cast<int>(s));
+        return;
       }
     }
     if (on_beat_) on_beat_();
@@ -169,6 +175,8 @@ class WorkerAgent {
   const int rank_;
   FaultPlan& plan_;
   const std::function<void()> on_beat_;
+  const std::function<void(int)> on_failed_;
+  bool failed_ = false;  // with `mpi_` held
   std::vector<Buffer> hb_;
   std::vector<MPI_Request> hbreq_;
   std::atomic<bool> leaving_{false};
@@ -179,26 +187,39 @@ class WorkerAgent {
   std::thread thread_;  // last: starts once the members above exist
 };
 
+// Thrown in the main thread when the MPI library (ULFM) reported the parameter server failed and
+// the survivors are to take it over (WorkerOptions::takeover).
+struct PsFailedInJob {};
 
 }  // namespace
 
 WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm ps, int rank, FaultPlan plan,
                         const std::function<std::unique_ptr<StepComputer>()>& make_computer) {
   const int shards = opts.num_ps;
+  // ULFM, one shard, a launched worker: the survivors take a lost parameter server over.
+  const bool takeover = opts.takeover && ulfm_available() && shards == 1 && rank >= 0;
+  MPI_Comm comm = ps;  // the parameter server's; a takeover replaces it with the survivors'
   std::mutex mpi_lock;
   const Partition part(model.params(), shards);
   // A standby's replicas of the shards (any worker may be made one, at any time), taken with the
   // MPI lock held by the polls below and by the agent while a step computes.
-  ReplicaHost replicas(shards);
+  std::optional<ReplicaHost> replicas(std::in_place, shards);
+  // The MPI library (ULFM) reported shard `s` failed: exit 10, or (a takeover ahead) flag it for
+  // the main thread, which takes the parameter server over at its next exchange.
+  std::atomic<bool> ps_failed{false};
+  auto reported_failed = [&](int s) {
+    if (!takeover) parameter_server_lost(rank, s, kReportedByMpi);
+    ps_failed = true;
+  };
   auto take_replicas = [&] {
     try {
-      replicas.poll(ps);
+      replicas->poll(comm);
     } catch (const ProcessFailed&) {  // ULFM: a shard died
-      parameter_server_lost(rank, 0, kReportedByMpi);
+      reported_failed(0);
     } catch (const std::exception& e) {
       // A malformed replica (a parameter server of another build) or a failed receive: this
       // worker trains on as before, without a replica (also on the heartbeat thread).
-      replicas.close();
+      replicas->close();
       std::cerr << "mpi_trainer: " + worker_label(rank) + ": warning: no standby replica here: " + e.what() + "\n"
                 << std::flush;
     }
@@ -207,9 +228,9 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     const std::lock_guard<std::mutex> lock(lost_mutex);
     before_lost_exit = [&, rank] {
       if (!opts.on_ps_lost) return;
-      if (auto r = replicas.assemble(model, part)) {
+      if (auto r = replicas->assemble(model, part)) {
         opts.on_ps_lost(*r);
-      } else if (replicas.any() && !opts.quiet) {  // a standby that has not heard from every shard yet
+      } else if (replicas->any() && !opts.quiet) {  // a standby that has not heard from every shard yet
         std::cerr << "mpi_trainer: " + worker_label(rank) +
                          " (standby): no replica from every shard yet: the restart resumes from the newest checkpoint\n"
                   << std::flush;
@@ -223,13 +244,15 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     }
   } clear_hook;
   // First: heartbeats must flow before anything slow happens here.
-  WorkerAgent agent(mpi_lock, ps, opts, rank, plan, take_replicas);
+  std::optional<WorkerAgent> agent;
+  auto start_agent = [&] { agent.emplace(mpi_lock, comm, opts, rank, plan, take_replicas, reported_failed); };
+  start_agent();
   struct CloseReplicas {
     std::mutex& lock;
-    ReplicaHost& host;
+    std::optional<ReplicaHost>& host;
     ~CloseReplicas() {
       const std::lock_guard<std::mutex> hold(lock);
-      host.close();
+      if (host) host->close();
     }
   } close_replicas{mpi_lock, replicas};
   std::unique_ptr<StepComputer> computer;
@@ -237,8 +260,9 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   FlatTensors params(model.params()), grads(model.params()), stats(model.stats()), batch_stats(model.stats());
 
   std::vector<Buffer> send, recv;
+  auto send_floats = [&](int s) { return part.floats(s) + (s == 0 ? model.stats().total() : 0); };
   for (int s = 0; s < shards; ++s) {
-    send.emplace_back(part.floats(s) + (s == 0 ? model.stats().total() : 0));
+    send.emplace_back(send_floats(s));
     recv.emplace_back(part.floats(s));
   }
   std::vector<std::shared_ptr<ShmSegment>> offered(static_cast<std::size_t>(shards));  // until the join's reply
@@ -250,6 +274,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   std::vector<MPI_Status> statuses(reqs.size());
   std::vector<std::int64_t> version(static_cast<std::size_t>(shards), 0);
   std::int64_t global_step = 0;
+  int my_slot = rank - shards, data_slots = 0;  // shard 0's answer to the first join says
 
   // One exchange with every shard: send what is in `send`, receive the replies into `recv` and
   // the parameters. Returns false when a shard said stop. A shard silent past the deadline is a
@@ -263,16 +288,17 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       for (int s = 0; s < shards; ++s) {
         try {
           auto& r = recv[static_cast<std::size_t>(s)];
-          irecv(r, s, kTagToWorker, &reqs[static_cast<std::size_t>(2 * s)], ps);
+          irecv(r, s, kTagToWorker, &reqs[static_cast<std::size_t>(2 * s)], comm);
           auto& b = send[static_cast<std::size_t>(s)];
           const std::int64_t payload = kind == MsgKind::kPush || kind == MsgKind::kJoin ? b.header().payload : 0;
-          isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)], ps);
+          isend(b, payload, s, kTagToPs, &reqs[static_cast<std::size_t>(2 * s + 1)], comm);
           if (const auto& bell = bells[static_cast<std::size_t>(s)]) bell.to_shard().ring();
         } catch (const ProcessFailed&) {  // ULFM: the shard is known dead already
-          parameter_server_lost(rank, s, kReportedByMpi);
+          reported_failed(s);
         }
       }
     }
+    if (ps_failed) throw PsFailedInJob{};
     // Poll with naps instead of MPI_Waitall's busy wait: on a shared node the spin would take
     // the core from the parameter server and the other workers. Shards on this node ring a
     // doorbell with each reply (ps/bell.hpp): while every shard can, the naps may be long, as
@@ -280,6 +306,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     backoff.restart();
     const auto t0 = Clock::now();
     for (;;) {
+      if (ps_failed) throw PsFailedInJob{};  // the heartbeat thread heard it first
       int done = 0;
       int rc = MPI_SUCCESS;
       replies.clear();
@@ -295,7 +322,8 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
         // MPI_ERR_IN_STATUS): this worker leaves within milliseconds instead of --failure-timeout.
         for (std::size_t i = 0; i < reqs.size(); ++i)
           if (ulfm_is_proc_failed(rc == MPI_ERR_IN_STATUS ? statuses[i].MPI_ERROR : rc))
-            parameter_server_lost(rank, static_cast<int>(i / 2), kReportedByMpi);
+            reported_failed(static_cast<int>(i / 2));
+        if (ps_failed) throw PsFailedInJob{};
         MT_MPI(rc == MPI_ERR_IN_STATUS ? first_error(statuses) : rc);
       }
       if (done) break;
@@ -327,7 +355,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
         b.header() = MsgHeader{};
         b.header().kind = MsgKind::kStop;
         MPI_Request req = MPI_REQUEST_NULL;
-        isend(b, 0, s, kTagToPs, &req, ps);
+        isend(b, 0, s, kTagToPs, &req, comm);
         if (const auto& bell = bells[static_cast<std::size_t>(s)]) bell.to_shard().ring();
         if (!wait_for(&req, opts.failure_timeout)) parameter_server_lost(rank, s, opts.failure_timeout);
       }
@@ -362,9 +390,9 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     plan.at_step(rank, global_step);
     const int sig = notice_signal();
     if (!sig) return false;
-    if (agent.claim_leave()) {
+    if (agent->claim_leave()) {
       std::lock_guard<std::mutex> lock(mpi_lock);
-      WorkerAgent::send_leave(ps, shards, sig, opts.failure_timeout);
+      WorkerAgent::send_leave(comm, shards, sig, opts.failure_timeout);
     }
     if (!opts.quiet)
       std::cerr << "mpi_trainer: " << worker_label(rank) << ": " << signal_name(sig)
@@ -373,25 +401,136 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     return true;
   };
 
-  // Same-node shards get a shared-memory segment per pair, offered in the join (ps/shm.hpp).
-  for (int s = 0; s < shards; ++s) {
-    Buffer& b = send[static_cast<std::size_t>(s)];
-    b.header() = MsgHeader{};
-    b.header().param_count = model.param_count();  // the shards check that this worker fits
-    b.header().batch = opts.batch_size;
-    if (!shm_transport_enabled()) continue;
-    auto seg = ShmSegment::create(
-        shm_bytes(b.count() - kHeaderFloats, recv[static_cast<std::size_t>(s)].count() - kHeaderFloats));
-    const std::string& name = seg->name();
-    const auto floats = static_cast<std::int64_t>((name.size() + sizeof(float)) / sizeof(float));  // with the NUL
-    std::fill_n(b.payload(), floats, 0.f);
-    std::memcpy(b.payload(), name.data(), name.size());
-    b.header().shm = kShmOffer;
-    b.header().payload = floats;
-    offered[static_cast<std::size_t>(s)] = std::move(seg);
-  }
+  // The join's message: this worker's model and batch size (the shards check that it fits) and,
+  // to same-node shards, a shared-memory segment per pair (ps/shm.hpp). A join after a takeover
+  // offers none: the new parameter server's messages go through MPI.
+  auto prepare_join = [&](bool offer_shm) {
+    for (int s = 0; s < shards; ++s) {
+      Buffer& b = send[static_cast<std::size_t>(s)];
+      b.header() = MsgHeader{};
+      b.header().param_count = model.param_count();
+      b.header().batch = opts.batch_size;
+      if (!offer_shm || !shm_transport_enabled()) continue;
+      auto seg = ShmSegment::create(
+          shm_bytes(b.count() - kHeaderFloats, recv[static_cast<std::size_t>(s)].count() - kHeaderFloats));
+      const std::string& name = seg->name();
+      const auto floats = static_cast<std::int64_t>((name.size() + sizeof(float)) / sizeof(float));  // with the NUL
+      std::fill_n(b.payload(), floats, 0.f);
+      std::memcpy(b.payload(), name.data(), name.size());
+      b.header().shm = kShmOffer;
+      b.header().payload = floats;
+      offered[static_cast<std::size_t>(s)] = std::move(seg);
+    }
+  };
+
+  // The takeover of a lost parameter server (ULFM, one shard; docs/fault-model.md, "Takeover
+  // under ULFM"). Every survivor comes here: the first to learn of the loss revokes the
+  // communicator, so that the others' next MPI call fails too (a worker computing a step comes
+  // at its end). Together they shrink it to the survivors; the one holding the newest replica
+  // (the lowest rank among equals) becomes the parameter server, at rank 0 of a communicator
+  // ordered for it, and counts on from the highest global step any survivor saw. That one gets
+  // its Takeover; the others keep their data slots and cursors and join it (`comm` is theirs).
+  // When no survivor holds a whole replica, or another process fails meanwhile, each exits 10
+  // as without a takeover: the restart resumes from the newest checkpoint.
+  int takeovers = 0;
+  bool packed = false;  // a synthetic gradient in the send buffers
+  auto recover = [&]() -> std::optional<Takeover> {
+    const double lost_at = unix_now();
+    agent.reset();  // no heartbeats to the dead; MPI is this thread's alone from here
+    const std::lock_guard<std::mutex> lock(mpi_lock);
+    std::optional<ReplicaState> held = replicas->assemble(model, part);
+    try {
+      ulfm_revoke(comm);
+      // MPI may still hold the buffers of the exchange the loss interrupted: they are kept to the
+      // end, fresh ones taken. Requests on the revoked communicator are never tested again.
+      for (int s = 0; s < shards; ++s) {
+        const auto k = static_cast<std::size_t>(s);
+        abandon(std::move(send[k]));
+        abandon(std::move(recv[k]));
+        send[k] = Buffer(send_floats(s));
+        recv[k] = Buffer(part.floats(s));
+        bells[k] = PairBells{};
+      }
+      std::fill(reqs.begin(), reqs.end(), MPI_REQUEST_NULL);
+      packed = false;
+      replicas->close();
+      const MPI_Comm shrunk = ulfm_shrink(comm);
+      int me = 0;
+      MT_MPI(MPI_Comm_rank(shrunk, &me));
+      struct {
+        long step;
+        int rank;
+      } offer{held ? static_cast<long>(held->global_step) : -1L, me}, best{};
+      MT_MPI(MPI_Allreduce(&offer, &best, 1, MPI_LONG_INT, MPI_MAXLOC, shrunk));
+      std::int64_t seen = global_step, highest = 0;
+      MT_MPI(MPI_Allreduce(&seen, &highest, 1, MPI_INT64_T, MPI_MAX, shrunk));
+      if (best.step < 0) {
+        if (!opts.quiet)
+          std::cerr << "mpi_trainer: " + worker_label(rank) +
+                           ": no survivor holds a whole replica of the parameter server: no takeover\n"
+                    << std::flush;
+        parameter_server_lost(rank, 0, kReportedByMpi);
+      }
+      const bool chosen = best.rank == me;
+      MPI_Comm next = MPI_COMM_NULL;
+      MT_MPI(MPI_Comm_split(shrunk, 0, chosen ? 0 : me + 1, &next));
+      MT_MPI(MPI_Comm_set_errhandler(next, MPI_ERRORS_RETURN));
+      int n = 0;
+      MT_MPI(MPI_Comm_size(next, &n));
+      const int mine[2] = {rank, my_slot};
+      std::vector<int> all(static_cast<std::size_t>(2 * n));
+      MT_MPI(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, next));
+      ++takeovers;
+      if (!chosen) {
+        comm = next;
+        return std::nullopt;
+      }
+      Takeover t;
+      t.comm = next;
+      t.first_step = std::max<std::int64_t>(highest, held->global_step);
+      t.replica = std::move(*held);
+      for (int r = 1; r < n; ++r) {
+        t.worker_ranks.push_back(all[static_cast<std::size_t>(2 * r)]);
+        t.worker_slots.push_back(all[static_cast<std::size_t>(2 * r + 1)]);
+      }
+      t.data_slots = data_slots;
+      t.lost_at = lost_at;
+      t.takeovers = takeovers;
+      return t;
+    } catch (const ProcessFailed&) {  // another process failed during the takeover
+      parameter_server_lost(rank, 0, kReportedByMpi);
+    }
+  };
   WorkerResult res;
-  if (!round_trip(MsgKind::kJoin)) {
+  // After the loss: take over, or join the survivors' parameter server (lost too: again).
+  enum class Rejoined { kBecamePs, kJoined, kStopped };
+  auto survive = [&]() -> Rejoined {
+    for (;;) {
+      if (std::optional<Takeover> t = recover()) {
+        t->plan = std::move(plan);
+        res.takeover = std::move(t);
+        return Rejoined::kBecamePs;
+      }
+      ps_failed = false;
+      replicas.emplace(shards);
+      start_agent();
+      prepare_join(false);
+      try {
+        return round_trip(MsgKind::kJoin) ? Rejoined::kJoined : Rejoined::kStopped;
+      } catch (const PsFailedInJob&) {
+      }
+    }
+  };
+  prepare_join(true);
+  bool joined = false;
+  try {
+    joined = round_trip(MsgKind::kJoin);
+  } catch (const PsFailedInJob&) {
+    const Rejoined r = survive();
+    if (r == Rejoined::kBecamePs) return res;
+    joined = r == Rejoined::kJoined;
+  }
+  if (!joined) {
     res.exit_code = failed_code;
     // The parameter server's own message says what failed; a worker of the job adds nothing.
     if (failed_code != 0) return res;
@@ -403,6 +542,11 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   }
   plan.started_at(global_step);
   if (leave_if_noticed()) return res;
+  {
+    const MsgHeader& h = recv[0].header();
+    my_slot = h.slot;
+    data_slots = std::max(1, h.slots);
+  }
   if (computer) {
     // Shard 0 says which data slot of how many this worker trains (the launched workers, or the
     // --max-workers slots) and where it continues (a resume) or starts.
@@ -430,15 +574,24 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       h.correct = st.correct;
       h.step_seconds = static_cast<float>(st.seconds);
       h.batch = opts.batch_size;
-      if (computer || res.pushes == 0) {  // a synthetic gradient is packed once
+      if (computer || !packed) {  // a synthetic gradient is packed once
         part.pack(s, grads, std::span<float>(b.payload(), static_cast<std::size_t>(part.floats(s))));
         if (s == 0)
           std::copy(batch_stats.flat().data(), batch_stats.flat().data() + model.stats().total(),
                     b.payload() + part.floats(0));
       }
     }
+    packed = true;
     ++res.pushes;
-    if (!round_trip(MsgKind::kPush)) {
+    bool more = false;
+    try {
+      more = round_trip(MsgKind::kPush);
+    } catch (const PsFailedInJob&) {  // this step's push is lost with the parameter server
+      const Rejoined r = survive();
+      if (r == Rejoined::kBecamePs) return res;
+      more = r == Rejoined::kJoined;
+    }
+    if (!more) {
       // The end: a clean one may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
       res.clean_end = clean_end && failed_code == 0;
       res.exit_code = failed_code;
@@ -446,6 +599,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     }
     if (leave_if_noticed()) break;
   }
+  res.takeovers = takeovers;
   return res;
 }
 
