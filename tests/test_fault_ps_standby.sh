@@ -9,17 +9,20 @@
 #            standby and wrote the replica
 #   both     the standby and the PS killed together (one kill(1), between steps 160 and 199):
 #            back to the periodic checkpoint (100)
+#   notice   SIGTERM to the PS at step 150: it checkpoints and stops the job (exit 75), the
+#            restart resumes from that checkpoint; under ULFM it hands over to the standby
+#            instead (a ps_handover event), which takes over with nothing lost
 # With a ULFM build (`mpi_trainer --version` says ULFM) the ps and standby cases take the parameter
 # server over inside the job instead (docs/fault-model.md, "Takeover under ULFM"): one attempt, a
 # ps_takeover event by the standby, the global step never back, at most two replica intervals of
 # updates lost (one, plus the replica in flight at the kill); `both` has no replica left to take
 # over from and restarts as above; `shards` (two shards: no takeover) too.
-# Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both". The shards
+# Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both notice". The shards
 # case takes 90 s (shard 0 waits up to 60 s for the lost shard 1 before the attempt ends), so it is
 # run by hand: ... "ps shards standby both".
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
-steps=240 interval=10 kill=157 cases=" ${3:-ps standby both} " ulfm=0
+steps=240 interval=10 kill=157 cases=" ${3:-ps standby both notice} " ulfm=0
 [[ $("$trainer" --version) == *"failure detection: ULFM"* ]] && ulfm=1
 case_run() {  # NAME NP KILLS [extra flags]
   local t0=$SECONDS
@@ -36,10 +39,10 @@ JOB
     || { echo "$name: the restart loop failed"; cat "$dir/$name.txt"; exit 1; }
   echo "$name: $((SECONDS - t0)) s"
 }
-check_takeover() {  # NAME KILL_STEP STANDBY_RANK
-  /usr/bin/python3 - "$dir/m.jsonl" "$@" "$steps" "$interval" <<'PY'
+check_takeover() {  # NAME KILL_STEP STANDBY_RANK [MAX_LOST]
+  /usr/bin/python3 - "$dir/m.jsonl" "$1" "$2" "$3" "$steps" "${4:-$((2 * interval))}" <<'PY'
 import json, sys
-path, name, kill, standby, steps, interval = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+path, name, kill, standby, steps, max_lost = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 events = [json.loads(l) for l in open(path)]
 s = events[-1]
 assert s["event"] == "summary" and s["global_step"] == steps and s["exit_code"] == 0, s
@@ -47,7 +50,7 @@ assert s["attempts"] == 1 and sum(e["event"] == "config" for e in events) == 1, 
 t = [e for e in events if e["event"] == "ps_takeover"]
 assert len(t) == 1 and t[0]["by"] == f"worker rank {standby}", t
 t = t[0]
-assert kill - 3 <= t["global_step"] <= kill and 0 <= t["lost_updates"] <= 2 * interval, t
+assert kill - 3 <= t["global_step"] <= kill + 3 and 0 <= t["lost_updates"] <= max_lost, t
 assert t["global_step"] - t["lost_updates"] == t["replica_step"] and t["first_applied_step"] == t["global_step"] + 1, t
 assert s["ps_takeover"]["by"] == t["by"] and s["revocations"] >= 1, s
 steps_seen = [e["global_step"] for e in events if e["event"] == "progress"]
@@ -118,4 +121,14 @@ if [[ $cases == *" both "* ]]; then
   kill -KILL $victims
   wait $loop
   check both 199 100 100 -
+fi
+if [[ $cases == *" notice "* ]]; then
+  case_run notice 4 "rank=0@step=150:TERM"
+  if ((ulfm)); then
+    grep -q "parameter server: SIGTERM: handed over to its standby (worker rank 1) at global step" "$dir/notice.txt"
+    check_takeover notice 150 1 0
+  else
+    grep -q "resumed from .* (attempt 2)" "$dir/notice.txt"
+    check notice 150 150 155 -
+  fi
 fi

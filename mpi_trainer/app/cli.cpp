@@ -694,6 +694,11 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
         MpiSession mpi(&argc, &argv, cfg.max_workers > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
         try {
           const TrainResult r = train_distributed(cfg, mpi, out);
+          if (r.skip_finalize) {
+            out << std::flush;
+            err << std::flush;
+            std::_Exit(r.exit_code);
+          }
           return mpi.finalize(r.exit_code, r.finalize_timeout_s);
         } catch (...) {
           // No MPI_Abort (a banner per rank, and a worker's error must not end the job): a

@@ -180,6 +180,20 @@ void PsReport::started(const Started& e) {
   write_status("running", e.global_step, 0, 0);
 }
 
+void PsReport::handed_over(std::int64_t global_step, int standby, int signo) {
+  // Before the process leaves: its writes in flight (a periodic checkpoint) are given up, the
+  // replica is newer.
+  metrics_.write(nlohmann::ordered_json{{"event", "ps_handover"},
+                                        {"global_step", global_step},
+                                        {"to", worker_label(standby)},
+                                        {"signal", signal_name(signo)},
+                                        {"unix_time", unix_now()}});
+  log_ << "mpi_trainer: parameter server: " << signal_name(signo) << ": handed over to its standby ("
+       << worker_label(standby) << ") at global step " << global_step
+       << ", which takes it over in this job; this process leaves\n"
+       << std::flush;
+}
+
 void PsReport::first_step(std::int64_t global_step, double seconds_since_start) {
   if (takeover_) {
     const double seconds = unix_now() - takeover_->lost_at;

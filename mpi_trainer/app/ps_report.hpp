@@ -49,6 +49,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
   void pushed(std::int64_t step, int rank, std::int64_t pulled, double seconds) override {
     push_log_.write(step, rank, pulled, seconds);
   }
+  void handed_over(std::int64_t global_step, int standby, int signo) override;
   void stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) override;
   void eval_skipped(std::int64_t global_step) override;
   void snapshot_taken(std::int64_t global_step, double stall_seconds, double gather_seconds, bool final) override;

@@ -26,6 +26,9 @@ struct TrainResult {
   int exit_code = 0;  // kExitRequeue: stopped on a notice (checkpointed), rerun with --resume auto
   // How long MPI_Finalize may take before the process exits without it (MpiSession::finalize).
   double finalize_timeout_s = kShortFinalizeSeconds;
+  // Leave without MPI_Finalize: a parameter server that handed over to its standby (ULFM), whose
+  // MPI_Finalize would wait for the job it left.
+  bool skip_finalize = false;
 };
 
 // Trains as the config says; progress lines go to `log`. Throws mt::Error subclasses.

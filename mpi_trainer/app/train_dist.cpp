@@ -79,6 +79,8 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.worker_types = std::move(types);
   o.join_type = cfg.instance_type;
   if (cfg.max_workers > 0) o.port_file = join_port_file(cfg);
+  // A notice to the parameter server hands it to the standby where the survivors can take it over.
+  o.hand_over = ulfm_available() && o.num_ps == 1 && o.max_workers == 0 && o.ps_standby > 0;
   return o;
 }
 
@@ -191,6 +193,11 @@ TrainResult ps_role(const RunSetup& setup, const Model& model, PsReport& report,
     if (auto hook = plan.checkpoint_write_hook()) ckpt::set_mid_write_hook(std::move(hook));
   const PsResult r = run_ps(opts, model, setup.schedule, *update, std::move(plan), report, report);
   TrainResult res;
+  if (r.handed_over) {  // the standby goes on with the job; nothing here to finish
+    res.global_step = r.global_step;
+    res.skip_finalize = true;
+    return res;
+  }
   res.global_step = r.global_step;
   res.train_seconds = report.previous().train_seconds + r.run_seconds;
   res.images_per_second = r.images_per_second;
@@ -225,6 +232,7 @@ TrainResult take_over(const TrainConfig& cfg, const RunSetup& setup, const Model
   opts.first_step = t.first_step;
   opts.self_rank = rank;
   opts.ps_standby = std::min(opts.ps_standby, static_cast<int>(opts.worker_ranks.size()));
+  opts.hand_over = opts.hand_over && opts.ps_standby > 0;
   TrainResult res = ps_role(setup, model, report, opts, std::move(t.plan));
   res.finalize_timeout_s = std::min(res.finalize_timeout_s, kShortFinalizeSeconds);  // as its workers (worker_role)
   return res;

@@ -23,7 +23,9 @@
 //   shard -> worker  kReplica on kTagReplica, to a standby (--ps-standby, ps/replica.hpp): the
 //                            shard's parameters, then its optimizer state buffers (`slots` of them),
 //                            then on shard 0 the BN statistics and the app's progress record
-//                            (`request_id` bytes); step = model_version = the shard's global step
+//                            (`request_id` bytes); step = model_version = the shard's global step;
+//                            end = kHandover: the last, the shard hands over (a notice, ULFM)
+//   standby -> shard kReplica on kTagReplica (no payload; step): a kHandover replica is held whole
 //
 // Between shards (shard 0 coordinates checkpoints, evaluation and the end):
 //   shard 0 -> shard k  kSnapshotRequest (no payload; request_id)
@@ -58,6 +60,8 @@ inline constexpr std::int32_t kShmAccepted = 0x414d4853;  // "SHMA"
 inline constexpr std::int32_t kCleanEnd = 0x444e4543;  // "CEND"
 // In `end` of a kStop from a parameter server that failed: the job ends with `exit_code`.
 inline constexpr std::int32_t kFailedEnd = 0x4c494146;  // "FAIL"
+// In `end` of a kReplica: the parameter server hands over to the standby and leaves (a notice).
+inline constexpr std::int32_t kHandover = 0x444e4148;  // "HAND"
 
 enum class MsgKind : std::uint16_t {
   kJoin = 1,
@@ -90,7 +94,7 @@ struct MsgHeader {
   std::int32_t slots = 0;            // reply to a join: the number of data slots; replica: state buffers
   std::int32_t signal = 0;           // leave: the notice signal
   std::int32_t shm = 0;              // join: kShmOffer; its reply: kShmAccepted
-  std::int32_t end = 0;              // stop: kCleanEnd or kFailedEnd
+  std::int32_t end = 0;              // stop: kCleanEnd or kFailedEnd; replica: kHandover
   std::int32_t exit_code = 0;        // stop with kFailedEnd: the job's exit code
   float step_seconds = 0;            // push: the worker's step time (an emulated device's padding included)
 };

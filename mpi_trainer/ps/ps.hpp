@@ -49,6 +49,10 @@ struct PsOptions {
   int slots = 0;
   std::int64_t first_step = 0;  // the global step starts here at least (a takeover: never backwards)
   int self_rank = -1;           // this process's rank in the launched job, for --revoke's lines (-1: in comm)
+  // ULFM, one shard, a standby: a notice (SIGTERM, SIGUSR1) hands the parameter server over to the
+  // standby, which takes it over with the workers in the same job, nothing lost, instead of
+  // checkpointing and stopping the job (docs/fault-model.md, "Takeover under ULFM").
+  bool hand_over = false;
   int max_workers = 0;  // elastic joins: data slots (0: the launched workers only)
   // The update: SGD with momentum, the learning rate scaled by the policy (ps/update_policy.hpp).
   LrScaling lr_scaling = LrScaling::kStaleness;  // the trainer's defaults (app/config.hpp)
@@ -206,6 +210,10 @@ class PsEvents {
   // `pulled`, `seconds` after the start (--push-log).
   virtual void pushed(std::int64_t /*step*/, int /*rank*/, std::int64_t /*pulled*/, double /*seconds*/) {}
 
+  // Shard 0 hands the parameter server over to the standby worker `standby` on a notice
+  // (PsOptions::hand_over): the standby holds the state of `global_step`; this process leaves.
+  virtual void handed_over(std::int64_t /*global_step*/, int /*standby*/, int /*signo*/) {}
+
   // Every shard: training stops early (a notice, or no worker left).
   virtual void stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) = 0;
   virtual void eval_skipped(std::int64_t global_step) = 0;
@@ -248,6 +256,7 @@ struct PsResult {
   std::optional<PsEvents::Evaluated> evaluated;
   int exit_code = 0;       // 0, or 75 after a notice (checkpointed: rerun)
   bool clean_end = false;  // training ended and no rank is known lost (a long MPI_Finalize is safe)
+  bool handed_over = false;  // handed over to the standby on a notice: leave without MPI_Finalize
 };
 
 // This rank's shard. `update` computes the optimizer update on host buffers; `sink` is used on

@@ -45,7 +45,7 @@ bool ReplicaSender::ready(const std::vector<Dest>& dests) {
 }
 
 void ReplicaSender::send(std::int64_t step, int state_buffers, std::span<const std::span<const float>> pieces,
-                         const std::string& record, const std::vector<Dest>& dests) {
+                         const std::string& record, const std::vector<Dest>& dests, bool handover) {
   MT_ASSERT(inflight_.empty(), "the previous replica has left");
   const auto t0 = Clock::now();
   std::int64_t floats = record_floats(record.size());
@@ -64,6 +64,7 @@ void ReplicaSender::send(std::int64_t step, int state_buffers, std::span<const s
   h.payload = floats;
   h.request_id = static_cast<std::int64_t>(record.size());
   h.slots = state_buffers;
+  if (handover) h.end = kHandover;
   for (const Dest& d : dests) {
     MPI_Request req = MPI_REQUEST_NULL;
     try {
@@ -94,6 +95,21 @@ bool ReplicaSender::settle(int id, double seconds) {
   return true;
 }
 
+bool ReplicaSender::acknowledged(const Dest& d, std::int64_t step, double seconds) {
+  Buffer ack(0);
+  MPI_Request req = MPI_REQUEST_NULL;
+  try {
+    irecv(ack, d.peer, kTagReplica, &req, d.comm);
+  } catch (const ProcessFailed&) {
+    return false;
+  }
+  if (!wait_for(&req, seconds)) {
+    if (MPI_Cancel(&req) != MPI_SUCCESS || !wait_for(&req, 1.0)) abandon(std::move(ack));
+    return false;
+  }
+  return check_header(ack.header(), 0).empty() && ack.header().kind == MsgKind::kReplica && ack.header().step == step;
+}
+
 ReplicaHost::ReplicaHost(int shards) : parts_(static_cast<std::size_t>(shards)) {}
 
 void ReplicaHost::poll(MPI_Comm comm) {
@@ -120,9 +136,21 @@ void ReplicaHost::poll(MPI_Comm comm) {
         !bad.empty() || p.incoming.header().kind != MsgKind::kReplica)
       throw Error(kExitInternal, "worker: malformed replica from shard " + std::to_string(s) + ": " +
                                      (bad.empty() ? "not a replica" : bad));
-    std::lock_guard<std::mutex> lock(mu_);
-    std::swap(p.incoming, p.newest);
-    p.has = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::swap(p.incoming, p.newest);
+      p.has = true;
+    }
+    const MsgHeader& h = p.newest.header();
+    if (h.end == kHandover) {  // the shard waits for this before it leaves
+      Buffer ack(0);
+      ack.header() = MsgHeader{};
+      ack.header().kind = MsgKind::kReplica;
+      ack.header().step = h.step;
+      MPI_Request req = MPI_REQUEST_NULL;
+      isend(ack, 0, static_cast<int>(s), kTagReplica, &req, comm);
+      if (!wait_for(&req, 1.0)) abandon(std::move(ack));
+    }
   }
 }
 

@@ -51,8 +51,11 @@ class ReplicaSender {
   // abandoned and a fresh one taken.
   bool ready(const std::vector<Dest>& dests);
   // Packs `pieces` and the record (bytes after them) into the buffer and sends it to `dests`.
+  // `handover`: the last replica; each standby acknowledges it once it holds it whole.
   void send(std::int64_t step, int state_buffers, std::span<const std::span<const float>> pieces,
-            const std::string& record, const std::vector<Dest>& dests);
+            const std::string& record, const std::vector<Dest>& dests, bool handover = false);
+  // The standby `d` acknowledged the handover replica of `step` within `seconds`.
+  static bool acknowledged(const Dest& d, std::int64_t step, double seconds);
   // The replica in flight to `id` has left, within `seconds` (before the standby is told to
   // stop, so that no send is left unmatched). False: given up (the standby is presumed lost).
   bool settle(int id, double seconds);
@@ -79,7 +82,7 @@ class ReplicaHost {
  public:
   explicit ReplicaHost(int shards);
   // With the MPI lock held: receives replicas that arrived from the shards on `comm`, never
-  // blocking. Throws ProcessFailed (ULFM) when a shard is known dead.
+  // blocking; acknowledges a handover replica. Throws ProcessFailed (ULFM) when a shard is known dead.
   void poll(MPI_Comm comm);
   // Whether any shard's replica arrived.
   bool any() const;

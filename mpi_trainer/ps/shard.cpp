@@ -349,6 +349,12 @@ void Shard::check_notice() {
   if (notice_) return;
   if (const int sig = notice_signal()) {
     notice_ = sig;
+    if ((sig == SIGTERM || sig == SIGUSR1) && opts_.hand_over && replicas_ && lead() && shards_ == 1 && !stop_at_ &&
+        failure_code_ == 0 && step_ < opts_.train_steps) {
+      if (hand_over(sig)) return;
+      events_.log("mpi_trainer: parameter server: " + std::string(signal_name(sig)) +
+                  ": the standby did not take the handover within --failure-timeout: stopping the job instead");
+    }
     if (!stop_at_) begin_stop(sig == SIGCONT ? "SIGCONT (mpirun is ending the job)" : signal_name(sig));
     if (sig == SIGINT) exit_code_ = kExitInterrupted;
   }
@@ -445,13 +451,37 @@ void Shard::replicate() {
                 (standby_ranks_.empty() ? "" : " (the previous standby is gone)"));
   }
   standby_ranks_ = std::move(ranks);
+  send_replica(dests, false);
+}
+
+void Shard::send_replica(const std::vector<ReplicaSender::Dest>& dests, bool handover) {
   std::vector<std::span<const float>> pieces{current(), velocity_};
   std::string record;
   if (lead()) {
     pieces.push_back(stats_.span());
     record = sink_.replica_record(step_, slot_cursors_, since(t0_), schedule_lr_now(), usage());
   }
-  replicas_->send(step_, state_buffers(), pieces, record, dests);
+  replicas_->send(step_, state_buffers(), pieces, record, dests, handover);
+}
+
+// The replica of this very step to the standby, taken whole (it acknowledges it; it receives
+// while it waits for a reply or between heartbeats); then the shard serves no more and the
+// process leaves: the survivors find it gone (ULFM) and the standby takes over from the replica,
+// no update lost. The workers' pushes in flight are not applied.
+bool Shard::hand_over(int signo) {
+  const std::vector<ReplicaSender::Dest> dests = standbys();
+  if (dests.empty()) return false;
+  for (const auto& d : dests)
+    if (!replicas_->settle(d.id, opts_.failure_timeout)) return false;  // the replica in flight
+  if (!replicas_->ready(dests)) return false;
+  send_replica(dests, true);
+  for (const auto& d : dests)
+    if (!replicas_->settle(d.id, opts_.failure_timeout) ||
+        !ReplicaSender::acknowledged(d, step_, opts_.failure_timeout))
+      return false;
+  handed_over_ = true;
+  events_.handed_over(step_, dests.front().id, signo);
+  return true;
 }
 
 void Shard::report_progress(double lr) {
@@ -575,6 +605,13 @@ PsResult Shard::run() {
                     "ULFM\")");
     }
     serve();
+    if (handed_over_) {
+      PsResult gone;
+      gone.global_step = step_;
+      gone.run_seconds = since(t0_);
+      gone.handed_over = true;
+      return gone;
+    }
     settle_members();
     return finish();
   } catch (...) {
@@ -746,6 +783,7 @@ void Shard::serve() {
     if (slow_poll) {
       next_slow_poll = Clock::now() + kSlowPoll;
       check_notice();
+      if (handed_over_) return;
       detect_failures();
       plan_.at_time(self_);
     }

@@ -60,6 +60,10 @@ class Shard {
   void after_step(double lr);
   // --ps-standby: a replica to the standbys when one is due and the previous one has left.
   void replicate();
+  void send_replica(const std::vector<ReplicaSender::Dest>& dests, bool handover);
+  // PsOptions::hand_over: a notice hands the parameter server to the standby. False: it could
+  // not (no standby, or it did not take the replica in time): the shard stops as on any notice.
+  bool hand_over(int signo);
   std::vector<ReplicaSender::Dest> standbys() const;
   void report_progress(double lr);
   // Shard 0: checkpoints and evaluations.
@@ -69,6 +73,7 @@ class Shard {
   void finish_gather();
   void poll_background();
   PsResult finish();
+  bool handed_over_ = false;
   void settle_members();  // the last sends completed (or abandoned), heartbeat receives cancelled
   [[noreturn]] void end_after_failure(const std::exception_ptr& error);
 

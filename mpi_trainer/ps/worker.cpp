@@ -438,6 +438,10 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     const double lost_at = unix_now();
     agent.reset();  // no heartbeats to the dead; MPI is this thread's alone from here
     const std::lock_guard<std::mutex> lock(mpi_lock);
+    try {
+      replicas->poll(comm);  // a replica received whole but not yet taken (a handover's last)
+    } catch (const std::exception&) {
+    }
     std::optional<ReplicaState> held = replicas->assemble(model, part);
     try {
       ulfm_revoke(comm);
