@@ -5,6 +5,7 @@
 #   worker-kill    1 or 2 workers SIGKILL themselves at random global steps
 #   ps-kill        the PS SIGKILLs itself at a random global step
 #   ps-kill-mid    the PS is SIGKILLed in the middle of writing a random checkpoint (a torn write)
+#   ps-kill-rep    the PS is SIGKILLed as a random replica to its standby leaves (mid-replication)
 #   ps-term-mid    SIGTERM reaches the PS in the middle of writing a random checkpoint
 #   disk-full      the checkpoint directory (a tmpfs) has room for 1-5 checkpoints: the next writes
 #                  fail (ENOSPC), training goes on, exit 4; space is freed and the job rerun
@@ -24,12 +25,12 @@
 # and reported), every checkpoint left verifies (but the one damaged on purpose), no temporary
 # file is left. Work lost per PS kill: the last step the PS reported before it was lost minus
 # the step the next attempt resumed from. With a ULFM build (`mpi_trainer --version` says ULFM)
-# a PS kill (ps-kill, ps-kill-mid) must not restart the job at all: the standby takes the
+# a PS kill (ps-kill, ps-kill-mid, ps-kill-rep) must not restart the job at all: the standby takes the
 # parameter server over in the same attempt (a `ps_takeover` event, docs/fault-model.md), the
 # global step never goes back, and the work lost is the takeover's lost updates.
 #
 #   bench/chaos.sh [--kill-runs N] [--other-runs M] [--only S1,S2] [--sync|--async] [--seed S] [--trainer PATH] [--shim PATH]
-#   --kill-runs N   N worker-kill runs and N PS-kill runs (ps-kill-mid and ps-kill in turn); default 20
+#   --kill-runs N   N worker-kill runs and N PS-kill runs (ps-kill-mid, ps-kill-rep, ps-kill in turn); default 20
 #   --other-runs M  M runs of each other scenario; default 3 (CTest's chaos_short: 2 and 1)
 #   --only LIST     only these scenarios (comma-separated)
 #   --sync          train with --ckpt-sync on (training waits for each checkpoint to be durable;
@@ -81,7 +82,9 @@ if mount -t tmpfs -o size=1m tmpfs "$ck" 2>/dev/null; then can_mount=1; umount "
 
 plan=()
 for ((i = 0; i < kill_runs; i++)); do plan+=(worker-kill); done
-for ((i = 0; i < kill_runs; i++)); do ((i % 2)) && plan+=(ps-kill) || plan+=(ps-kill-mid); done
+for ((i = 0; i < kill_runs; i++)); do
+  case $((i % 3)) in 0) plan+=(ps-kill-mid) ;; 1) plan+=(ps-kill-rep) ;; 2) plan+=(ps-kill) ;; esac
+done
 for s in ps-term-mid disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
   for ((i = 0; i < other_runs; i++)); do plan+=("$s"); done
 done
@@ -254,13 +257,14 @@ for scenario in "${plan[@]}"; do
   ran=$((ran + 1)) n_run[$scenario]=$((${n_run[$scenario]:-0} + 1))
   t0=$SECONDS
   case $scenario in
-    worker-kill|ps-kill|ps-kill-mid|ps-term-mid)
+    worker-kill|ps-kill|ps-kill-mid|ps-kill-rep|ps-term-mid)
       case $scenario in
         worker-kill)
           revoke="rank=$((1 + RANDOM % 3))@step=$((10 + RANDOM % 150))"
           ((RANDOM % 2)) && revoke+=",rank=$((1 + RANDOM % 3))@step=$((10 + RANDOM % 150))" ;;
         ps-kill) revoke="rank=0@step=$((25 + RANDOM % 150))" ;;
         ps-kill-mid) revoke="rank=0@ckpt=$((1 + RANDOM % 8))" ;;
+        ps-kill-rep) revoke="rank=0@replica=$((2 + RANDOM % 16))" ;;
         ps-term-mid) revoke="rank=0@ckpt=$((1 + RANDOM % 8)):TERM" ;;
       esac
       note=$revoke
@@ -354,7 +358,7 @@ for scenario in "${plan[@]}"; do
     tail -25 "$dir/loop.txt"
   fi
 done
-for s in worker-kill ps-kill ps-kill-mid ps-term-mid disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
+for s in worker-kill ps-kill ps-kill-mid ps-kill-rep ps-term-mid disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
   [[ -n ${n_run[$s]:-}${n_skip[$s]:-} ]] || continue
   echo "  $s: ${n_pass[$s]:-0}/${n_run[$s]:-0} finished${n_skip[$s]:+, ${n_skip[$s]} skipped}"
 done

@@ -289,6 +289,23 @@ TEST_CASE("plan's Monte-Carlo revocations match the revocation model's CDF", "[u
   }
   CHECK(beyond <= 2);  // P(all 8 workers revoked first) < 0.4^8 per draw
   CHECK(lost_sb < lost / 10);
+  // Under ULFM (--takeover) those losses are taken over in the job: no restart while the standby
+  // is up, each a takeover of at most --replica-interval updates and --takeover-seconds.
+  c.takeover = true;
+  c.takeover_seconds = 0.2;
+  const auto tk = plan_of(c);
+  double took = 0, restarts_left = 0;
+  for (std::size_t i = 0; i < tk.takeovers.size(); ++i) {
+    took += tk.takeovers[i];
+    restarts_left += tk.restarts[i];
+    CHECK(tk.lost_steps[i] <= 10 * tk.takeovers[i] + 500 * tk.restarts[i]);
+  }
+  CHECK(took > 0.3 * double(tk.takeovers.size()));  // the parameter server is lost in ~40% of draws
+  CHECK(restarts_left <= 2);                         // every worker gone first: as rare as above
+  double mean_sb = 0, mean_tk = 0;
+  for (double v : sb.seconds) mean_sb += v;
+  for (double v : tk.seconds) mean_tk += v;
+  CHECK(mean_tk < mean_sb);  // 0.2 s instead of a 120 s restart each time
 }
 
 TEST_CASE("mpi_trainer plan: the report, --json and its errors", "[unit][plan]") {

@@ -377,7 +377,8 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "Revocation injection: 'rank=2@30s,rank=3@step=400' makes those ranks SIGKILL "
                      "themselves after 30 s of run time / at global step 400; ':TERM' or ':USR1' "
                      "after an entry sends that notice instead; 'rank=0@ckpt=2' kills the parameter "
-                     "server in the middle of writing its 2nd checkpoint"),
+                     "server in the middle of writing its 2nd checkpoint, 'rank=0@replica=5' as its 5th "
+                     "replica to the standby leaves (--ps-standby)"),
       "MT_REVOKE");
   env(cmd.add_option("--revocation-model", c.revocation_model,
                      "Revocation injection: each worker samples its lifetime from this model and "
@@ -566,6 +567,16 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->check(CLI::Range(1, 1000000));
   plan_cmd->add_option("--restart-seconds", plan_cfg.restart_seconds,
                        "Seconds from a stopped job to training again (new servers, start, resume)")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  plan_cmd->add_flag("--takeover", plan_cfg.takeover,
+                     "The job runs a ULFM build (launch/setup.sh --mpi ulfm): a lost parameter server "
+                     "whose standby is up is taken over inside the job (--replica-interval updates lost "
+                     "at most, --takeover-seconds) instead of restarting it; with --ps-pricing transient "
+                     "the parameter server may then run on a preemptible server");
+  plan_cmd->add_option("--takeover-seconds", plan_cfg.takeover_seconds,
+                       "Seconds from the parameter server's loss to the next applied step after a takeover "
+                       "(bench/ps_takeover.sh measured 0.17 s median)")
       ->capture_default_str()
       ->check(kNonNegative);
   plan_cmd->add_option("--draws", plan_cfg.draws, "Monte-Carlo draws of revocations")

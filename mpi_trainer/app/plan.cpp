@@ -114,7 +114,7 @@ Cluster prepare(const PlanConfig& c) {
 }
 
 struct Draw {
-  double seconds = 0, cost = 0, revocations = 0, restarts = 0, lost_steps = 0, ps_busy = 0;
+  double seconds = 0, cost = 0, revocations = 0, restarts = 0, lost_steps = 0, ps_busy = 0, takeovers = 0;
   bool finished = true;
   // The first attempt's: each initial worker's end (its revocation, or the attempt's end) and the
   // attempt's length, for the revocation timelines (the paper's Figs. 1 and 4).
@@ -241,9 +241,9 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     std::int64_t kept = reached;
     if (end == End::kPsLost || c.num_ps == 0)
       kept = c.ckpt_every_steps > 0 ? std::max(durable, reached / c.ckpt_every_steps * c.ckpt_every_steps) : durable;
+    bool standby_up = false;
     if (end == End::kPsLost && c.num_ps > 0 && standbys(c) > 0) {
       // The standby writes its replica when the parameter server is lost, if a worker is still up.
-      bool standby_up = false;
       for (std::size_t i = 0; i < sim.workers().size() && !standby_up; ++i) {
         const SimWorker& w = sim.worker(i);
         standby_up = w.begun && (w.ended < 0 || w.ended >= t);
@@ -252,6 +252,11 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     }
     d.lost_steps += double(reached - kept);
     durable = kept;
+    if (standby_up && c.takeover && c.num_ps == 1) {  // taken over in the job (ULFM): no restart
+      d.takeovers += 1;
+      d.seconds += c.takeover_seconds;
+      continue;
+    }
     d.restarts += 1;
     d.seconds += c.restart_seconds;
   }
@@ -348,6 +353,7 @@ PlanResult run_plan(const PlanConfig& c) {
     r.revocations.push_back(d.revocations);
     r.restarts.push_back(d.restarts);
     r.lost_steps.push_back(d.lost_steps);
+    r.takeovers.push_back(d.takeovers);
     r.worker_ends.push_back(d.worker_ends);
     r.first_attempt_seconds.push_back(d.first_attempt_seconds);
   }
@@ -380,6 +386,8 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"ps_standby", standbys(c)},
       {"replica_interval", c.replica_interval},
       {"restart_seconds", c.restart_seconds},
+      {"takeover", c.takeover},
+      {"takeover_seconds", c.takeover_seconds},
       {"draws", c.draws},
       {"seed", c.seed},
       {"seconds", stats(r.seconds)},
@@ -390,13 +398,15 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"probability_restart", fraction_positive(r.restarts)},
       {"restarts_mean", mean(r.restarts)},
       {"lost_steps_mean_when_restarted", mean(lost_steps_of_restarted(r))},
+      {"takeovers_mean", mean(r.takeovers)},
+      {"probability_takeover", fraction_positive(r.takeovers)},
       {"ps_utilisation", r.ps_utilisation},
       {"ps_saturation_workers", r.ps_saturation_workers},
       {"unfinished_draws", r.unfinished},
       {"joins", c.joins}};
   if (c.per_draw)
     out["per_draw"] = {{"seconds", r.seconds}, {"cost_usd", r.cost_usd}, {"revocations", r.revocations},
-                       {"restarts", r.restarts}, {"lost_steps", r.lost_steps},
+                       {"restarts", r.restarts}, {"lost_steps", r.lost_steps}, {"takeovers", r.takeovers},
                        {"first_attempt_seconds", r.first_attempt_seconds}, {"worker_ends", r.worker_ends}};
   return out;
 }
@@ -411,7 +421,9 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
       << "  step times: " << r.devices << " device table; prices: " << r.prices
       << "; revocations: " << c.revocation_model << "; checkpoint every " << c.ckpt_every_steps << " steps"
       << (standbys(c) > 0 ? ", standby replica every " + std::to_string(c.replica_interval) + " updates" : "")
-      << ", restart " << c.restart_seconds << " s; " << c.draws << " draws (seed "
+      << ", restart " << c.restart_seconds << " s"
+      << (c.takeover ? ", takeover in the job (ULFM) " + std::to_string(c.takeover_seconds).substr(0, 4) + " s" : std::string()) << "; "
+      << c.draws << " draws (seed "
       << c.seed << "); evidence S (simulator)\n";
   if (r.seconds.empty()) {
     out << "  no draw finished within " << kMaxRestarts << " restarts: the servers are revoked faster than it trains\n";
@@ -429,6 +441,10 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
     out << " (then " << std::setprecision(0) << mean(lost_when) << " steps lost on average, and "
         << c.restart_seconds << " s per restart)";
   out << '\n';
+  if (c.takeover)
+    out << std::setprecision(1) << "  takeovers (the parameter server lost, its standby up): in "
+        << 100 * fraction_positive(r.takeovers) << "% of runs, " << std::setprecision(2) << mean(r.takeovers)
+        << " per run on average, each at most " << c.replica_interval << " updates lost\n";
   if (c.num_ps > 0)
     out << std::setprecision(1) << "  parameter server: busy " << 100 * r.ps_utilisation
       << "% of the time without revocations; one shard saturates at about " << std::setprecision(0)

@@ -46,6 +46,13 @@ struct PlanConfig {
   int ps_standby = -1;
   std::int64_t replica_interval = 10;
   double restart_seconds = 120;
+  // A ULFM build (train's takeover, docs/fault-model.md): a lost parameter server whose standby
+  // outlives it is taken over in the job: --replica-interval updates lost at most, and
+  // takeover_seconds (measured: bench/ps_takeover.sh) instead of a restart. Modelled as a new
+  // attempt of the same cluster shape (the new parameter server on a worker's server, billed as
+  // the parameter server's type).
+  bool takeover = false;
+  double takeover_seconds = 0.2;
   int draws = 100;
   std::uint64_t seed = 1;
   bool json = false;
@@ -68,7 +75,7 @@ struct PlanResult {
   nlohmann::ordered_json revocation_models = nlohmann::ordered_json::object();  // type -> the model's source
   double ideal_seconds = 0;              // no revocation: one draw of the step times
   std::vector<double> seconds, cost_usd;  // one per draw
-  std::vector<double> revocations, restarts, lost_steps;
+  std::vector<double> revocations, restarts, lost_steps, takeovers;
   // Each draw's first attempt: its length and each initial worker's end (revoked or at the end).
   std::vector<double> first_attempt_seconds;
   std::vector<std::vector<double>> worker_ends;

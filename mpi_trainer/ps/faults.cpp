@@ -96,7 +96,7 @@ std::vector<RevokeEntry> parse_revoke(const std::string& spec) {
     if (item.empty()) continue;
     const auto bad = [&](const std::string& why) {
       return UsageError("--revoke: '" + item + "': " + why +
-                        " (expected rank=R@30s, rank=R@2m, rank=R@step=N or rank=R@ckpt=N, optionally "
+                        " (expected rank=R@30s, rank=R@2m, rank=R@step=N, rank=R@ckpt=N or rank=0@replica=N, optionally "
                         "followed by :KILL, :TERM or :USR1)");
     };
     RevokeEntry e;
@@ -124,6 +124,9 @@ std::vector<RevokeEntry> parse_revoke(const std::string& spec) {
     } else if (when.rfind("ckpt=", 0) == 0) {
       if (!to_int64(when.substr(5), e.ckpt_write) || e.ckpt_write < 1) throw bad("bad checkpoint number (>= 1)");
       if (e.rank != 0) throw bad("@ckpt= applies to rank 0, the parameter server that writes checkpoints");
+    } else if (when.rfind("replica=", 0) == 0) {
+      if (!to_int64(when.substr(8), e.replica_send) || e.replica_send < 1) throw bad("bad replica number (>= 1)");
+      if (e.rank != 0) throw bad("@replica= applies to rank 0, the parameter server that sends replicas");
     } else if (const std::string why = parse_duration(when, e.seconds); !why.empty()) {
       throw bad(why);
     }
@@ -290,6 +293,16 @@ void FaultPlan::at_time(int rank) {
     lifetime_seconds = -1;
     fire(rank, SIGKILL, "--revocation-model lifetime ended after " + std::to_string(t).substr(0, 6) + " s");
   }
+}
+
+void FaultPlan::at_replica(int rank, std::int64_t nth, std::int64_t global_step) {
+  for (auto& e : entries)
+    if (e.replica_send > 0 && nth >= e.replica_send) {
+      e.replica_send = -1;
+      fire(rank, e.signal,
+           "--revoke as replica " + std::to_string(nth) + " (global step " + std::to_string(global_step) +
+               ") left for the standby");
+    }
 }
 
 std::function<void(std::int64_t)> FaultPlan::checkpoint_write_hook() const {

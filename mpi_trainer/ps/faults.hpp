@@ -22,10 +22,11 @@ struct RevokeEntry {
   double seconds = -1;
   std::int64_t step = -1;
   std::int64_t ckpt_write = -1;
-  int signal = 9;  // SIGKILL
+  std::int64_t replica_send = -1;  // rank=0@replica=N: as the Nth replica to the standby leaves
+  int signal = 9;                  // SIGKILL
 };
 
-// Parses "rank=R@30s", "rank=R@2.5m", "rank=R@step=N", "rank=R@ckpt=N", each optionally
+// Parses "rank=R@30s", "rank=R@2.5m", "rank=R@step=N", "rank=R@ckpt=N", "rank=0@replica=N", each optionally
 // followed by ":KILL", ":TERM" or ":USR1", comma-separated. Throws UsageError.
 std::vector<RevokeEntry> parse_revoke(const std::string& spec);
 // "30s", "2.5m", "2h" (--revoke, --virtual-joins) into `seconds`; else why not ("" when parsed).
@@ -84,6 +85,9 @@ struct FaultPlan {
   // `rank=0@ckpt=N[:SIG]`: a function for the checkpoint writer to call in the middle of each write,
   // which kills this process in the Nth; empty when no entry asks.
   std::function<void(std::int64_t global_step)> checkpoint_write_hook() const;
+  // `rank=0@replica=N[:SIG]`: the Nth replica sent to the standby (--ps-standby) has just left,
+  // not yet arrived: fires now (a kill in the middle of replication).
+  void at_replica(int rank, std::int64_t nth, std::int64_t global_step);
 };
 
 // Preemption notices: SIGTERM and SIGUSR1 set a flag instead of ending the process.

@@ -462,6 +462,7 @@ void Shard::send_replica(const std::vector<ReplicaSender::Dest>& dests, bool han
     record = sink_.replica_record(step_, slot_cursors_, since(t0_), schedule_lr_now(), usage());
   }
   replicas_->send(step_, state_buffers(), pieces, record, dests, handover);
+  plan_.at_replica(self_, replicas_->sent(), step_);
 }
 
 // The replica of this very step to the standby, taken whole (it acknowledges it; it receives

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The parameter server's takeover inside the job (ULFM, docs/fault-model.md, "Takeover under
+# ULFM") against today's full restart, measured side by side (issue 21): K PS kills, each at a
+# random step of 300 (resnet8, 3 workers, a standby, a replica every --replica-interval updates, a
+# periodic checkpoint every 100 steps), alternating
+#   takeover  the ULFM build (build/ulfm, launch/setup.sh --mpi ulfm): the survivors shrink the
+#             communicator and the standby goes on as the parameter server, same job;
+#   restart   the default build (Open MPI 4.1, heartbeats): the standby writes its replica, every
+#             process exits, launch/restart_loop.sh starts the job again and it resumes from it.
+# Per kill: updates lost, and the seconds from the kill (the PS's own line: "SIGKILL to itself at
+# unix T") to the first update applied by the parameter server that goes on (the ps_takeover
+# event; after a restart, its first_step event). Goals: takeover < 1 s, lost <= the interval.
+# The accuracy of the runs with and without a kill is printed too (same seed, generated data).
+#   bench/ps_takeover.sh [--kills 10] [--replica-interval 10] [--ulfm-trainer PATH] [--trainer PATH]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kills=10 interval=10 ulfm_trainer=build/ulfm/mpi_trainer
+while (($#)); do
+  case $1 in
+    --kills) kills=$2; shift 2 ;;
+    --replica-interval) interval=$2; shift 2 ;;
+    --ulfm-trainer) ulfm_trainer=$2; shift 2 ;;
+    --trainer) trainer_arg=$2; shift 2 ;;
+    *) echo "usage: $0 [--kills K] [--replica-interval N] [--ulfm-trainer PATH] [--trainer PATH]" >&2; exit 2 ;;
+  esac
+done
+source bench/lib.sh
+trainer=${trainer_arg:-$trainer}
+source launch/mpi_lib.sh
+[[ -x $ulfm_trainer ]] || { echo "no ULFM build at $ulfm_trainer: launch/setup.sh --mpi ulfm, then cmake --preset ulfm && cmake --build --preset ulfm" >&2; exit 1; }
+mt_mpirun_for "$ulfm_trainer" --loopback && ulfm_mpirun=("${MT_MPIRUN[@]}")
+((MT_MPI_ULFM)) || { echo "$ulfm_trainer is not a ULFM build (mpi_trainer --version)" >&2; exit 1; }
+mt_mpirun_for "$trainer" --loopback && plain_mpirun=("${MT_MPIRUN[@]}")
+"$trainer" gen-data "$dir/data" --train 1024 --test 256 --seed 1 >/dev/null
+
+# job.sh MODE AT: the job's command (AT 0: no kill), for the restart loop.
+write_job() {
+  local mode=$1 at=$2 bin=$trainer
+  local -a run=("${plain_mpirun[@]}")
+  [[ $mode == takeover ]] && bin=$ulfm_trainer run=("${ulfm_mpirun[@]}")
+  cat > "$dir/job.sh" <<JOB
+#!/usr/bin/env bash
+extra=()
+[[ \$MT_RESTART_ATTEMPT == 1 && $at -gt 0 ]] && extra=(--revoke rank=0@step=$at:KILL)
+exec ${run[*]} -np 4 --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "$bin" train \
+  --model resnet8 --batch-size 32 --lr-schedule constant --lr 0.05 --augment off --data "$dir/data" --train-steps 300 \
+  --ckpt-dir "$dir/ck" --ckpt-every-steps 100 --ps-standby 1 --replica-interval $interval --failure-timeout 1 \
+  --metrics "$dir/k.jsonl" --quiet --seed 1 "\${extra[@]}"
+JOB
+  chmod +x "$dir/job.sh"
+}
+: > "$dir/kills.jsonl"
+for ((k = 0; k < 2 * kills + 2; ++k)); do
+  mode=$([[ $((k % 2)) == 0 ]] && echo takeover || echo restart)
+  at=$((60 + RANDOM % 180))
+  ((k >= 2 * kills)) && at=0  # the last two: no kill, for the accuracy
+  rm -rf "$dir/ck" "$dir/k.jsonl"
+  write_job "$mode" "$at"
+  t0=$SECONDS
+  launch/restart_loop.sh --attempts 3 --delay 0 --status "$dir/ck/run-status.json" -- "$dir/job.sh" > "$dir/loop.txt" 2>&1 ||
+    { cat "$dir/loop.txt"; exit 1; }
+  killed=$(grep -o "SIGKILL to itself at unix [0-9.]*" "$dir/loop.txt" | grep -o "[0-9.]*$" || true)
+  ((at == 0)) || [[ -n $killed ]] || { echo "the parameter server was not killed"; cat "$dir/loop.txt"; exit 1; }
+  /usr/bin/python3 - "$dir/k.jsonl" "$mode" "$at" "${killed:-0}" "$((SECONDS - t0))" >> "$dir/kills.jsonl" <<'PY'
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1])]
+mode, at, killed, wall = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+s = events[-1]
+assert s["event"] == "summary" and s["global_step"] == 300 and s["exit_code"] == 0, s
+out = {"mode": mode, "killed_at": at, "accuracy": s["test_accuracy"], "wall_s": wall}
+if at:
+    if mode == "takeover":
+        t = [e for e in events if e["event"] == "ps_takeover"]
+        assert len(t) == 1 and s["attempts"] == 1, (t, s["attempts"])
+        out.update(lost=t[0]["lost_updates"], first_step_s=t[0]["unix_time"] - killed)
+    else:
+        first = [e for e in events if e["event"] == "first_step"][-1]
+        out.update(lost=at - s["resumed_from_step"], first_step_s=first["unix_time"] - killed)
+print(json.dumps(out))
+PY
+done
+/usr/bin/python3 - "$dir/kills.jsonl" "$interval" <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+killed = [r for r in runs if r["killed_at"]]
+print(f"PS SIGKILLed at a random step of 300, {len(killed) // 2} kills each way, alternated (resnet8, 3 workers, "
+      f"one standby, replica every {sys.argv[2]} updates, checkpoint every 100 steps)")
+for mode, name in (("takeover", "takeover (ULFM)   "), ("restart", "full restart (4.1)")):
+    r = [x for x in killed if x["mode"] == mode]
+    lost = [x["lost"] for x in r]
+    secs = [x["first_step_s"] for x in r]
+    print(f"  {name}: kill to first applied step median {statistics.median(secs):.3f} s (max {max(secs):.3f}); "
+          f"updates lost median {statistics.median(lost):g} (max {max(lost)}); job wall median "
+          f"{statistics.median(x['wall_s'] for x in r):g} s")
+ratio = statistics.median(x["first_step_s"] for x in killed if x["mode"] == "restart") / \
+        statistics.median(x["first_step_s"] for x in killed if x["mode"] == "takeover")
+print(f"  the takeover gets training going again {ratio:.1f}x sooner (goal: under 1 s)")
+for mode in ("takeover", "restart"):
+    acc = [x["accuracy"] for x in killed if x["mode"] == mode]
+    base = [x["accuracy"] for x in runs if x["mode"] == mode and not x["killed_at"]]
+    print(f"  test accuracy, {mode} build: with a kill median {100 * statistics.median(acc):.2f}% "
+          f"(min {100 * min(acc):.2f}%), without {100 * base[0]:.2f}%")
+PY
