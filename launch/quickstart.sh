@@ -15,7 +15,9 @@
 # MT_QUICKSTART_REVOKE replaces the revocation (empty: none); --lr-schedule / --lr (or MT_LR_SCHEDULE
 # / MT_LR) replace the cosine. MT_MPI=ulfm runs it all with the ULFM MPI (Open MPI 5 from the
 # Python package index, launch/setup.sh --mpi ulfm, preset `ulfm`): the revoked worker is then
-# reported by MPI within milliseconds instead of after --failure-timeout.
+# reported by MPI within milliseconds instead of after --failure-timeout, and the parameter
+# server is revoked too, at global step 160: its standby (worker rank 1) takes it over inside the
+# job from its replica, a few updates lost, no restart (docs/fault-model.md, "Takeover under ULFM").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=release
@@ -31,7 +33,9 @@ rm -rf runs/quickstart-ck runs/quickstart.jsonl
 root=()
 [[ $(id -u) -eq 0 ]] && root=(--allow-root)
 np=${MT_QUICKSTART_NP:-4}
-revoke=${MT_QUICKSTART_REVOKE-rank=$((np - 1))@step=120}
+default_revoke=rank=$((np - 1))@step=120
+[[ $preset == ulfm && $np -ge 4 ]] && default_revoke+=,rank=0@step=160  # the takeover (2 workers left)
+revoke=${MT_QUICKSTART_REVOKE-$default_revoke}
 steps=${MT_TRAIN_STEPS:-200}
 schedule=(--lr-schedule "cosine:$steps" --lr 0.1)
 for a in "$@"; do

@@ -398,7 +398,7 @@ std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const
 
 namespace mt {
 
-std::string replica_record_json(const TrainProgress& p, const std::string& config_json) {
+std::string replica_record_json(const TrainProgress& p, const std::string& config_json, int revocations) {
   nlohmann::ordered_json j{{"epoch", p.epoch},
                            {"position", p.position},
                            {"train_seconds", p.train_seconds},
@@ -406,8 +406,18 @@ std::string replica_record_json(const TrainProgress& p, const std::string& confi
                            {"attempts", p.attempts},
                            {"lr", p.lr},
                            {"worker_cursors", p.worker_cursors},
-                           {"config", config_json}};
+                           {"config", config_json},
+                           {"revocations", revocations}};
   return j.dump();
+}
+
+int replica_revocations(const std::string& record) {
+  try {
+    const auto j = nlohmann::json::parse(record);
+    return j.contains("revocations") ? j.at("revocations").get<int>() : 0;
+  } catch (const nlohmann::json::exception&) {
+    return 0;  // write_replica_checkpoint says what is wrong with the record
+  }
 }
 
 std::string replica_writer(const ckpt::Checkpoint& c) {

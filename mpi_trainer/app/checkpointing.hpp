@@ -137,7 +137,11 @@ bool restore_gap_mean_step(const ckpt::Checkpoint& c, FlatTensors& out);
 
 // A standby's replica of the parameter server (--ps-standby, ps/replica.hpp) as a checkpoint. The
 // parameter server's progress and configuration travel in each replica as this record.
-std::string replica_record_json(const TrainProgress& p, const std::string& config_json);
+// `revocations`: of this attempt so far (workers and parameter servers lost or left), carried to a
+// parameter server that takes over (its summary counts the whole attempt's).
+std::string replica_record_json(const TrainProgress& p, const std::string& config_json, int revocations = 0);
+// The record's `revocations` (0 when it has none).
+int replica_revocations(const std::string& record);
 struct ReplicaWritten {
   std::filesystem::path file;
   double seconds = 0;  // from the call to durable

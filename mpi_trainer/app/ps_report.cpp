@@ -254,6 +254,7 @@ void PsReport::progress(const Progress& e) {
 }
 
 void PsReport::departure(const Departure& e) {
+  ++departures_;
   if (const auto it = billed_.find(e.rank); it != billed_.end()) it->second.end = e.elapsed_seconds;
   metrics_.write(nlohmann::ordered_json{
       {"event", "revocation"},
@@ -368,7 +369,8 @@ TrainProgress PsReport::progress_of(const Snapshot& s) const {
 
 std::string PsReport::replica_record(std::int64_t global_step, const std::vector<LoaderCursor>& slot_cursors,
                                      double run_seconds, double lr, const std::vector<WorkerUsage>& workers) {
-  return replica_record_json(progress_at(global_step, slot_cursors, run_seconds, lr, workers), config_json_);
+  return replica_record_json(progress_at(global_step, slot_cursors, run_seconds, lr, workers), config_json_,
+                             earlier_revocations() + departures_);
 }
 
 void PsReport::checkpoint(const Snapshot& s) {
@@ -529,9 +531,9 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
         {"mean_staleness", w.mean_staleness},
         {"cost_usd", setup_.prices.cost_usd(w.type, setup_.transient, w.active_seconds)}});
   metrics_.write(nlohmann::ordered_json{{"event", "workers"}, {"workers", per_worker}});
-  // A parameter server lost and taken over in this attempt was revoked too (the workers lost
-  // before a takeover are the previous parameter server's, not counted here).
-  const int revocations = e.lost + e.left + (takeover_ ? takeover_->takeovers : 0);
+  // The parameter servers lost and taken over in this attempt were revoked too, and the workers
+  // their predecessors lost (the replica's record carries them).
+  const int revocations = e.lost + e.left + earlier_revocations();
   nlohmann::ordered_json summary{
       {"event", "summary"},
       {"global_step", s.global_step},

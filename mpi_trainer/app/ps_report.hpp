@@ -80,6 +80,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
     std::int64_t first_step = 0;    // the highest any survivor saw: the count goes on from it
     double lost_at = 0;             // unix time the loss was learned
     int takeovers = 1;              // in this attempt, this one included
+    int prior_revocations = 0;      // of this attempt before the loss (the replica's record)
   };
   void take_over(TakeoverReport t) { takeover_ = std::move(t); }
 
@@ -132,6 +133,10 @@ class PsReport final : public PsEvents, public SnapshotSink {
   std::map<int, Billed> billed_;
   std::map<std::string, RevocationModel> predict_models_;
   std::optional<TakeoverReport> takeover_;
+  int departures_ = 0;  // workers lost or left under this parameter server
+  // This attempt's revocations before this parameter server: those its predecessor counted, and
+  // the predecessor itself (a takeover).
+  int earlier_revocations() const { return takeover_ ? takeover_->prior_revocations + 1 : 0; }
   nlohmann::ordered_json takeover_event_;  // the ps_takeover event, for the summary
   LivePrediction predict(const Progress& e);
 };

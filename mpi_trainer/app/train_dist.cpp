@@ -177,9 +177,11 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   res.exit_code = w.exit_code;  // non-zero: the parameter server failed (its message says why)
   // The end of a clean run may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
   // Not after a takeover: Open MPI 5's MPI_Finalize then waits for the dead parameter server now
-  // and then (measured: 2 of 6 runs, rank_pid/gdb: in its PMIx fence), and under ULFM a rank that
-  // ends without it is a failure the others outlive (docs/fault-model.md, "Takeover under ULFM").
-  if (w.clean_end && w.takeovers == 0) res.finalize_timeout_s = kCleanEndFinalizeSeconds;
+  // and then (its PMIx fence: 2 of 6 runs, seen with gdb) or reports an error, and under ULFM a
+  // rank that ends without it is one more failure the others outlive: every rank leaves without
+  // it (docs/fault-model.md, "Takeover under ULFM").
+  if (w.clean_end) res.finalize_timeout_s = kCleanEndFinalizeSeconds;
+  res.skip_finalize = w.takeovers > 0;
   return res;
 }
 
@@ -223,7 +225,8 @@ TrainResult take_over(const TrainConfig& cfg, const RunSetup& setup, const Model
   std::vector<std::string> types = worker_types(cfg, setup.prices, t.data_slots);
   PsReport report(cfg, setup, model, types, 0, log);
   report.take_over(PsReport::TakeoverReport{written.file.string(), written.seconds, label, t.replica.global_step,
-                                            t.first_step, t.lost_at, t.takeovers});
+                                            t.first_step, t.lost_at, t.takeovers,
+                                            replica_revocations(t.replica.record)});
   PsOptions opts = ps_options(cfg, setup, std::move(types));
   opts.comm = t.comm;
   opts.slots = t.data_slots;
@@ -234,7 +237,7 @@ TrainResult take_over(const TrainConfig& cfg, const RunSetup& setup, const Model
   opts.ps_standby = std::min(opts.ps_standby, static_cast<int>(opts.worker_ranks.size()));
   opts.hand_over = opts.hand_over && opts.ps_standby > 0;
   TrainResult res = ps_role(setup, model, report, opts, std::move(t.plan));
-  res.finalize_timeout_s = std::min(res.finalize_timeout_s, kShortFinalizeSeconds);  // as its workers (worker_role)
+  res.skip_finalize = true;  // as its workers (worker_role)
   return res;
 }
 
