@@ -446,9 +446,17 @@ void Shard::replicate() {
   if (lead() && ranks != standby_ranks_ && !opts_.quiet) {
     std::string names;
     for (const int r : ranks) names += (names.empty() ? "" : ", ") + std::to_string(r);
+    // A standby replaced while it still works: a lower-ranked worker joined after it (the shards
+    // all choose the lowest-ranked working workers, so that each standby holds every shard's part).
+    bool gone = false;
+    for (const int r : standby_ranks_)
+      gone = gone || std::none_of(members_.members().begin(), members_.members().end(),
+                                  [r](const Member& m) { return m.rank == r && m.working(); });
     events_.log("mpi_trainer: parameter server: standby replica on worker rank " + names + " at global step " +
                 std::to_string(step_) + ", every " + std::to_string(opts_.replica_interval) + " updates" +
-                (standby_ranks_.empty() ? "" : " (the previous standby is gone)"));
+                (standby_ranks_.empty() ? ""
+                 : gone             ? " (the previous standby is gone)"
+                                    : " (a lower-ranked worker joined: the lowest-ranked workers are the standbys)"));
   }
   standby_ranks_ = std::move(ranks);
   send_replica(dests, false);
