@@ -50,7 +50,7 @@ assert s["attempts"] == 1 and sum(e["event"] == "config" for e in events) == 1, 
 t = [e for e in events if e["event"] == "ps_takeover"]
 assert len(t) == 1 and t[0]["by"] == f"worker rank {standby}", t
 t = t[0]
-assert kill - 3 <= t["global_step"] <= kill + 3 and 0 <= t["lost_updates"] <= max_lost, t
+assert kill - 3 <= t["global_step"] <= kill + 5 and 0 <= t["lost_updates"] <= max_lost, t
 assert t["global_step"] - t["lost_updates"] == t["replica_step"] and t["first_applied_step"] == t["global_step"] + 1, t
 # The summary counts the attempt's revocations: the PS, and a worker its predecessor lost.
 assert s["ps_takeover"]["by"] == t["by"] and s["revocations"] == revocations, s
