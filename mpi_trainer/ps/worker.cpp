@@ -430,8 +430,9 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   // (the lowest rank among equals) becomes the parameter server, at rank 0 of a communicator
   // ordered for it, and counts on from the highest global step any survivor saw. That one gets
   // its Takeover; the others keep their data slots and cursors and join it (`comm` is theirs).
-  // When no survivor holds a whole replica, or another process fails meanwhile, each exits 10
-  // as without a takeover: the restart resumes from the newest checkpoint.
+  // When no survivor holds a whole replica, none would be left to train, or another process fails
+  // meanwhile, each exits 10 as without a takeover (a standby writing its replica first): the
+  // restart resumes from the newest checkpoint.
   int takeovers = 0;
   bool packed = false;  // a synthetic gradient in the send buffers
   auto recover = [&]() -> std::optional<Takeover> {
@@ -459,8 +460,14 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       packed = false;
       replicas->close();
       const MPI_Comm shrunk = ulfm_shrink(comm);
-      int me = 0;
+      int me = 0, survivors = 0;
       MT_MPI(MPI_Comm_rank(shrunk, &me));
+      MT_MPI(MPI_Comm_size(shrunk, &survivors));
+      if (survivors < 2) {  // no worker to serve: the replica (if here) is written for the restart
+        if (!opts.quiet)
+          std::cerr << "mpi_trainer: " + worker_label(rank) + ": no other process survives: no takeover\n" << std::flush;
+        parameter_server_lost(rank, 0, kReportedByMpi);
+      }
       struct {
         long step;
         int rank;
