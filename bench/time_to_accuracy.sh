@@ -6,7 +6,7 @@
 # workers with one revoked (SIGKILL) at 25% of the run; and the paper's Fig. 5 schedule (start
 # with one worker, one more every quarter of the run). Every configuration over --seeds seeds.
 #
-#   bench/time_to_accuracy.sh [--seeds 3] [--epochs 10] [--workers "1 2 4 8"] [--jobs 2]
+#   bench/time_to_accuracy.sh [--seeds 3] [--epochs 20] [--workers "1 2 4 8"] [--jobs 2]
 #                             [--model resnet8] [--batch-size 128] [--data DIR] [--out DIR]
 #                             [--policy "FLAGS"] [--steps N] [--trainer PATH]
 #
@@ -22,7 +22,7 @@
 # steps instead of --epochs (a smoke test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seeds=3 epochs=10 workers="1 2 4 8" jobs=2 model=resnet8 batch=128 data=/usr/share/datasets/fashion-mnist
+seeds=3 epochs=20 workers="1 2 4 8" jobs=2 model=resnet8 batch=128 data=/usr/share/datasets/fashion-mnist
 out=bench/results/time_to_accuracy policy="" trainer_arg="" steps=""
 while (($#)); do
   case $1 in
