@@ -316,6 +316,16 @@ std::vector<std::pair<std::size_t, std::size_t>> chunk_places(const OpenImage& i
   return places;
 }
 
+// The name HDF5 knows an in-memory image by: the file's, made unique to this thread, since each
+// thread keeps its image open between checkpoints and HDF5 refuses to create a file under a name
+// another open one has (a standby's replica written by the main thread at the step the writer
+// thread then checkpoints, after a takeover, failed so).
+std::string memory_name(const fs::path& name) {
+  static std::atomic<std::uint64_t> next{0};
+  thread_local const std::uint64_t id = next++;
+  return name.string() + ".image" + std::to_string(id);
+}
+
 // The checkpoint as the bytes of an HDF5 file, built in memory (HDF5's core driver, no backing
 // store): HDF5 never touches the disk, so a full or failing disk is an ordinary POSIX error in
 // write_durably, with nothing half-open left inside HDF5 (a failed flush on close used to leave the
@@ -340,7 +350,8 @@ const std::vector<char>& file_image(const Checkpoint& c, double created_unix, co
       check(H5Pset_fapl_core(fapl.get(), bytes, /*backing_store=*/0), name, "H5Pset_fapl_core");
       t_open = std::make_unique<OpenImage>(
           std::move(layout),
-          check(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), name, "create file in memory"));
+          check(H5Fcreate(memory_name(name).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), name,
+                "create file in memory"));
     }
     OpenImage& img = *t_open;
     const bool direct = !create && !img.chunks.empty();

@@ -239,6 +239,24 @@ TEST_CASE("retention keeps the newest checkpoints and the writer thread publishe
   CHECK(files[1].filename() == "ckpt-0000000040.h5");
 }
 
+TEST_CASE("two threads write checkpoints of the same step: each keeps its own in-memory image", "[unit][ckpt]") {
+  // A standby that takes the parameter server over writes its replica at step S from its main
+  // thread; the writer thread may then checkpoint step S too (a notice at once). HDF5 refused the
+  // second in-memory file under the name the first thread's image still held open.
+  test::TempDir dir("ckpt_two_threads");
+  ckpt::publish(dir.path(), sample(30), 0);
+  {
+    ckpt::AsyncWriter w(dir.path(), 0);
+    w.submit(sample(30));
+    w.flush();
+    const auto written = w.take_written();
+    REQUIRE(written.size() == 1);
+    CHECK(written[0].error.empty());
+  }
+  ckpt::publish(dir.path(), sample(40), 0);  // the main thread's image, reused
+  CHECK(ckpt::list(dir.path()).size() == 2);
+}
+
 TEST_CASE("retention counts only checkpoints that verify: a damaged one never pushes out a valid one",
           "[unit][ckpt][fault]") {
   // Issue 17, defect 1: 10..40 written, 30 and 40 damaged on disk, a run resumed from 20 writes

@@ -9,9 +9,9 @@
 #            standby and wrote the replica
 #   both     the standby and the PS killed together (one kill(1), between steps 160 and 199):
 #            back to the periodic checkpoint (100)
-#   notice   SIGTERM to the PS at step 150: it checkpoints and stops the job (exit 75), the
-#            restart resumes from that checkpoint; under ULFM it hands over to the standby
-#            instead (a ps_handover event), which takes over with nothing lost
+#   notice   SIGTERM to the PS at step 150 with --ps-handover: it checkpoints and stops the job
+#            (exit 75), the restart resumes from that checkpoint; under ULFM it hands over to the
+#            standby instead (a ps_handover event), which takes over with nothing lost
 # With a ULFM build (`mpi_trainer --version` says ULFM) the ps and standby cases take the parameter
 # server over inside the job instead (docs/fault-model.md, "Takeover under ULFM"): one attempt, a
 # ps_takeover event by the standby, the global step never back, at most two replica intervals of
@@ -125,7 +125,7 @@ if [[ $cases == *" both "* ]]; then
   check both 199 100 100 -
 fi
 if [[ $cases == *" notice "* ]]; then
-  case_run notice 4 "rank=0@step=150:TERM"
+  case_run notice 4 "rank=0@step=150:TERM" --ps-handover
   if ((ulfm)); then
     grep -q "parameter server: SIGTERM: handed over to its standby (worker rank 1) at global step" "$dir/notice.txt"
     check_takeover notice 150 1 0 1

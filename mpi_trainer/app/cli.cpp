@@ -368,6 +368,13 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::Range(0.001, 1.0)),
       "MT_REPLICA_BUDGET");
+  env(cmd.add_flag("--ps-handover", c.ps_handover,
+                   "Fault tolerance, ULFM build, one shard, a standby: a notice (SIGTERM, SIGUSR1) to "
+                   "the parameter server hands it over to its standby, which takes it over inside the "
+                   "job with nothing lost, instead of checkpointing and stopping the job (exit 75). For "
+                   "clouds that preempt one server at a time; leave it off where a notice reaches every "
+                   "process of the job (Slurm preemption, a signal to mpirun): the job should stop then"),
+      "MT_PS_HANDOVER");
   env(cmd.add_option("--status-file", c.status_file,
                      "Parameter server: JSON run state for launchers (state, exit_code, global_step); "
                      "default <ckpt-dir>/run-status.json. mpirun --enable-recovery always exits 0, so "

@@ -79,8 +79,9 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.worker_types = std::move(types);
   o.join_type = cfg.instance_type;
   if (cfg.max_workers > 0) o.port_file = join_port_file(cfg);
-  // A notice to the parameter server hands it to the standby where the survivors can take it over.
-  o.hand_over = ulfm_available() && o.num_ps == 1 && o.max_workers == 0 && o.ps_standby > 0;
+  // --ps-handover: a notice to the parameter server hands it to the standby where the survivors
+  // can take it over.
+  o.hand_over = cfg.ps_handover && ulfm_available() && o.num_ps == 1 && o.max_workers == 0 && o.ps_standby > 0;
   return o;
 }
 
@@ -370,8 +371,14 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
     return r;
   }
   precise_naps(log);
-  if (mpi.rank() < c.num_ps)
-    return ps_role(*setup, *model, *report, ps_options(c, *setup, std::move(types)), std::move(*plan));
+  if (mpi.rank() < c.num_ps) {
+    const PsOptions opts = ps_options(c, *setup, std::move(types));
+    if (c.ps_handover && !opts.hand_over && mpi.rank() == 0)
+      log << "mpi_trainer: warning: --ps-handover needs the ULFM build, --num-ps 1, no --max-workers and a standby "
+             "(--ps-standby, --ckpt-dir): a notice to the parameter server checkpoints and stops the job instead\n"
+          << std::flush;
+    return ps_role(*setup, *model, *report, opts, std::move(*plan));
+  }
   // A takeover needs a standby's replica to start from, one shard and no elastic joins (a joiner
   // is connected to shard 0 alone).
   const bool takeover = ulfm_available() && c.num_ps == 1 && c.max_workers == 0 &&
