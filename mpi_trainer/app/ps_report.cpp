@@ -85,8 +85,7 @@ PsStart PsReport::restore(FlatTensors& params, std::span<FlatTensors> momenta, F
   // A takeover starts from the replica it just wrote; a run from the newest checkpoint, if any.
   std::optional<ckpt::Loaded> found;
   if (takeover_) {
-    found = load_named_checkpoint(takeover_->file);
-    check_compatible(found->checkpoint, model_);
+    found = load_named_checkpoint(takeover_->file);  // checked against the model as it is restored
   } else {
     found = find_resume_checkpoint(cfg_, model_, setup_.job, metrics_, log_);
   }

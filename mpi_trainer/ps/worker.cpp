@@ -433,7 +433,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   // When no survivor holds a whole replica, none would be left to train, or another process fails
   // meanwhile, each exits 10 as without a takeover (a standby writing its replica first): the
   // restart resumes from the newest checkpoint.
-  int takeovers = 0;
+  WorkerResult res;
   bool packed = false;  // a synthetic gradient in the send buffers
   auto recover = [&]() -> std::optional<Takeover> {
     const double lost_at = unix_now();
@@ -491,7 +491,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       const int mine[2] = {rank, my_slot};
       std::vector<int> all(static_cast<std::size_t>(2 * n));
       MT_MPI(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, next));
-      ++takeovers;
+      ++res.takeovers;
       if (!chosen) {
         comm = next;
         return std::nullopt;
@@ -506,42 +506,37 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       }
       t.data_slots = data_slots;
       t.lost_at = lost_at;
-      t.takeovers = takeovers;
+      t.takeovers = res.takeovers;
       return t;
     } catch (const ProcessFailed&) {  // another process failed during the takeover
       parameter_server_lost(rank, 0, kReportedByMpi);
     }
   };
-  WorkerResult res;
-  // After the loss: take over, or join the survivors' parameter server (lost too: again).
-  enum class Rejoined { kBecamePs, kJoined, kStopped };
-  auto survive = [&]() -> Rejoined {
+  // One exchange (round_trip); when the parameter server is lost in it (a takeover ahead): take
+  // it over, or join the survivors' parameter server (lost too: again).
+  enum class Exchange { kGoOn, kStopped, kBecamePs };
+  auto exchange = [&](MsgKind kind) -> Exchange {
     for (;;) {
+      try {
+        return round_trip(kind) ? Exchange::kGoOn : Exchange::kStopped;
+      } catch (const PsFailedInJob&) {  // a push in flight is lost with the parameter server
+      }
       if (std::optional<Takeover> t = recover()) {
         t->plan = std::move(plan);
         res.takeover = std::move(t);
-        return Rejoined::kBecamePs;
+        return Exchange::kBecamePs;
       }
       ps_failed = false;
       replicas.emplace(shards);
       start_agent();
       prepare_join(false);
-      try {
-        return round_trip(MsgKind::kJoin) ? Rejoined::kJoined : Rejoined::kStopped;
-      } catch (const PsFailedInJob&) {
-      }
+      kind = MsgKind::kJoin;
     }
   };
   prepare_join(true);
-  bool joined = false;
-  try {
-    joined = round_trip(MsgKind::kJoin);
-  } catch (const PsFailedInJob&) {
-    const Rejoined r = survive();
-    if (r == Rejoined::kBecamePs) return res;
-    joined = r == Rejoined::kJoined;
-  }
-  if (!joined) {
+  const Exchange joined = exchange(MsgKind::kJoin);
+  if (joined == Exchange::kBecamePs) return res;
+  if (joined == Exchange::kStopped) {
     res.exit_code = failed_code;
     // The parameter server's own message says what failed; a worker of the job adds nothing.
     if (failed_code != 0) return res;
@@ -594,15 +589,9 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     }
     packed = true;
     ++res.pushes;
-    bool more = false;
-    try {
-      more = round_trip(MsgKind::kPush);
-    } catch (const PsFailedInJob&) {  // this step's push is lost with the parameter server
-      const Rejoined r = survive();
-      if (r == Rejoined::kBecamePs) return res;
-      more = r == Rejoined::kJoined;
-    }
-    if (!more) {
+    const Exchange more = exchange(MsgKind::kPush);
+    if (more == Exchange::kBecamePs) return res;
+    if (more == Exchange::kStopped) {
       // The end: a clean one may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
       res.clean_end = clean_end && failed_code == 0;
       res.exit_code = failed_code;
@@ -610,7 +599,6 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     }
     if (leave_if_noticed()) break;
   }
-  res.takeovers = takeovers;
   return res;
 }
 
