@@ -131,6 +131,7 @@ if [[ $cases == *" notice "* ]]; then
     check_takeover notice 150 1 0 1
   else
     grep -q "resumed from .* (attempt 2)" "$dir/notice.txt"
+    grep -q "warning: --ps-handover needs the ULFM build" "$dir/notice.txt"  # and says why it stops instead
     check notice 150 150 155 -
   fi
 fi
