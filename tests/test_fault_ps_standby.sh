@@ -4,7 +4,8 @@
 # from it, at most --replica-interval updates behind the PS, instead of from the last periodic
 # checkpoint (--ckpt-every-steps 100, far behind). Cases, each under launch/restart_loop.sh:
 #   ps       the PS killed at step 157: resumed at >= 147
-#   shards   --num-ps 2, shard 1 killed at step 157: the standby holds both shards' parts
+#   shards   --num-ps 2, shard 1 killed at step 157: the standby holds both shards' parts (under
+#            ULFM it takes the lost shard over, the surviving shard 0 following as shard 1)
 #   standby  the standby (rank 1) killed at step 20, then the PS at 150: rank 2 took over as
 #            standby and wrote the replica
 #   both     the standby and the PS killed together (one kill(1), between steps 160 and 199):
@@ -16,14 +17,18 @@
 # server over inside the job instead (docs/fault-model.md, "Takeover under ULFM"): one attempt, a
 # ps_takeover event by the standby, the global step never back, at most two replica intervals of
 # updates lost (one, plus the replica in flight at the kill); `both` has no replica left to take
-# over from and restarts as above; `shards` (two shards: no takeover) too.
-# Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both notice". The shards
-# case takes 90 s (shard 0 waits up to 60 s for the lost shard 1 before the attempt ends), so it is
-# run by hand: ... "ps shards standby both".
+# over from and restarts as above; in `shards` the standby takes the lost shard over, the
+# surviving shard following it (ps/recovery.hpp).
+# Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both notice", and
+# "shards" too under ULFM. Without ULFM the shards case takes 90 s (shard 0 waits up to 60 s for
+# the lost shard 1 before the attempt ends), so it is run by hand there: ... "ps shards standby both".
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
-steps=240 interval=10 kill=157 cases=" ${3:-ps standby both notice} " ulfm=0
+ulfm=0
 [[ $("$trainer" --version) == *"failure detection: ULFM"* ]] && ulfm=1
+default_cases="ps standby both notice"
+((ulfm)) && default_cases+=" shards"
+steps=240 interval=10 kill=157 cases=" ${3:-$default_cases} "
 case_run() {  # NAME NP KILLS [extra flags]
   local t0=$SECONDS
   local name=$1 np=$2 kills=$3; shift 3
@@ -104,8 +109,14 @@ if [[ $cases == *" ps "* ]]; then
 fi
 if [[ $cases == *" shards "* ]]; then
   case_run shards 5 "rank=1@step=$kill:KILL" --num-ps 2
-  grep -q "worker rank 2 (standby): wrote its replica .* (shards at " "$dir/shards.txt"
-  check shards $kill $((kill - interval - 5)) $((kill + 10)) 2
+  if ((ulfm)); then
+    grep -q "worker rank 2 took over as the parameter server at global step .*; shard 1 of 2 was lost: this worker is shard 0 now" "$dir/shards.txt"
+    grep -q "parameter-server shard 1 lost: shard 0 (rank 0) follows the takeover by worker rank 2 at global step .* as shard 1" "$dir/shards.txt"
+    check_takeover shards $kill 2 $((2 * interval)) 1
+  else
+    grep -q "worker rank 2 (standby): wrote its replica .* (shards at " "$dir/shards.txt"
+    check shards $kill $((kill - interval - 5)) $((kill + 10)) 2
+  fi
 fi
 if [[ $cases == *" standby "* ]]; then
   case_run standby 4 "rank=1@step=20:KILL,rank=0@step=150:KILL"

@@ -50,6 +50,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
     push_log_.write(step, rank, pulled, seconds);
   }
   void handed_over(std::int64_t global_step, int standby, int signo) override;
+  void followed(const Followed& e) override;
   void stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) override;
   void eval_skipped(std::int64_t global_step) override;
   void snapshot_taken(std::int64_t global_step, double stall_seconds, double gather_seconds, bool final) override;
@@ -81,6 +82,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
     double lost_at = 0;             // unix time the loss was learned
     int takeovers = 1;              // in this attempt, this one included
     int prior_revocations = 0;      // of this attempt before the loss (the replica's record)
+    int lost_shard = 0;             // the old index of the shard lost (--num-ps > 1)
   };
   void take_over(TakeoverReport t) { takeover_ = std::move(t); }
 
@@ -107,7 +109,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
   const RunSetup& setup_;
   const Model& model_;
   const std::vector<std::string> types_;
-  const int shard_;
+  int shard_;  // changes once: a surviving shard 0 follows a takeover as another shard (followed)
   std::ostream& log_;
   MetricsWriter metrics_;
   PushLog push_log_;

@@ -82,6 +82,8 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   // --ps-handover: a notice to the parameter server hands it to the standby where the survivors
   // can take it over.
   o.hand_over = cfg.ps_handover && ulfm_available() && o.num_ps == 1 && o.max_workers == 0 && o.ps_standby > 0;
+  // Under ULFM the survivors take a lost shard over (one of several: the others follow).
+  o.takeover = ulfm_available() && o.max_workers == 0 && o.ps_standby > 0;
   return o;
 }
 
@@ -196,8 +198,11 @@ TrainResult ps_role(const RunSetup& setup, const Model& model, PsReport& report,
     if (auto hook = plan.checkpoint_write_hook()) ckpt::set_mid_write_hook(std::move(hook));
   const PsResult r = run_ps(opts, model, setup.schedule, *update, std::move(plan), report, report);
   TrainResult res;
-  if (r.handed_over) {  // the standby goes on with the job; nothing here to finish
+  if (r.handed_over || (r.takeovers > 0 && r.exit_code == kExitPsLost)) {
+    // The standby goes on with the job (a handover); or another shard was lost and could not be
+    // taken over: nothing here to finish, and MPI_Finalize could wait for the dead.
     res.global_step = r.global_step;
+    res.exit_code = r.exit_code;
     res.skip_finalize = true;
     return res;
   }
@@ -211,6 +216,8 @@ TrainResult ps_role(const RunSetup& setup, const Model& model, PsReport& report,
     res.test_loss = r.evaluated->loss;
   }
   if (r.clean_end) res.finalize_timeout_s = kCleanEndFinalizeSeconds;
+  // A shard that followed a takeover leaves as every rank after one (worker_role).
+  res.skip_finalize = r.takeovers > 0;
   return res;
 }
 
@@ -227,7 +234,8 @@ TrainResult take_over(const TrainConfig& cfg, const RunSetup& setup, const Model
   PsReport report(cfg, setup, model, types, 0, log);
   report.take_over(PsReport::TakeoverReport{written.file.string(), written.seconds, label, t.replica.global_step,
                                             t.first_step, t.lost_at, t.takeovers,
-                                            replica_revocations(t.replica.record)});
+                                            replica_revocations(t.replica.record),
+                                            t.lost_shards.empty() ? 0 : t.lost_shards.front()});
   PsOptions opts = ps_options(cfg, setup, std::move(types));
   opts.comm = t.comm;
   opts.slots = t.data_slots;
@@ -379,10 +387,9 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
           << std::flush;
     return ps_role(*setup, *model, *report, opts, std::move(*plan));
   }
-  // A takeover needs a standby's replica to start from, one shard and no elastic joins (a joiner
-  // is connected to shard 0 alone).
-  const bool takeover = ulfm_available() && c.num_ps == 1 && c.max_workers == 0 &&
-                        standbys(c, mpi.size() - c.num_ps) > 0;
+  // A takeover needs a standby's replica to start from and no elastic joins (a joiner is
+  // connected to shard 0 alone).
+  const bool takeover = ulfm_available() && c.max_workers == 0 && standbys(c, mpi.size() - c.num_ps) > 0;
   return worker_role(c, *setup, MPI_COMM_WORLD, mpi.rank(), std::move(*plan),
                      emulated[static_cast<std::size_t>(mpi.rank() - c.num_ps)], pacer_seed(c.seed, mpi.rank()),
                      takeover, log);

@@ -40,10 +40,11 @@ struct PsOptions {
   std::int64_t train_steps = 0;  // global steps in all, over every attempt
   int batch_size = 128;
   int num_ps = 1;       // shards: ranks 0..num_ps-1 of `comm`
-  // The job's processes: shards first, then workers. After a takeover under ULFM (one shard): the
-  // survivors, the new parameter server at rank 0; each worker of it (rank num_ps + i) is named
-  // worker_ranks[i] in the reports (its rank in the launched job) and trains data slot
-  // worker_slots[i] of `slots`, as before the takeover. Empty, 0: rank, rank - num_ps, the workers.
+  // The job's processes: shards first, then workers. After a takeover under ULFM: the survivors,
+  // the new shard 0 (a former worker) at rank 0, the surviving shards after it; each worker (rank
+  // num_ps + i) is named worker_ranks[i] in the reports (its rank in the launched job) and trains
+  // data slot worker_slots[i] of `slots`, as before the takeover. Empty, 0: rank, rank - num_ps,
+  // the workers.
   MPI_Comm comm = MPI_COMM_WORLD;
   std::vector<int> worker_ranks, worker_slots;
   int slots = 0;
@@ -53,6 +54,10 @@ struct PsOptions {
   // standby, which takes it over with the workers in the same job, nothing lost, instead of
   // checkpointing and stopping the job (docs/fault-model.md, "Takeover under ULFM").
   bool hand_over = false;
+  // ULFM, a standby, several shards: when another shard is lost, this one takes part in its
+  // takeover (ps/recovery.hpp) and goes on as a shard of the new parameter server, in the same
+  // job, instead of failing with exit 10.
+  bool takeover = false;
   int max_workers = 0;  // elastic joins: data slots (0: the launched workers only)
   // The update: SGD with momentum, the learning rate scaled by the policy (ps/update_policy.hpp).
   LrScaling lr_scaling = LrScaling::kStaleness;  // the trainer's defaults (app/config.hpp)
@@ -214,6 +219,17 @@ class PsEvents {
   // (PsOptions::hand_over): the standby holds the state of `global_step`; this process leaves.
   virtual void handed_over(std::int64_t /*global_step*/, int /*standby*/, int /*signo*/) {}
 
+  // Shard `old_shard` (launched rank `rank`) survived the loss of another one and goes on as shard
+  // `shard` of the parameter server that worker `lead_rank` took over at `global_step` (ULFM,
+  // PsOptions::takeover), from the replica of `replica_step`. From here on this process is not
+  // shard 0 (if it was).
+  struct Followed {
+    int old_shard = 0, rank = 0, shard = 0, lead_rank = 0;
+    std::vector<int> lost_shards;
+    std::int64_t global_step = 0, replica_step = 0;
+  };
+  virtual void followed(const Followed& /*e*/) {}
+
   // Every shard: training stops early (a notice, or no worker left).
   virtual void stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) = 0;
   virtual void eval_skipped(std::int64_t global_step) = 0;
@@ -257,6 +273,7 @@ struct PsResult {
   int exit_code = 0;       // 0, or 75 after a notice (checkpointed: rerun)
   bool clean_end = false;  // training ended and no rank is known lost (a long MPI_Finalize is safe)
   bool handed_over = false;  // handed over to the standby on a notice: leave without MPI_Finalize
+  int takeovers = 0;         // this shard survived the loss of another and followed its takeover (leave so too)
 };
 
 // This rank's shard. `update` computes the optimizer update on host buffers; `sink` is used on
@@ -305,20 +322,22 @@ struct WorkerOptions {
   // Called once when the parameter server is lost and this worker holds a whole replica of it
   // (a standby), before the worker exits 10: the app writes it as a checkpoint.
   std::function<void(const ReplicaState&)> on_ps_lost;
-  // Under ULFM, one shard, a worker of the launched job: when the MPI library reports the
-  // parameter server failed, the survivors take it over inside the job instead of exiting 10
-  // (docs/fault-model.md, "Takeover under ULFM"): they revoke and shrink the communicator, the
-  // one holding the newest replica becomes the parameter server (run_worker returns it a
-  // `Takeover`), the others join it and train on with their data slots and cursors.
+  // Under ULFM, a worker of the launched job: when the MPI library reports a parameter-server
+  // shard failed, the survivors take it over inside the job instead of exiting 10
+  // (docs/fault-model.md, "Takeover under ULFM"; ps/recovery.hpp): they revoke and shrink the
+  // communicator, the one holding the newest replica becomes shard 0 of the new parameter server
+  // (run_worker returns it a `Takeover`), the surviving shards follow it, the others join it and
+  // train on with their data slots and cursors.
   bool takeover = false;
 };
 
 // What run_worker hands the worker that becomes the parameter server.
 struct Takeover {
-  MPI_Comm comm = MPI_COMM_NULL;  // the survivors, this process at rank 0, the workers after it
+  MPI_Comm comm = MPI_COMM_NULL;  // the survivors: this process at rank 0, the surviving shards, the workers
   ReplicaState replica;           // its newest replica, to start from
   std::int64_t first_step = 0;    // the highest global step any survivor saw: the new PS counts on from it
-  std::vector<int> worker_ranks, worker_slots;  // each worker of `comm` (ranks 1..): its name and data slot
+  std::vector<int> worker_ranks, worker_slots;  // each worker of `comm` (ranks num_ps..): its name and data slot
+  std::vector<int> lost_shards;                  // the old indexes of the shards lost (one)
   int data_slots = 0;                            // of the launched job
   double lost_at = 0;                            // unix time this process learned of the loss
   int takeovers = 0;                             // within this run, this one included

@@ -4,12 +4,14 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "optim/optimizer.hpp"
 #include "ps/mpi_env.hpp"
+#include "ps/recovery.hpp"
 #include "ps/ulfm.hpp"
 
 namespace mt {
@@ -34,7 +36,34 @@ int data_slots(const PsOptions& o, int workers) { return std::max(o.slots > 0 ? 
 
 constexpr const char* kUlfmReported = "the MPI library (ULFM) reported the process failed";
 
+// Thrown out of Shard::run when another shard is lost and the survivors take it over
+// (PsOptions::takeover): run_ps takes part in the takeover and goes on as a shard of the new
+// parameter server.
+struct ShardTakeover {};
+
 }  // namespace
+
+bool Shard::may_follow_takeover() const { return opts_.takeover && shards_ > 1 && ulfm_available(); }
+
+void Shard::check_revoked() const {
+  if (may_follow_takeover() && ulfm_is_revoked(opts_.comm)) throw ShardTakeover{};
+}
+
+// After an error: whether it is the loss of another shard (the communicator revoked by a survivor
+// that learned of it, or a shard this one talks to reported failed: then this shard revokes it,
+// so that every survivor learns), to be taken over.
+bool Shard::another_shard_lost() const {
+  if (!may_follow_takeover()) return false;
+  try {
+    if (ulfm_is_revoked(opts_.comm)) return true;
+    const std::vector<int> failed = ulfm_failed_ranks(opts_.comm);
+    if (std::none_of(failed.begin(), failed.end(), [&](int r) { return r < shards_; })) return false;
+    ulfm_revoke(opts_.comm);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 
 Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedule, Backend& update, FaultPlan plan,
              PsEvents& events, SnapshotSink& sink)
@@ -65,9 +94,6 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
       members_(
           data_slots(opts, workers_),
           Membership::Deadlines{opts.failure_timeout, std::max(60.0, 10 * opts.failure_timeout), opts.drain_deadline}) {
-  // Shards exchange snapshots and the start over MPI_COMM_WORLD (ps/snapshot.hpp): a takeover's
-  // communicator is for one shard.
-  MT_ASSERT(opts.comm == MPI_COMM_WORLD || shards_ == 1, "a parameter server on another communicator has one shard");
   for (int j = 0; j < state_buffers(); ++j) state_full_.emplace_back(model.params());
   if (gap_aware_) {
     gap_.emplace(velocity(static_cast<std::size_t>(momenta_)));
@@ -75,9 +101,9 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
   }
   if (opts.ps_standby > 0) replicas_.emplace(std::max<std::int64_t>(1, opts.replica_interval), opts.replica_budget);
   if (lead())
-    gather_.emplace(model, part_, shard_deadline(opts), momenta_, gap_aware_);
+    gather_.emplace(model, part_, shard_deadline(opts), momenta_, gap_aware_, opts.comm);
   else
-    answer_.emplace(shard_, mine_, shard_deadline(opts), state_buffers());
+    answer_.emplace(shard_, mine_, shard_deadline(opts), state_buffers(), opts.comm);
 }
 
 // Every shard starts from the same state: shard 0 resumes (or initializes) and hands each shard
@@ -623,7 +649,10 @@ PsResult Shard::run() {
     }
     settle_members();
     return finish();
+  } catch (const ShardTakeover&) {
+    throw;
   } catch (...) {
+    if (another_shard_lost()) throw ShardTakeover{};
     end_after_failure(std::current_exception());
   }
 }
@@ -732,6 +761,7 @@ void Shard::serve() {
     // --failure-timeout, and the requests that completed normally beside it are handled as usual.
     std::vector<std::size_t> failed;  // indexes into rreqs
     if (rc != MPI_SUCCESS) {
+      check_revoked();  // another shard lost: not these workers
       if (rc != MPI_ERR_IN_STATUS) MT_MPI(rc);
       int kept = 0;
       for (int k = 0; k < n; ++k) {
@@ -767,6 +797,7 @@ void Shard::serve() {
         try {
           handle_worker(ms[i]);
         } catch (const ProcessFailed&) {  // ULFM: its reply or next receive found it dead
+          check_revoked();
           if (!ms[i].live()) throw;
           drop(ms[i], /*lost=*/true, kUlfmReported);
         }
@@ -777,6 +808,7 @@ void Shard::serve() {
         try {
           if (m.live()) irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
         } catch (const ProcessFailed&) {
+          check_revoked();
           drop(m, /*lost=*/true, kUlfmReported);
         }
       } else {
@@ -848,9 +880,77 @@ PsResult Shard::finish() {
   return res;
 }
 
+namespace {
+
+// A shard superseded by a takeover, with its options: MPI may still hold its buffers (requests
+// on the revoked communicator are never completed), so it is kept until the process ends, which
+// it does without MPI_Finalize or destructors (std::_Exit: PsResult::takeovers).
+struct Superseded {
+  std::unique_ptr<PsOptions> opts;
+  std::unique_ptr<Shard> shard;
+};
+std::vector<Superseded> superseded;
+
+}  // namespace
+
+// A shard that survives the loss of another follows the takeover (ps/recovery.hpp): it agrees
+// with the other survivors, then runs again as shard k >= 1 of the new parameter server, on the
+// survivors' communicator, with its part of the replica the new shard 0 starts from.
 PsResult run_ps(const PsOptions& opts, const Model& model, const LrSchedule& schedule, Backend& update, FaultPlan plan,
                 PsEvents& events, SnapshotSink& sink) {
-  return Shard(opts, model, schedule, update, std::move(plan), events, sink).run();
+  auto o = std::make_unique<PsOptions>(opts);
+  int takeovers = 0;
+  for (;;) {
+    auto shard = std::make_unique<Shard>(*o, model, schedule, update, std::move(plan), events, sink);
+    try {
+      PsResult r = shard->run();
+      r.takeovers = takeovers;
+      return r;
+    } catch (const ShardTakeover&) {
+    }
+    plan = shard->release_plan();
+    const SurvivorOffer mine{-1, shard->step(), shard->self(), shard->index(), -1};
+    const int slots = shard->slots();
+    const bool was_lead = shard->index() == 0;
+    const MPI_Comm comm = o->comm;
+    auto next_opts = std::make_unique<PsOptions>(*o);
+    superseded.push_back(Superseded{std::move(o), std::move(shard)});
+    ++takeovers;
+    std::string why;
+    std::optional<TakeoverPlan> next;
+    try {
+      next = agree_takeover(comm, mine, next_opts->num_ps, &why);
+    } catch (const ProcessFailed&) {
+      why = "another process failed during the takeover";
+    }
+    if (!next) {
+      // The survivors end as without a takeover: the restart loop resumes from the newest
+      // checkpoint (or a standby's replica).
+      const std::string what = "parameter-server shard " + std::to_string(mine.shard) +
+                               ": another shard is lost and cannot be taken over (" + why + "): exit " +
+                               std::to_string(kExitPsLost);
+      if (was_lead) {
+        events.failed(mine.seen_step, kExitPsLost, what);
+      } else {
+        events.log("mpi_trainer: " + what);
+      }
+      PsResult lost;
+      lost.global_step = mine.seen_step;
+      lost.exit_code = kExitPsLost;
+      lost.takeovers = takeovers;
+      return lost;
+    }
+    next_opts->comm = next->comm;
+    next_opts->worker_ranks = next->worker_ranks;
+    next_opts->worker_slots = next->worker_slots;
+    next_opts->slots = slots;
+    next_opts->first_step = next->first_step;
+    next_opts->self_rank = mine.rank;
+    next_opts->ps_standby = std::min(next_opts->ps_standby, static_cast<int>(next->worker_ranks.size()));
+    events.followed(PsEvents::Followed{mine.shard, mine.rank, next->shard, next->lead_rank, next->lost_shards,
+                                       next->first_step, next->replica_step});
+    o = std::move(next_opts);
+  }
 }
 
 }  // namespace mt

@@ -29,9 +29,22 @@ class Shard {
  public:
   Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedule, Backend& update, FaultPlan plan,
         PsEvents& events, SnapshotSink& sink);
+  // Throws ShardTakeover (shard.cpp) when another shard is lost and the survivors take it over.
   PsResult run();
 
+  // What run_ps needs of a shard that survived another's loss, to follow the takeover.
+  std::int64_t step() const { return step_; }
+  int index() const { return shard_; }
+  int self() const { return self_; }
+  int slots() const { return members_.slots(); }
+  FaultPlan release_plan() { return std::move(plan_); }
+
  private:
+  // PsOptions::takeover applies: ULFM, several shards.
+  bool may_follow_takeover() const;
+  // Throws ShardTakeover when the communicator was revoked (another shard lost) and takeovers apply.
+  void check_revoked() const;
+  bool another_shard_lost() const;
   bool lead() const { return shard_ == 0; }
   std::span<const float> current() const { return {current_, static_cast<std::size_t>(mine_)}; }
   // This shard's part of state buffer j (0: the only momentum, or data slot j's under dana; j =

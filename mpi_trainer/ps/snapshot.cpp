@@ -37,8 +37,10 @@ StateView view_state(const std::vector<FlatTensors>& state, int momenta, bool ga
                                        gap ? &state.back() : nullptr}};
 }
 
-SnapshotGather::SnapshotGather(const Model& model, const Partition& part, double deadline, int momenta, bool gap)
-    : part_(part),
+SnapshotGather::SnapshotGather(const Model& model, const Partition& part, double deadline, int momenta, bool gap,
+                               MPI_Comm comm)
+    : comm_(comm),
+      part_(part),
       deadline_(deadline),
       momenta_(momenta),
       buffers_(momenta + (gap ? 1 : 0)),
@@ -81,7 +83,7 @@ void SnapshotGather::send_start(const FlatTensors& params, const std::vector<Fla
     part_.pack(k, params, std::span<float>(b.payload(), n));
     for (std::size_t j = 0; j < state.size(); ++j)
       part_.pack(k, state[j], std::span<float>(b.payload() + (1 + j) * n, n));
-    MT_MPI(MPI_Send(b.data.data(), b.count(), MPI_FLOAT, k, kTagControl, MPI_COMM_WORLD));
+    MT_MPI(MPI_Send(b.data.data(), b.count(), MPI_FLOAT, k, kTagControl, comm_));
   }
 }
 
@@ -91,9 +93,9 @@ void SnapshotGather::post(int k, const MsgHeader& h, bool blocking) {
   Buffer& b = requests_[i];
   b.header() = h;
   if (blocking)
-    MT_MPI(MPI_Send(b.data.data(), b.count(), MPI_FLOAT, k, kTagControl, MPI_COMM_WORLD));
+    MT_MPI(MPI_Send(b.data.data(), b.count(), MPI_FLOAT, k, kTagControl, comm_));
   else
-    isend(b, 0, k, kTagControl, &request_reqs_[i]);
+    isend(b, 0, k, kTagControl, &request_reqs_[i], comm_);
 }
 
 void SnapshotGather::send_control(MsgKind kind, std::int32_t end, bool blocking) {
@@ -123,7 +125,7 @@ void SnapshotGather::begin(unsigned purposes, std::span<const float> params0, st
   for (int k = 1; k < part_.shards(); ++k) {
     const auto i = static_cast<std::size_t>(k - 1);
     post(k, request, /*blocking=*/false);
-    irecv(parts_[i], k, kTagSnapshot, &part_reqs_[i]);
+    irecv(parts_[i], k, kTagSnapshot, &part_reqs_[i], comm_);
   }
 }
 
@@ -159,7 +161,7 @@ void SnapshotGather::collect_final(FlatTensors& params, std::vector<FlatTensors>
   for (int k = 1; k < part_.shards(); ++k) {
     Buffer b(message_floats(k));
     MPI_Request req = MPI_REQUEST_NULL;
-    irecv(b, k, kTagFinal, &req);
+    irecv(b, k, kTagFinal, &req, comm_);
     wait(&req, k);
     unpack(k, std::span<const float>(b.payload(), static_cast<std::size_t>(message_floats(k))), params, state);
   }
@@ -172,8 +174,9 @@ void SnapshotGather::settle() {
   gathering_ = false;
 }
 
-SnapshotAnswer::SnapshotAnswer(int shard, std::int64_t floats, double deadline, int buffers)
-    : shard_(shard), floats_(floats), buffers_(buffers), deadline_(deadline), snapshot_((1 + buffers) * floats) {}
+SnapshotAnswer::SnapshotAnswer(int shard, std::int64_t floats, double deadline, int buffers, MPI_Comm comm)
+    : comm_(comm),
+      shard_(shard), floats_(floats), buffers_(buffers), deadline_(deadline), snapshot_((1 + buffers) * floats) {}
 
 void SnapshotAnswer::wait(MPI_Request* req) const {
   if (!wait_for(req, deadline_)) throw shard_lost(0, deadline_);
@@ -183,7 +186,7 @@ std::int64_t SnapshotAnswer::receive_start(std::span<float> params, std::span<fl
   const std::int64_t total = (1 + buffers_) * floats_;
   MT_ASSERT(static_cast<std::int64_t>(velocity.size()) == buffers_ * floats_, "this shard's state buffers");
   Buffer b(total);
-  MT_MPI(MPI_Recv(b.data.data(), b.count(), MPI_FLOAT, 0, kTagControl, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+  MT_MPI(MPI_Recv(b.data.data(), b.count(), MPI_FLOAT, 0, kTagControl, comm_, MPI_STATUS_IGNORE));
   if (const auto bad = check_header(b.header(), total); !bad.empty())
     throw Error(kExitInternal, "parameter server shard " + std::to_string(shard_) + ": bad start state: " + bad);
   std::copy_n(b.payload(), floats_, params.data());
@@ -192,7 +195,7 @@ std::int64_t SnapshotAnswer::receive_start(std::span<float> params, std::span<fl
   return b.header().step;
 }
 
-void SnapshotAnswer::rearm() { irecv(control_, 0, kTagControl, &control_req_); }
+void SnapshotAnswer::rearm() { irecv(control_, 0, kTagControl, &control_req_, comm_); }
 
 void SnapshotAnswer::send(Buffer& buf, int tag, std::int64_t id, std::int64_t step, std::span<const float> params,
                           std::span<const float> velocity, MPI_Request* req) {
@@ -205,7 +208,7 @@ void SnapshotAnswer::send(Buffer& buf, int tag, std::int64_t id, std::int64_t st
   buf.header().payload = total;
   std::copy(params.begin(), params.end(), buf.payload());
   std::copy(velocity.begin(), velocity.end(), buf.payload() + floats_);
-  isend(buf, total, 0, tag, req);
+  isend(buf, total, 0, tag, req, comm_);
 }
 
 void SnapshotAnswer::answer(std::int64_t id, std::int64_t step, std::span<const float> params,

@@ -37,7 +37,9 @@ class SnapshotGather {
   // `momenta`: momentum buffers per shard (1, or one per data slot under dana); `gap`: one more
   // buffer follows them, the gap-aware penalty's mean steps (--lr-scaling gap). Every shard's
   // optimizer state travels as these buffers ("state" below), one after the other.
-  SnapshotGather(const Model& model, const Partition& part, double deadline, int momenta = 1, bool gap = false);
+  // `comm`: the shards at ranks 0..S-1 (after a takeover, the survivors' communicator).
+  SnapshotGather(const Model& model, const Partition& part, double deadline, int momenta = 1, bool gap = false,
+                 MPI_Comm comm = MPI_COMM_WORLD);
 
   // At start, blocking (no worker is served yet): each shard k gets its part of `params` and
   // `state` (every buffer, whole) and the global step.
@@ -73,6 +75,7 @@ class SnapshotGather {
   // A control message to shard k, once the previous one to it has left.
   void post(int k, const MsgHeader& h, bool blocking);
   std::int64_t message_floats(int k) const { return (1 + buffers_) * part_.floats(k); }
+  const MPI_Comm comm_;
   // A shard's message (params, then each state buffer) into the full tensors.
   void unpack(int k, std::span<const float> message, FlatTensors& params, std::vector<FlatTensors>& state) const;
   const Partition& part_;
@@ -93,7 +96,7 @@ class SnapshotGather {
 class SnapshotAnswer {
  public:
   // `buffers`: optimizer state buffers per shard (SnapshotGather: the momenta, then the gap's).
-  SnapshotAnswer(int shard, std::int64_t floats, double deadline, int buffers = 1);
+  SnapshotAnswer(int shard, std::int64_t floats, double deadline, int buffers = 1, MPI_Comm comm = MPI_COMM_WORLD);
   // At start, blocking: the global step, and this shard's part of the parameters and state buffers.
   std::int64_t receive_start(std::span<float> params, std::span<float> velocity);
   // The control channel from shard 0: a receive always posted.
@@ -110,6 +113,7 @@ class SnapshotAnswer {
   void send(Buffer& buf, int tag, std::int64_t id, std::int64_t step, std::span<const float> params,
             std::span<const float> velocity, MPI_Request* req);
   void wait(MPI_Request* req) const;
+  const MPI_Comm comm_;
   const int shard_;
   const std::int64_t floats_;
   const int buffers_;

@@ -128,6 +128,17 @@ void ulfm_revoke(MPI_Comm comm) {
 #endif
 }
 
+bool ulfm_is_revoked(MPI_Comm comm) {
+#if MT_HAVE_ULFM
+  int flag = 0;
+  MT_MPI(MPIX_Comm_is_revoked(comm, &flag));
+  return flag != 0;
+#else
+  (void)comm;
+  return false;
+#endif
+}
+
 MPI_Comm ulfm_shrink(MPI_Comm comm) {
 #if MT_HAVE_ULFM
   MPI_Comm shrunk = MPI_COMM_NULL;

@@ -33,6 +33,10 @@ void ulfm_revoke(MPI_Comm comm);
 // process fails during the shrink.
 MPI_Comm ulfm_shrink(MPI_Comm comm);
 
+// Whether `comm` was revoked (by any rank: a survivor that learned of a lost parameter-server
+// shard). Local, never blocks. Always false without ULFM.
+bool ulfm_is_revoked(MPI_Comm comm);
+
 // What this build uses, for --version and the run's first metrics line (no MPI_Init needed):
 // the MPI library ("Open MPI v5.0.11"), how failures are detected ("ulfm+heartbeat": the library
 // reports failed processes, heartbeats catch hung ones; "heartbeat": --failure-timeout only), and

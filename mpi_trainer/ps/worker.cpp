@@ -13,6 +13,7 @@
 #include "ps/mpi_env.hpp"
 #include "ps/partition.hpp"
 #include "ps/ps.hpp"
+#include "ps/recovery.hpp"
 #include "ps/replica.hpp"
 #include "ps/transport.hpp"
 #include "ps/ulfm.hpp"
@@ -196,8 +197,8 @@ struct PsFailedInJob {};
 WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm ps, int rank, FaultPlan plan,
                         const std::function<std::unique_ptr<StepComputer>()>& make_computer) {
   const int shards = opts.num_ps;
-  // ULFM, one shard, a launched worker: the survivors take a lost parameter server over.
-  const bool takeover = opts.takeover && ulfm_available() && shards == 1 && rank >= 0;
+  // ULFM, a launched worker: the survivors take a lost parameter-server shard over.
+  const bool takeover = opts.takeover && ulfm_available() && rank >= 0;
   MPI_Comm comm = ps;  // the parameter server's; a takeover replaces it with the survivors'
   std::mutex mpi_lock;
   const Partition part(model.params(), shards);
@@ -423,16 +424,17 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     }
   };
 
-  // The takeover of a lost parameter server (ULFM, one shard; docs/fault-model.md, "Takeover
-  // under ULFM"). Every survivor comes here: the first to learn of the loss revokes the
-  // communicator, so that the others' next MPI call fails too (a worker computing a step comes
-  // at its end). Together they shrink it to the survivors; the one holding the newest replica
-  // (the lowest rank among equals) becomes the parameter server, at rank 0 of a communicator
-  // ordered for it, and counts on from the highest global step any survivor saw. That one gets
-  // its Takeover; the others keep their data slots and cursors and join it (`comm` is theirs).
-  // When no survivor holds a whole replica, none would be left to train, or another process fails
-  // meanwhile, each exits 10 as without a takeover (a standby writing its replica first): the
-  // restart resumes from the newest checkpoint.
+  // The takeover of a lost parameter-server shard (ULFM; docs/fault-model.md, "Takeover under
+  // ULFM"). Every survivor comes here (the surviving shards too, ps/shard.cpp): the first to learn
+  // of the loss revokes the communicator, so that the others' next MPI call fails too (a worker
+  // computing a step comes at its end). Together they shrink it and agree (ps/recovery.hpp): the
+  // worker holding the newest replica becomes shard 0 of the new parameter server and starts it
+  // from that replica, the surviving shards follow it, the global step counts on from the highest
+  // any survivor saw. That worker gets its Takeover; the others keep their data slots and cursors
+  // and join the new parameter server (`comm` is theirs). When no takeover is possible (no whole
+  // replica, two shards lost, none left to train) or another process fails meanwhile, each exits
+  // 10 as without a takeover (a standby writing its replica first): the restart resumes from the
+  // newest checkpoint.
   WorkerResult res;
   bool packed = false;  // a synthetic gradient in the send buffers
   auto recover = [&]() -> std::optional<Takeover> {
@@ -459,51 +461,26 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       std::fill(reqs.begin(), reqs.end(), MPI_REQUEST_NULL);
       packed = false;
       replicas->close();
-      const MPI_Comm shrunk = ulfm_shrink(comm);
-      int me = 0, survivors = 0;
-      MT_MPI(MPI_Comm_rank(shrunk, &me));
-      MT_MPI(MPI_Comm_size(shrunk, &survivors));
-      if (survivors < 2) {  // no worker to serve: the replica (if here) is written for the restart
-        if (!opts.quiet)
-          std::cerr << "mpi_trainer: " + worker_label(rank) + ": no other process survives: no takeover\n" << std::flush;
+      std::string why;
+      std::optional<TakeoverPlan> plan = agree_takeover(
+          comm, SurvivorOffer{held ? held->global_step : -1, global_step, rank, -1, my_slot}, shards, &why);
+      if (!plan) {  // a standby writes its replica for the restart (parameter_server_lost)
+        if (!opts.quiet) std::cerr << "mpi_trainer: " + worker_label(rank) + ": " + why + ": no takeover\n" << std::flush;
         parameter_server_lost(rank, 0, kReportedByMpi);
       }
-      struct {
-        long step;
-        int rank;
-      } offer{held ? static_cast<long>(held->global_step) : -1L, me}, best{};
-      MT_MPI(MPI_Allreduce(&offer, &best, 1, MPI_LONG_INT, MPI_MAXLOC, shrunk));
-      std::int64_t seen = global_step, highest = 0;
-      MT_MPI(MPI_Allreduce(&seen, &highest, 1, MPI_INT64_T, MPI_MAX, shrunk));
-      if (best.step < 0) {
-        if (!opts.quiet)
-          std::cerr << "mpi_trainer: " + worker_label(rank) +
-                           ": no survivor holds a whole replica of the parameter server: no takeover\n"
-                    << std::flush;
-        parameter_server_lost(rank, 0, kReportedByMpi);
-      }
-      const bool chosen = best.rank == me;
-      MPI_Comm next = MPI_COMM_NULL;
-      MT_MPI(MPI_Comm_split(shrunk, 0, chosen ? 0 : me + 1, &next));
-      MT_MPI(MPI_Comm_set_errhandler(next, MPI_ERRORS_RETURN));
-      int n = 0;
-      MT_MPI(MPI_Comm_size(next, &n));
-      const int mine[2] = {rank, my_slot};
-      std::vector<int> all(static_cast<std::size_t>(2 * n));
-      MT_MPI(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, next));
       ++res.takeovers;
-      if (!chosen) {
-        comm = next;
+      if (plan->shard < 0) {
+        comm = plan->comm;
         return std::nullopt;
       }
+      MT_ASSERT(plan->shard == 0 && held, "the replica's holder becomes shard 0");
       Takeover t;
-      t.comm = next;
-      t.first_step = std::max<std::int64_t>(highest, held->global_step);
+      t.comm = plan->comm;
+      t.first_step = plan->first_step;
       t.replica = std::move(*held);
-      for (int r = 1; r < n; ++r) {
-        t.worker_ranks.push_back(all[static_cast<std::size_t>(2 * r)]);
-        t.worker_slots.push_back(all[static_cast<std::size_t>(2 * r + 1)]);
-      }
+      t.worker_ranks = std::move(plan->worker_ranks);
+      t.worker_slots = std::move(plan->worker_slots);
+      t.lost_shards = std::move(plan->lost_shards);
       t.data_slots = data_slots;
       t.lost_at = lost_at;
       t.takeovers = res.takeovers;

@@ -1,0 +1,95 @@
+#include "ps/recovery.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "ps/mpi_env.hpp"
+#include "ps/ulfm.hpp"
+
+namespace mt {
+
+std::optional<TakeoverPlan> plan_takeover(const std::vector<SurvivorOffer>& offers, int num_ps, int me,
+                                          std::string* why) {
+  MT_ASSERT(me >= 0 && me < static_cast<int>(offers.size()) && num_ps >= 1, "a survivor among the offers");
+  auto fail = [&](std::string text) -> std::optional<TakeoverPlan> {
+    if (why) *why = std::move(text);
+    return std::nullopt;
+  };
+  std::vector<int> shards;  // indexes into offers, by old shard index
+  int chosen = -1;
+  for (int i = 0; i < static_cast<int>(offers.size()); ++i) {
+    const SurvivorOffer& o = offers[static_cast<std::size_t>(i)];
+    if (o.shard >= 0) {
+      shards.push_back(i);
+    } else if (o.replica_step >= 0 &&
+               (chosen < 0 || o.replica_step > offers[static_cast<std::size_t>(chosen)].replica_step)) {
+      chosen = i;  // the newest replica; the lowest rank among equals (the first found)
+    }
+  }
+  std::sort(shards.begin(), shards.end(),
+            [&](int a, int b) { return offers[static_cast<std::size_t>(a)].shard < offers[static_cast<std::size_t>(b)].shard; });
+  TakeoverPlan plan;
+  for (int k = 0; k < num_ps; ++k)
+    if (std::none_of(shards.begin(), shards.end(), [&](int i) { return offers[static_cast<std::size_t>(i)].shard == k; }))
+      plan.lost_shards.push_back(k);
+  if (plan.lost_shards.empty()) return fail("no parameter-server shard is lost");
+  if (plan.lost_shards.size() > 1)
+    return fail(std::to_string(plan.lost_shards.size()) + " parameter-server shards lost at once (a takeover replaces one)");
+  if (chosen < 0) return fail("no survivor holds a whole replica of the parameter server");
+  const int workers = static_cast<int>(offers.size()) - static_cast<int>(shards.size()) - 1;
+  if (workers < 1) return fail("no other worker survives to train");
+  const SurvivorOffer& lead = offers[static_cast<std::size_t>(chosen)];
+  plan.lead_rank = lead.rank;
+  plan.replica_step = lead.replica_step;
+  plan.first_step = lead.replica_step;
+  for (const SurvivorOffer& o : offers) plan.first_step = std::max(plan.first_step, o.seen_step);
+  plan.shard_ranks.push_back(lead.rank);
+  if (me == chosen) plan.shard = 0;
+  for (std::size_t k = 0; k < shards.size(); ++k) {
+    plan.shard_ranks.push_back(offers[static_cast<std::size_t>(shards[k])].rank);
+    if (shards[k] == me) plan.shard = static_cast<int>(k) + 1;
+  }
+  for (int i = 0; i < static_cast<int>(offers.size()); ++i) {
+    const SurvivorOffer& o = offers[static_cast<std::size_t>(i)];
+    if (i == chosen || o.shard >= 0) continue;
+    plan.worker_ranks.push_back(o.rank);
+    plan.worker_slots.push_back(o.slot);
+  }
+  return plan;
+}
+
+std::optional<TakeoverPlan> agree_takeover(MPI_Comm comm, const SurvivorOffer& mine, int num_ps, std::string* why) {
+  MPI_Comm shrunk = ulfm_shrink(comm);
+  int me = 0, n = 0;
+  MT_MPI(MPI_Comm_rank(shrunk, &me));
+  MT_MPI(MPI_Comm_size(shrunk, &n));
+  constexpr int kFields = 5;
+  const std::int64_t mine_fields[kFields] = {mine.replica_step, mine.seen_step, mine.rank, mine.shard, mine.slot};
+  std::vector<std::int64_t> all(static_cast<std::size_t>(kFields * n));
+  MT_MPI(MPI_Allgather(mine_fields, kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T, shrunk));
+  std::vector<SurvivorOffer> offers;
+  for (int i = 0; i < n; ++i) {
+    const std::int64_t* f = all.data() + static_cast<std::ptrdiff_t>(kFields * i);
+    offers.push_back(SurvivorOffer{f[0], f[1], static_cast<int>(f[2]), static_cast<int>(f[3]), static_cast<int>(f[4])});
+  }
+  std::optional<TakeoverPlan> plan = plan_takeover(offers, num_ps, me, why);
+  if (!plan) {
+    MT_MPI(MPI_Comm_free(&shrunk));
+    return plan;
+  }
+  // The new order: shard 0 (the replica's holder), the surviving shards, then the workers.
+  int key = 0;
+  if (plan->shard >= 0) {
+    key = plan->shard;
+  } else {
+    const auto it = std::find(plan->worker_ranks.begin(), plan->worker_ranks.end(), mine.rank);
+    MT_ASSERT(it != plan->worker_ranks.end(), "this worker in the plan");
+    key = num_ps + static_cast<int>(it - plan->worker_ranks.begin());
+  }
+  MT_MPI(MPI_Comm_split(shrunk, 0, key, &plan->comm));
+  MT_MPI(MPI_Comm_set_errhandler(plan->comm, MPI_ERRORS_RETURN));
+  MT_MPI(MPI_Comm_free(&shrunk));
+  return plan;
+}
+
+}  // namespace mt
