@@ -6,6 +6,9 @@
 #   ps-kill        the PS SIGKILLs itself at a random global step
 #   ps-kill-mid    the PS is SIGKILLed in the middle of writing a random checkpoint (a torn write)
 #   ps-kill-rep    the PS is SIGKILLed as a random replica to its standby leaves (mid-replication)
+#   ps-shard-kill  --num-ps 2 (1 worker more): shard 0 or 1 SIGKILLs itself at a random global step;
+#                  in the plan under ULFM (--kill-runs N of them), else only with --only (each
+#                  run then waits ~60 s for the lost shard before the restart)
 #   ps-term-mid    SIGTERM reaches the PS in the middle of writing a random checkpoint
 #   disk-full      the checkpoint directory (a tmpfs) has room for 1-5 checkpoints: the next writes
 #                  fail (ENOSPC), training goes on, exit 4; space is freed and the job rerun
@@ -25,12 +28,13 @@
 # and reported), every checkpoint left verifies (but the one damaged on purpose), no temporary
 # file is left. Work lost per PS kill: the last step the PS reported before it was lost minus
 # the step the next attempt resumed from. With a ULFM build (`mpi_trainer --version` says ULFM)
-# a PS kill (ps-kill, ps-kill-mid, ps-kill-rep) must not restart the job at all: the standby takes the
-# parameter server over in the same attempt (a `ps_takeover` event, docs/fault-model.md), the
+# a PS kill (ps-kill, ps-kill-mid, ps-kill-rep, ps-shard-kill) must not restart the job at all: the
+# standby takes the parameter server (or the lost shard) over in the same attempt (a `ps_takeover` event, docs/fault-model.md), the
 # global step never goes back, and the work lost is the takeover's lost updates.
 #
 #   bench/chaos.sh [--kill-runs N] [--other-runs M] [--only S1,S2] [--sync|--async] [--seed S] [--trainer PATH] [--shim PATH]
-#   --kill-runs N   N worker-kill runs and N PS-kill runs (ps-kill-mid, ps-kill-rep, ps-kill in turn); default 20
+#   --kill-runs N   N worker-kill runs and N PS-kill runs (ps-kill-mid, ps-kill-rep, ps-kill in turn),
+#                   under ULFM N ps-shard-kill runs too; default 20
 #   --other-runs M  M runs of each other scenario; default 3 (CTest's chaos_short: 2 and 1)
 #   --only LIST     only these scenarios (comma-separated)
 #   --sync          train with --ckpt-sync on (training waits for each checkpoint to be durable;
@@ -54,7 +58,7 @@ while (($#)); do
     --seed) seed=${2:?}; shift 2 ;;
     --trainer) trainer=${2:?}; shift 2 ;;
     --shim) shim=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "chaos.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -85,6 +89,9 @@ for ((i = 0; i < kill_runs; i++)); do plan+=(worker-kill); done
 for ((i = 0; i < kill_runs; i++)); do
   case $((i % 3)) in 0) plan+=(ps-kill-mid) ;; 1) plan+=(ps-kill-rep) ;; 2) plan+=(ps-kill) ;; esac
 done
+if ((ulfm)) || [[ ,$only, == *,ps-shard-kill,* ]]; then
+  for ((i = 0; i < kill_runs; i++)); do plan+=(ps-shard-kill); done
+fi
 for s in ps-term-mid disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
   for ((i = 0; i < other_runs; i++)); do plan+=("$s"); done
 done
@@ -99,15 +106,15 @@ fi
 source "$here/../launch/mpi_lib.sh"
 mt_mpirun_for "$trainer" --loopback || exit 1
 mpirun_cmd=$(printf '%q ' "${MT_MPIRUN[@]}")
-write_cmd() {  # write_cmd FIRST_ARGS FIRST_ENV
+write_cmd() {  # write_cmd FIRST_ARGS FIRST_ENV [ARGS NP]: ARGS for every attempt, NP processes (4)
   cat >"$dir/cmd.sh" <<EOS
 #!/usr/bin/env bash
 extra=() env=()
 if [[ \$MT_RESTART_ATTEMPT == 1 ]]; then extra=($1); env=($2); fi
-exec $mpirun_cmd -np 4 --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "\${env[@]}" \\
+exec $mpirun_cmd -np ${4:-4} --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "\${env[@]}" \\
   "$trainer" train --model resnet8 --batch-size 32 --lr-schedule constant --lr 0.05 --train-steps $steps \\
   --ckpt-every-steps $interval --ckpt-keep $keep --log-every-steps 1 --failure-timeout 1 --data "$dir/data" \\
-  --ckpt-dir "$ck" --metrics "$dir/m.jsonl" --quiet --seed $run $sync "\${extra[@]}"
+  --ckpt-dir "$ck" --metrics "$dir/m.jsonl" --quiet --seed $run $sync ${3:-} "\${extra[@]}"
 EOS
   chmod +x "$dir/cmd.sh"
 }
@@ -184,7 +191,8 @@ if damaged is not None:
     if not any(e["event"] == "checkpoint_skipped" and name in e["reason"] for e in events):
         print(f"the damaged {name} was not reported as skipped"); sys.exit()
 takeovers = [e for e in events if e["event"] == "ps_takeover"]
-if scenario.startswith("ps-kill") and ulfm:
+ps_kill = scenario in ("ps-kill", "ps-kill-mid", "ps-kill-rep", "ps-shard-kill")
+if ps_kill and ulfm:
     # Taken over inside the job: one attempt, the step never back, the lost updates reported.
     if configs != 1 or len(takeovers) != 1:
         print(f"ULFM: the PS kill was not taken over in the same attempt ({configs} attempt(s), {len(takeovers)} takeover(s))"); sys.exit()
@@ -193,7 +201,7 @@ if scenario.startswith("ps-kill") and ulfm:
         print(f"the global step went back: {seen}"); sys.exit()
     lost = [takeovers[0]["lost_updates"]]
     open(sys.argv[1] + ".lost", "w").write(" ".join(map(str, lost)))
-elif scenario.startswith("ps-kill"):
+elif ps_kill:
     if not lost:
         print("the PS kill did not lead to a second attempt"); sys.exit()
     open(sys.argv[1] + ".lost", "w").write(" ".join(map(str, lost)))
@@ -257,7 +265,8 @@ for scenario in "${plan[@]}"; do
   ran=$((ran + 1)) n_run[$scenario]=$((${n_run[$scenario]:-0} + 1))
   t0=$SECONDS
   case $scenario in
-    worker-kill|ps-kill|ps-kill-mid|ps-kill-rep|ps-term-mid)
+    worker-kill|ps-kill|ps-kill-mid|ps-kill-rep|ps-shard-kill|ps-term-mid)
+      shards="" np=4
       case $scenario in
         worker-kill)
           revoke="rank=$((1 + RANDOM % 3))@step=$((10 + RANDOM % 150))"
@@ -266,9 +275,10 @@ for scenario in "${plan[@]}"; do
         ps-kill-mid) revoke="rank=0@ckpt=$((1 + RANDOM % 8))" ;;
         ps-kill-rep) revoke="rank=0@replica=$((2 + RANDOM % 16))" ;;
         ps-term-mid) revoke="rank=0@ckpt=$((1 + RANDOM % 8)):TERM" ;;
+        ps-shard-kill) revoke="rank=$((RANDOM % 2))@step=$((25 + RANDOM % 150))" shards="--num-ps 2" np=5 ;;
       esac
       note=$revoke
-      write_cmd "--revoke $revoke" ""
+      write_cmd "--revoke $revoke" "" "$shards" $np
       phase "$scenario ($revoke)" 4
       expect "$scenario" 0 ;;
     disk-full)
@@ -358,7 +368,7 @@ for scenario in "${plan[@]}"; do
     tail -25 "$dir/loop.txt"
   fi
 done
-for s in worker-kill ps-kill ps-kill-mid ps-kill-rep ps-term-mid disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
+for s in worker-kill ps-kill ps-kill-mid ps-kill-rep ps-shard-kill ps-term-mid disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
   [[ -n ${n_run[$s]:-}${n_skip[$s]:-} ]] || continue
   echo "  $s: ${n_pass[$s]:-0}/${n_run[$s]:-0} finished${n_skip[$s]:+, ${n_skip[$s]} skipped}"
 done
