@@ -11,17 +11,20 @@
 # unix T") to the first update applied by the parameter server that goes on (the ps_takeover
 # event; after a restart, its first_step event). Goals: takeover < 1 s, lost <= the interval.
 # The accuracy of the runs with and without a kill is printed too (same seed, generated data).
-#   bench/ps_takeover.sh [--kills 10] [--replica-interval 10] [--ulfm-trainer PATH] [--trainer PATH]
+# --num-ps S: S shards, a random one of them killed each time (under ULFM the standby takes that
+# shard over, the others following; the default build waits ~60 s for the lost shard, then restarts).
+#   bench/ps_takeover.sh [--kills 10] [--replica-interval 10] [--num-ps 1] [--ulfm-trainer PATH] [--trainer PATH]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kills=10 interval=10 ulfm_trainer=build/ulfm/mpi_trainer
+kills=10 interval=10 shards=1 ulfm_trainer=build/ulfm/mpi_trainer
 while (($#)); do
   case $1 in
     --kills) kills=$2; shift 2 ;;
     --replica-interval) interval=$2; shift 2 ;;
+    --num-ps) shards=$2; shift 2 ;;
     --ulfm-trainer) ulfm_trainer=$2; shift 2 ;;
     --trainer) trainer_arg=$2; shift 2 ;;
-    *) echo "usage: $0 [--kills K] [--replica-interval N] [--ulfm-trainer PATH] [--trainer PATH]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--kills K] [--replica-interval N] [--num-ps S] [--ulfm-trainer PATH] [--trainer PATH]" >&2; exit 2 ;;
   esac
 done
 source bench/lib.sh
@@ -33,19 +36,19 @@ mt_mpirun_for "$ulfm_trainer" --loopback && ulfm_mpirun=("${MT_MPIRUN[@]}")
 mt_mpirun_for "$trainer" --loopback && plain_mpirun=("${MT_MPIRUN[@]}")
 "$trainer" gen-data "$dir/data" --train 1024 --test 256 --seed 1 >/dev/null
 
-# job.sh MODE AT: the job's command (AT 0: no kill), for the restart loop.
+# job.sh MODE AT VICTIM: the job's command (AT 0: no kill; VICTIM: the shard's rank), for the restart loop.
 write_job() {
-  local mode=$1 at=$2 bin=$trainer
+  local mode=$1 at=$2 victim=$3 bin=$trainer
   local -a run=("${plain_mpirun[@]}")
   [[ $mode == takeover ]] && bin=$ulfm_trainer run=("${ulfm_mpirun[@]}")
   cat > "$dir/job.sh" <<JOB
 #!/usr/bin/env bash
 extra=()
-[[ \$MT_RESTART_ATTEMPT == 1 && $at -gt 0 ]] && extra=(--revoke rank=0@step=$at:KILL)
-exec ${run[*]} -np 4 --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "$bin" train \
+[[ \$MT_RESTART_ATTEMPT == 1 && $at -gt 0 ]] && extra=(--revoke rank=$victim@step=$at:KILL)
+exec ${run[*]} -np $((3 + shards)) --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "$bin" train \
   --model resnet8 --batch-size 32 --lr-schedule constant --lr 0.05 --augment off --data "$dir/data" --train-steps 300 \
   --ckpt-dir "$dir/ck" --ckpt-every-steps 100 --ps-standby 1 --replica-interval $interval --failure-timeout 1 \
-  --metrics "$dir/k.jsonl" --quiet --seed 1 "\${extra[@]}"
+  --metrics "$dir/k.jsonl" --quiet --seed 1 --num-ps $shards "\${extra[@]}"
 JOB
   chmod +x "$dir/job.sh"
 }
@@ -55,7 +58,7 @@ for ((k = 0; k < 2 * kills + 2; ++k)); do
   at=$((60 + RANDOM % 180))
   ((k >= 2 * kills)) && at=0  # the last two: no kill, for the accuracy
   rm -rf "$dir/ck" "$dir/k.jsonl"
-  write_job "$mode" "$at"
+  write_job "$mode" "$at" $((RANDOM % shards))
   t0=$SECONDS
   launch/restart_loop.sh --attempts 3 --delay 0 --status "$dir/ck/run-status.json" -- "$dir/job.sh" > "$dir/loop.txt" 2>&1 ||
     { cat "$dir/loop.txt"; exit 1; }
@@ -79,11 +82,13 @@ if at:
 print(json.dumps(out))
 PY
 done
-/usr/bin/python3 - "$dir/kills.jsonl" "$interval" <<'PY'
+/usr/bin/python3 - "$dir/kills.jsonl" "$interval" "$shards" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 killed = [r for r in runs if r["killed_at"]]
-print(f"PS SIGKILLed at a random step of 300, {len(killed) // 2} kills each way, alternated (resnet8, 3 workers, "
+shards = int(sys.argv[3])
+print(f"{'PS' if shards == 1 else f'a random one of {shards} PS shards'} SIGKILLed at a random step of 300, "
+      f"{len(killed) // 2} kills each way, alternated (resnet8, 3 workers, "
       f"one standby, replica every {sys.argv[2]} updates, checkpoint every 100 steps)")
 for mode, name in (("takeover", "takeover (ULFM)   "), ("restart", "full restart (4.1)")):
     r = [x for x in killed if x["mode"] == mode]

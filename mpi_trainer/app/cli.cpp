@@ -368,12 +368,25 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::Range(0.001, 1.0)),
       "MT_REPLICA_BUDGET");
-  env(cmd.add_flag("--ps-handover", c.ps_handover,
+  env(cmd.add_option("--ps-handover", c.ps_handover,
                    "Fault tolerance, ULFM build, one shard, a standby: a notice (SIGTERM, SIGUSR1) to "
-                   "the parameter server hands it over to its standby, which takes it over inside the "
-                   "job with nothing lost, instead of checkpointing and stopping the job (exit 75). For "
-                   "clouds that preempt one server at a time; leave it off where a notice reaches every "
-                   "process of the job (Slurm preemption, a signal to mpirun): the job should stop then"),
+                   "the parameter server alone (a cloud preempting that server) hands it over to its "
+                   "standby, which takes it over inside the job with nothing lost, instead of "
+                   "checkpointing and stopping the job (exit 75). A notice that reaches every process "
+                   "of the job (Slurm preemption, a signal to mpirun or to the launcher's group) still "
+                   "stops the job: the standby, which gets it too, refuses the handover. auto (default): "
+                   "on where it applies; on (or the bare flag): also warn where it cannot; off: a notice "
+                   "to the parameter server always checkpoints and stops the job")
+          ->expected(0, 1)
+          ->check(CLI::Validator(
+              [](std::string& v) {
+                // The bare flag (an empty value) is "on", fixed after parsing; 1/true, 0/false too.
+                if (v == "1" || v == "true" || v == "yes") v = "on";
+                if (v == "0" || v == "false" || v == "no") v = "off";
+                return v == "auto" || v == "on" || v == "off" ? std::string()
+                                                               : "must be auto, on or off, not '" + v + "'";
+              },
+              "auto|on|off")),
       "MT_PS_HANDOVER");
   env(cmd.add_option("--status-file", c.status_file,
                      "Parameter server: JSON run state for launchers (state, exit_code, global_step); "
@@ -697,6 +710,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
     return kExitUsage;
   }
 
+  if (cfg.ps_handover.empty()) cfg.ps_handover = "on";  // the bare --ps-handover
   resolve_policy(cfg);
   resolve_policy(join_cfg);
   try {

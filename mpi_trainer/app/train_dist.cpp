@@ -81,7 +81,8 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   if (cfg.max_workers > 0) o.port_file = join_port_file(cfg);
   // --ps-handover: a notice to the parameter server hands it to the standby where the survivors
   // can take it over.
-  o.hand_over = cfg.ps_handover && ulfm_available() && o.num_ps == 1 && o.max_workers == 0 && o.ps_standby > 0;
+  o.hand_over = cfg.ps_handover != "off" && ulfm_available() && o.num_ps == 1 && o.max_workers == 0 &&
+                o.ps_standby > 0;
   // Under ULFM the survivors take a lost shard over (one of several: the others follow).
   o.takeover = ulfm_available() && o.max_workers == 0 && o.ps_standby > 0;
   return o;
@@ -381,7 +382,7 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   precise_naps(log);
   if (mpi.rank() < c.num_ps) {
     const PsOptions opts = ps_options(c, *setup, std::move(types));
-    if (c.ps_handover && !opts.hand_over && mpi.rank() == 0)
+    if (c.ps_handover == "on" && !opts.hand_over && mpi.rank() == 0)
       log << "mpi_trainer: warning: --ps-handover needs the ULFM build, --num-ps 1, no --max-workers and a standby "
              "(--ps-standby, --ckpt-dir): a notice to the parameter server checkpoints and stops the job instead\n"
           << std::flush;

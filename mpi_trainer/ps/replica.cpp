@@ -3,12 +3,21 @@
 #include <algorithm>
 #include <cstring>
 
+#include <chrono>
+#include <thread>
+
 #include "core/error.hpp"
+#include "ps/faults.hpp"
 #include "ps/mpi_env.hpp"
 
 namespace mt {
 
 namespace {
+
+// How long a standby given the handover replica waits for a notice of its own before it takes it:
+// a notice to the whole job (Slurm's, a signal to mpirun or to the launcher's group) reaches every
+// process within milliseconds, and then the job is to checkpoint and stop, not to hand over.
+constexpr double kHandoverGrace = 0.25;
 
 std::int64_t record_floats(std::size_t bytes) {
   return static_cast<std::int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
@@ -95,19 +104,23 @@ bool ReplicaSender::settle(int id, double seconds) {
   return true;
 }
 
-bool ReplicaSender::acknowledged(const Dest& d, std::int64_t step, double seconds) {
+ReplicaSender::Answer ReplicaSender::acknowledged(const Dest& d, std::int64_t step, double seconds, int* signo) {
   Buffer ack(0);
   MPI_Request req = MPI_REQUEST_NULL;
   try {
     irecv(ack, d.peer, kTagReplica, &req, d.comm);
-  } catch (const ProcessFailed&) {
-    return false;
+    if (!wait_for(&req, seconds)) {
+      if (MPI_Cancel(&req) != MPI_SUCCESS || !wait_for(&req, 1.0)) abandon(std::move(ack));
+      return Answer::kNone;
+    }
+  } catch (const ProcessFailed&) {  // ULFM: the standby is gone (it left on a notice of its own)
+    abandon(std::move(ack));
+    return Answer::kNone;
   }
-  if (!wait_for(&req, seconds)) {
-    if (MPI_Cancel(&req) != MPI_SUCCESS || !wait_for(&req, 1.0)) abandon(std::move(ack));
-    return false;
-  }
-  return check_header(ack.header(), 0).empty() && ack.header().kind == MsgKind::kReplica && ack.header().step == step;
+  const MsgHeader& h = ack.header();
+  if (!check_header(h, 0).empty() || h.kind != MsgKind::kReplica || h.step != step) return Answer::kNone;
+  if (signo) *signo = h.signal;
+  return h.end == kHandover ? Answer::kTaken : Answer::kRefused;
 }
 
 ReplicaHost::ReplicaHost(int shards) : parts_(static_cast<std::size_t>(shards)) {}
@@ -143,10 +156,16 @@ void ReplicaHost::poll(MPI_Comm comm) {
     }
     const MsgHeader& h = p.newest.header();
     if (h.end == kHandover) {  // the shard waits for this before it leaves
+      // Taken unless this process has a notice too (within the grace): a notice to the whole job.
+      const auto t0 = Clock::now();
+      while (!notice_signal() && since(t0) < kHandoverGrace) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      const int sig = notice_signal();
       Buffer ack(0);
       ack.header() = MsgHeader{};
       ack.header().kind = MsgKind::kReplica;
       ack.header().step = h.step;
+      ack.header().end = sig ? 0 : kHandover;
+      ack.header().signal = sig;
       MPI_Request req = MPI_REQUEST_NULL;
       isend(ack, 0, static_cast<int>(s), kTagReplica, &req, comm);
       if (!wait_for(&req, 1.0)) abandon(std::move(ack));

@@ -54,8 +54,10 @@ class ReplicaSender {
   // `handover`: the last replica; each standby acknowledges it once it holds it whole.
   void send(std::int64_t step, int state_buffers, std::span<const std::span<const float>> pieces,
             const std::string& record, const std::vector<Dest>& dests, bool handover = false);
-  // The standby `d` acknowledged the handover replica of `step` within `seconds`.
-  static bool acknowledged(const Dest& d, std::int64_t step, double seconds);
+  // The standby `d`'s answer to the handover replica of `step`, within `seconds`: taken; refused
+  // (it has a notice too, `signo`: the whole job is being stopped); or none (it is gone, or slow).
+  enum class Answer { kTaken, kRefused, kNone };
+  static Answer acknowledged(const Dest& d, std::int64_t step, double seconds, int* signo = nullptr);
   // The replica in flight to `id` has left, within `seconds` (before the standby is told to
   // stop, so that no send is left unmatched). False: given up (the standby is presumed lost).
   bool settle(int id, double seconds);

@@ -377,9 +377,10 @@ void Shard::check_notice() {
     notice_ = sig;
     if ((sig == SIGTERM || sig == SIGUSR1) && opts_.hand_over && replicas_ && lead() && shards_ == 1 && !stop_at_ &&
         failure_code_ == 0 && step_ < opts_.train_steps) {
-      if (hand_over(sig)) return;
-      events_.log("mpi_trainer: parameter server: " + std::string(signal_name(sig)) +
-                  ": the standby did not take the handover within --failure-timeout: stopping the job instead");
+      std::string why;
+      if (hand_over(sig, &why)) return;
+      events_.log("mpi_trainer: parameter server: " + std::string(signal_name(sig)) + ": no handover (" + why +
+                  "): checkpointing and stopping the job");
     }
     if (!stop_at_) begin_stop(sig == SIGCONT ? "SIGCONT (mpirun is ending the job)" : signal_name(sig));
     if (sig == SIGINT) exit_code_ = kExitInterrupted;
@@ -503,17 +504,40 @@ void Shard::send_replica(const std::vector<ReplicaSender::Dest>& dests, bool han
 // while it waits for a reply or between heartbeats); then the shard serves no more and the
 // process leaves: the survivors find it gone (ULFM) and the standby takes over from the replica,
 // no update lost. The workers' pushes in flight are not applied.
-bool Shard::hand_over(int signo) {
+bool Shard::hand_over(int signo, std::string* why) {
   const std::vector<ReplicaSender::Dest> dests = standbys();
-  if (dests.empty()) return false;
-  for (const auto& d : dests)
-    if (!replicas_->settle(d.id, opts_.failure_timeout)) return false;  // the replica in flight
-  if (!replicas_->ready(dests)) return false;
-  send_replica(dests, true);
-  for (const auto& d : dests)
-    if (!replicas_->settle(d.id, opts_.failure_timeout) ||
-        !ReplicaSender::acknowledged(d, step_, opts_.failure_timeout))
+  if (dests.empty()) {
+    *why = "no standby is left to take it";
+    return false;
+  }
+  const std::string late = "the standby did not take the handover within --failure-timeout";
+  try {
+    for (const auto& d : dests)
+      if (!replicas_->settle(d.id, opts_.failure_timeout)) {  // the replica in flight
+        *why = late;
+        return false;
+      }
+    if (!replicas_->ready(dests)) {
+      *why = late;
       return false;
+    }
+    send_replica(dests, true);
+    for (const auto& d : dests) {
+      int theirs = 0;
+      const ReplicaSender::Answer a = replicas_->settle(d.id, opts_.failure_timeout)
+                                          ? ReplicaSender::acknowledged(d, step_, opts_.failure_timeout, &theirs)
+                                          : ReplicaSender::Answer::kNone;
+      if (a == ReplicaSender::Answer::kTaken) continue;
+      *why = a == ReplicaSender::Answer::kNone
+                 ? late
+                 : "the standby (worker rank " + std::to_string(d.id) + ") has a notice too (" + signal_name(theirs) +
+                       "): the whole job is being stopped";
+      return false;
+    }
+  } catch (const ProcessFailed&) {  // ULFM: the standby is gone
+    *why = "the standby is gone";
+    return false;
+  }
   handed_over_ = true;
   events_.handed_over(step_, dests.front().id, signo);
   return true;

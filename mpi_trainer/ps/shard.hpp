@@ -74,9 +74,10 @@ class Shard {
   // --ps-standby: a replica to the standbys when one is due and the previous one has left.
   void replicate();
   void send_replica(const std::vector<ReplicaSender::Dest>& dests, bool handover);
-  // PsOptions::hand_over: a notice hands the parameter server to the standby. False: it could
-  // not (no standby, or it did not take the replica in time): the shard stops as on any notice.
-  bool hand_over(int signo);
+  // PsOptions::hand_over: a notice hands the parameter server to the standby. False, with `why`:
+  // it could not (no standby; it did not take the replica in time; it refused, having a notice
+  // too: the whole job is being stopped): the shard stops as on any notice.
+  bool hand_over(int signo, std::string* why);
   std::vector<ReplicaSender::Dest> standbys() const;
   void report_progress(double lr);
   // Shard 0: checkpoints and evaluations.
