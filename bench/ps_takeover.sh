@@ -78,7 +78,9 @@ if at:
         out.update(lost=t[0]["lost_updates"], first_step_s=t[0]["unix_time"] - killed)
     else:
         first = [e for e in events if e["event"] == "first_step"][-1]
-        out.update(lost=at - s["resumed_from_step"], first_step_s=first["unix_time"] - killed)
+        # (with several shards the kill step is the killed shard's count; the others may be a few
+        # steps further, so the resume can be past it: nothing lost then)
+        out.update(lost=max(0, at - s["resumed_from_step"]), first_step_s=first["unix_time"] - killed)
 print(json.dumps(out))
 PY
 done
