@@ -50,6 +50,12 @@ int standbys(const TrainConfig& cfg, int workers) {
   return std::min(asked, workers);
 }
 
+// Whether the survivors take a lost parameter server (or one lost shard) over inside the job:
+// ULFM, a standby's replica to start from, no elastic joins (a joiner is connected to shard 0 alone).
+bool takeover_applies(const TrainConfig& cfg, int workers) {
+  return ulfm_available() && cfg.max_workers == 0 && standbys(cfg, workers) > 0;
+}
+
 PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<std::string> types) {
   PsOptions o;
   o.train_steps = cfg.train_steps;
@@ -79,12 +85,10 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.worker_types = std::move(types);
   o.join_type = cfg.instance_type;
   if (cfg.max_workers > 0) o.port_file = join_port_file(cfg);
-  // --ps-handover: a notice to the parameter server hands it to the standby where the survivors
-  // can take it over.
-  o.hand_over = cfg.ps_handover != "off" && ulfm_available() && o.num_ps == 1 && o.max_workers == 0 &&
-                o.ps_standby > 0;
-  // Under ULFM the survivors take a lost shard over (one of several: the others follow).
-  o.takeover = ulfm_available() && o.max_workers == 0 && o.ps_standby > 0;
+  o.takeover = takeover_applies(cfg, static_cast<int>(o.worker_types.size()));
+  // --ps-handover: a notice to the parameter server alone hands it to the standby where the
+  // survivors can take it over (one shard).
+  o.hand_over = cfg.ps_handover != "off" && o.takeover && o.num_ps == 1;
   return o;
 }
 
@@ -238,14 +242,8 @@ TrainResult take_over(const TrainConfig& cfg, const RunSetup& setup, const Model
                                             replica_revocations(t.replica.record),
                                             t.lost_shards.empty() ? 0 : t.lost_shards.front()});
   PsOptions opts = ps_options(cfg, setup, std::move(types));
-  opts.comm = t.comm;
-  opts.slots = t.data_slots;
-  opts.worker_ranks = std::move(t.worker_ranks);
-  opts.worker_slots = std::move(t.worker_slots);
-  opts.first_step = t.first_step;
-  opts.self_rank = rank;
-  opts.ps_standby = std::min(opts.ps_standby, static_cast<int>(opts.worker_ranks.size()));
-  opts.hand_over = opts.hand_over && opts.ps_standby > 0;
+  serve_survivors(opts, t.comm, std::move(t.worker_ranks), std::move(t.worker_slots), t.data_slots, t.first_step,
+                  rank);
   TrainResult res = ps_role(setup, model, report, opts, std::move(t.plan));
   res.skip_finalize = true;  // as its workers (worker_role)
   return res;
@@ -388,9 +386,7 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
           << std::flush;
     return ps_role(*setup, *model, *report, opts, std::move(*plan));
   }
-  // A takeover needs a standby's replica to start from and no elastic joins (a joiner is
-  // connected to shard 0 alone).
-  const bool takeover = ulfm_available() && c.max_workers == 0 && standbys(c, mpi.size() - c.num_ps) > 0;
+  const bool takeover = takeover_applies(c, mpi.size() - c.num_ps);
   return worker_role(c, *setup, MPI_COMM_WORLD, mpi.rank(), std::move(*plan),
                      emulated[static_cast<std::size_t>(mpi.rank() - c.num_ps)], pacer_seed(c.seed, mpi.rank()),
                      takeover, log);

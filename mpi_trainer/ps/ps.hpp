@@ -87,6 +87,13 @@ struct PsOptions {
   std::string port_file;                  // --max-workers: where shard 0 publishes its port
 };
 
+// After a takeover (ULFM): `o` serves the survivors on `comm` (its shards at ranks 0..num_ps-1,
+// each worker i after them named worker_ranks[i], training data slot worker_slots[i] of
+// `data_slots`), its global step counting on from `first_step`; `self_rank` names this process.
+// No more standbys than workers (a handover needs one).
+void serve_survivors(PsOptions& o, MPI_Comm comm, std::vector<int> worker_ranks, std::vector<int> worker_slots,
+                     int data_slots, std::int64_t first_step, int self_rank);
+
 // One worker as the reports see it.
 struct WorkerUsage {
   int rank = 0;

@@ -920,6 +920,18 @@ std::vector<Superseded> superseded;
 // A shard that survives the loss of another follows the takeover (ps/recovery.hpp): it agrees
 // with the other survivors, then runs again as shard k >= 1 of the new parameter server, on the
 // survivors' communicator, with its part of the replica the new shard 0 starts from.
+void serve_survivors(PsOptions& o, MPI_Comm comm, std::vector<int> worker_ranks, std::vector<int> worker_slots,
+                     int data_slots, std::int64_t first_step, int self_rank) {
+  o.comm = comm;
+  o.worker_ranks = std::move(worker_ranks);
+  o.worker_slots = std::move(worker_slots);
+  o.slots = data_slots;
+  o.first_step = first_step;
+  o.self_rank = self_rank;
+  o.ps_standby = std::min(o.ps_standby, static_cast<int>(o.worker_ranks.size()));
+  o.hand_over = o.hand_over && o.ps_standby > 0;
+}
+
 PsResult run_ps(const PsOptions& opts, const Model& model, const LrSchedule& schedule, Backend& update, FaultPlan plan,
                 PsEvents& events, SnapshotSink& sink) {
   auto o = std::make_unique<PsOptions>(opts);
@@ -964,13 +976,8 @@ PsResult run_ps(const PsOptions& opts, const Model& model, const LrSchedule& sch
       lost.takeovers = takeovers;
       return lost;
     }
-    next_opts->comm = next->comm;
-    next_opts->worker_ranks = next->worker_ranks;
-    next_opts->worker_slots = next->worker_slots;
-    next_opts->slots = slots;
-    next_opts->first_step = next->first_step;
-    next_opts->self_rank = mine.rank;
-    next_opts->ps_standby = std::min(next_opts->ps_standby, static_cast<int>(next->worker_ranks.size()));
+    serve_survivors(*next_opts, next->comm, next->worker_ranks, next->worker_slots, slots, next->first_step,
+                    mine.rank);
     events.followed(PsEvents::Followed{mine.shard, mine.rank, next->shard, next->lead_rank, next->lost_shards,
                                        next->first_step, next->replica_step});
     o = std::move(next_opts);
