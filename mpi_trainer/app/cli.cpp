@@ -349,7 +349,8 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "memory (the lowest-ranked live ones; each shard streams its state to them every "
                      "--replica-interval updates). When the parameter server is lost, a standby writes "
                      "its replica as a checkpoint before exiting 10, so the restart resumes from it "
-                     "instead of the last periodic checkpoint (needs --ckpt-dir). -1 (default): 1 when "
+                     "instead of the last periodic checkpoint (needs --ckpt-dir); under ULFM it takes the lost "
+                     "parameter server (or one lost shard) over inside the job instead. -1 (default): 1 when "
                      "there are 2 or more workers and a --ckpt-dir, else 0")
           ->capture_default_str()
           ->check(CLI::Range(-1, 64)),
