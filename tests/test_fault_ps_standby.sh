@@ -121,7 +121,12 @@ fi
 if [[ $cases == *" standby "* ]]; then
   case_run standby 4 "rank=1@step=20:KILL,rank=0@step=150:KILL"
   grep -q "standby replica on worker rank 2 at global step .* (the previous standby is gone)" "$dir/standby.txt"
-  if ((ulfm)); then check_takeover standby 150 2 $((2 * interval)) 2; else check standby 150 $((150 - interval)) 150 2; fi
+  # The documented bound (docs/fault-model.md): one interval plus the replica in flight at the
+  # kill. Here the new standby's replicas fall wherever its replacement put them, possibly one step
+  # before the kill, and that one may not have reached it yet (seen: resumed at 139, the 149 one in
+  # flight; a standby polling every 20 ms instead of 200 did not avoid it): two intervals, as the
+  # ULFM branch.
+  if ((ulfm)); then check_takeover standby 150 2 $((2 * interval)) 2; else check standby 150 $((150 - 2 * interval)) 150 2; fi
 fi
 if [[ $cases == *" both "* ]]; then
   # One kill(1) for both: under ULFM the PS learns of a dead standby within milliseconds and
