@@ -8,17 +8,9 @@
 #include "test_util.hpp"
 
 using namespace mt;
+using mt::test::cpu;
 using mt::test::in_layout;
 using mt::test::random_tensor;
-
-namespace {
-
-Backend& cpu() {
-  static auto be = make_cpu_backend(2);
-  return *be;
-}
-
-}  // namespace
 
 using mt::test::ConvCase;
 

@@ -198,7 +198,7 @@ TEST_CASE("checkpoints of one layout rewrite the kept in-memory file and read ba
     c.model = step % 2 ? "resnet8" : "resnet8-long-name";  // a string that changes length
     c.ints["data_cursor_position"] = step * 100;
     c.reals["train_seconds"] = 0.5 * double(step);
-    c.strings["data_cursors"] = "[" + std::to_string(step * 1000) + "]";
+    c.strings["data_cursors"] = std::string("[") + std::to_string(step * 1000) + "]";
     c.arrays[1].data[2] = float(step) * 3;
     if (step == 30) c.arrays.push_back({"params/extra", {2}, {9, 8}});  // another layout: built afresh
     if (step == 31) c.strings["another"] = "x";  // and 32 is back to the first layout

@@ -9,15 +9,11 @@
 #include "test_util.hpp"
 
 using namespace mt;
+using mt::test::cpu;
 using mt::test::fill_random;
 using mt::test::random_tensor;
 
 namespace {
-
-Backend& cpu() {
-  static auto be = make_cpu_backend(2);
-  return *be;
-}
 
 // sum(t * r) over logical elements, in double.
 double dot(const Tensor& t, const Tensor& r) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 
+#include "backend/backend.hpp"
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
 
@@ -35,6 +36,12 @@ inline Run run(const std::string& args, const std::string& env = "") {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   INFO("command: " << cmd << "\noutput:\n" << r.output);
   return r;
+}
+
+// The CPU backend (2 threads) the op and gradient tests share, made on first use.
+inline Backend& cpu() {
+  static const auto be = make_cpu_backend(2);
+  return *be;
 }
 
 inline bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }

@@ -12,6 +12,7 @@
 
 #include "app/device.hpp"
 #include "app/run_setup.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "nn/resnet.hpp"
@@ -21,10 +22,6 @@
 namespace mt {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Spread {
   double mean = 0, cv = 0;

@@ -25,6 +25,7 @@
 #include "app/emulation.hpp"
 #include "app/metrics.hpp"
 #include "app/plan.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
@@ -35,12 +36,6 @@
 namespace mt {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 bool on_off(const std::string& flag, const std::string& value, bool dflt) {
   if (value == "default") return dflt;

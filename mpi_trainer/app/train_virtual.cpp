@@ -15,6 +15,7 @@
 #include "app/metrics.hpp"
 #include "app/plan.hpp"
 #include "app/run_setup.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
 #include "optim/optimizer.hpp"
@@ -24,10 +25,6 @@
 namespace mt {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // One logical worker's training state (its timing is the simulator's: ClusterSim).
 struct Trainee {
