@@ -1,11 +1,11 @@
 #include "app/background_eval.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <iostream>
 #include <utility>
 
 #include "app/device.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/thread_priority.hpp"
 
@@ -69,14 +69,14 @@ void BackgroundEval::run() noexcept {
     d.step = step;
     std::exception_ptr error;
     try {
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = Clock::now();
       if (!net) {
         backend = make_backend(setup_.device, threads_);
         net = std::make_unique<Network>(model_, *backend, batch_);
       }
       // params_/stats_ are not touched by start() while job_ is set.
       d.result = evaluate_test_set(*net, setup_.data.test, setup_.loader, params_, stats_);
-      d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      d.seconds = seconds_since(t0);
     } catch (...) {
       error = std::current_exception();
     }

@@ -1,12 +1,12 @@
 #include "data/loader.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <string>
 #include <utility>
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 
@@ -176,9 +176,9 @@ const Batch& BatchLoader::next() {
     space_cv_.notify_one();
   }
   if (produced_ == consumed_ && !error_) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     ready_cv_.wait(lock, [&] { return produced_ > consumed_ || error_; });
-    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    wait_seconds_ += seconds_since(t0);
   }
   // Batches finished before a failure are still delivered; the error surfaces in order.
   if (produced_ == consumed_) std::rethrow_exception(error_);
