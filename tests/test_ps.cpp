@@ -213,6 +213,30 @@ TEST_CASE("update policy: dana gives every data slot its own Nesterov momentum",
   CHECK(std::string(to_string(MomentumCorrection::kDana)) == "dana");
 }
 
+TEST_CASE("update policy: --momentum auto raises dana's momentum with more than 4 workers", "[unit][ps]") {
+  LrSchedule s;
+  const UpdatePolicy p(s, LrScaling::kGap, MomentumCorrection::kDana, 0.9, 0, true);
+  CHECK(p.momentum_by_workers());
+  for (int n : {0, 1, 2, 3, 4}) CHECK(p.momentum(n) == Approx(0.9));  // 4 and fewer: their best, 0.9
+  CHECK(p.momentum(5) == Approx(0.92));
+  CHECK(p.momentum(6) == Approx(1 - 0.4 / 6));
+  CHECK(p.momentum(7) == Approx(1 - 0.4 / 7));
+  // 8 applies exactly what --momentum 0.95 does (the runs bench/README.md measured).
+  CHECK(static_cast<float>(p.momentum(8)) == 0.95f);
+  CHECK(static_cast<float>(p.momentum(64)) == 0.95f);  // not raised past what was measured
+  for (int n = 1; n < 12; ++n) CHECK(p.momentum(n + 1) >= p.momentum(n));
+  // Only under the default policy, dana with the gap penalty, and only for auto.
+  CHECK_FALSE(UpdatePolicy(s, LrScaling::kGap, MomentumCorrection::kDana, 0.9).momentum_by_workers());
+  CHECK(UpdatePolicy(s, LrScaling::kGap, MomentumCorrection::kDana, 0.9).momentum(8) == Approx(0.9));
+  CHECK(UpdatePolicy(s, LrScaling::kStaleness, MomentumCorrection::kDana, 0.9, 0, true).momentum(8) == Approx(0.9));
+  CHECK(UpdatePolicy(s, LrScaling::kGap, MomentumCorrection::kNone, 0.9, 0, true).momentum(8) == Approx(0.9));
+  CHECK(UpdatePolicy(s, LrScaling::kGap, MomentumCorrection::kImplicit, 0.9, 0, true).momentum(8) == Approx(0.025));
+  // The start-up line says what is applied.
+  CHECK(describe_momentum(MomentumCorrection::kDana, 0.9, 8, p.momentum(8)) ==
+        ", Nesterov momentum 0.95 per worker (dana; --momentum auto: 0.9, raised with 8 workers)");
+  CHECK(describe_momentum(MomentumCorrection::kDana, 0.9, 4, p.momentum(4)) == ", Nesterov momentum 0.9 per worker (dana)");
+}
+
 TEST_CASE("update policy: the rate warms up again after a join", "[unit][ps]") {
   LrSchedule constant;
   constant.kind = LrSchedule::Kind::kConstant;

@@ -94,6 +94,43 @@ TEST_CASE("the default policy (dana) with one virtual worker is the single-proce
   CHECK(contains(implicit.output, "lr scaling none, momentum 0.9 (applied with 2 workers: 0.400)"));
 }
 
+TEST_CASE("the default momentum (auto) with 8 virtual workers is --momentum 0.95, with 4 it is 0.9", "[unit][virtual]") {
+  // bench/README.md measured 8 workers with --momentum 0.95 and 4 with 0.9 (the default
+  // before --momentum auto); the default must run exactly those, step for step.
+  Data d;
+  const auto go = [&](const std::string& name, const std::string& flags) {
+    const auto m = d.dir.path() / name;
+    const auto r = run("train --data " + d.path +
+                       " --model resnet8 --batch-size 8 --train-steps 40 --threads 1 --log-every-steps 4 --seed 5"
+                       " --lr 0.05 --metrics " + m.string() + flags);
+    REQUIRE(r.code == 0);
+    return std::pair{r.output, without_real_time(events(m))};
+  };
+  const auto [auto8_out, auto8] = go("auto8.jsonl", " --virtual-workers 8");
+  const auto [given8_out, given8] = go("given8.jsonl", " --virtual-workers 8 --momentum 0.95");
+  CHECK(contains(auto8_out, "Nesterov momentum 0.95 per worker (dana; --momentum auto: 0.9, raised with 8 workers)"));
+  CHECK(contains(given8_out, "Nesterov momentum 0.95 per worker (dana)"));
+  CHECK(auto8.front()["momentum_auto"] == true);
+  CHECK(given8.front()["momentum_auto"] == false);
+  REQUIRE(auto8.size() == given8.size());
+  for (std::size_t i = 1; i < auto8.size(); ++i) CHECK(auto8[i] == given8[i]);  // all but the config: to the bit
+  CHECK(auto8[1]["momentum"] == 0.95);
+  const auto [auto4_out, auto4] = go("auto4.jsonl", " --virtual-workers 4 --revoke rank=4@step=20");
+  const auto [given4_out, given4] = go("given4.jsonl", " --virtual-workers 4 --revoke rank=4@step=20 --momentum 0.9");
+  CHECK(contains(auto4_out, "Nesterov momentum 0.9 per worker (dana)"));
+  REQUIRE(auto4.size() == given4.size());
+  for (std::size_t i = 1; i < auto4.size(); ++i) CHECK(auto4[i] == given4[i]);
+  // An explicit value is applied as given, whatever the worker count; bad values are refused.
+  const auto [eight_out, eight] = go("eight.jsonl", " --virtual-workers 8 --momentum 0.9");
+  CHECK(contains(eight_out, "Nesterov momentum 0.9 per worker (dana)"));
+  CHECK(eight[1]["momentum"] == 0.9);
+  const auto bad = run("train --data " + d.path + " --virtual-workers 2 --momentum fast");
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.output, "--momentum: must be auto or a number, not 'fast'"));
+  CHECK(contains(run("train --data " + d.path + " --virtual-workers 2 --momentum 1.5").output,
+                 "must be between 0 and 1, not 1.5"));
+}
+
 TEST_CASE("two virtual runs with the same seed are bit-identical, revocations and joins included", "[unit][virtual]") {
   Data d;
   const auto go = [&](const std::string& name) {

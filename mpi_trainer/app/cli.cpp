@@ -178,9 +178,27 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40)),
       "MT_LR_WARMUP_STEPS");
-  env(cmd.add_option("--momentum", c.momentum, "SGD momentum")
-          ->capture_default_str()
-          ->check(CLI::Range(0.0, 1.0)),
+  c.momentum_auto = true;  // the command line's default: auto
+  env(cmd.add_option_function<std::string>(
+             "--momentum",
+             [&c](const std::string& v) {
+               c.momentum_auto = v == "auto";
+               if (!c.momentum_auto) c.momentum = std::stod(v);  // the check has made it a number in [0, 1]
+             },
+             "SGD momentum, 0 to 1, or auto: 0.9, and on the parameter server under the default policy "
+             "(--momentum-correction dana, --lr-scaling gap) raised with more than 4 active workers to "
+             "1 - 0.4/N, at most 0.95 (8 workers and more), the best measured with 8 workers; a number is "
+             "applied as given (docs/user-guide.md)")
+          ->default_str("auto")
+          ->check(CLI::Validator(
+              [](std::string& v) {
+                if (v == "auto") return std::string();
+                char* end = nullptr;
+                const double m = std::strtod(v.c_str(), &end);
+                if (v.empty() || end == v.c_str() || *end != '\0') return "must be auto or a number, not '" + v + "'";
+                return m >= 0 && m <= 1 ? std::string() : "must be between 0 and 1, not " + v;
+              },
+              "auto|[0 - 1]")),
       "MT_MOMENTUM");
   env(cmd.add_option("--weight-decay", c.weight_decay, "L2 weight decay")
           ->capture_default_str()

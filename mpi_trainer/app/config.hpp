@@ -26,6 +26,9 @@ struct TrainConfig {
   double lr = 0;                // 0: the schedule's own base rate
   std::int64_t lr_warmup_steps = -1;  // -1: the schedule's own (cosine 100, others 0)
   double momentum = 0.9;
+  // --momentum auto (the command line's default): 0.9, raised by the parameter server with more
+  // than 4 workers under dana + gap (UpdatePolicy::momentum_by_workers). false: as given.
+  bool momentum_auto = false;
   double weight_decay = 1e-4;
   std::string nesterov = "default";     // on | off | default (model's recipe)
   std::string augment = "default";      // on | off | default (on)

@@ -25,7 +25,10 @@ namespace {
 std::string policy_note(const TrainConfig& c, int active, double momentum) {
   std::ostringstream s;
   if (c.lr_scaling == "active-workers" && active > 0) s << ", learning rate / " << active;
-  if (c.momentum_correction == "implicit" && active > 0) s << ", momentum " << std::setprecision(3) << momentum;
+  // The momentum follows the worker count under implicit, and under dana + gap with --momentum auto.
+  const bool follows = c.momentum_correction == "implicit" ||
+                       (c.momentum_auto && c.momentum_correction == "dana" && c.lr_scaling == "gap");
+  if (follows && active > 0) s << ", momentum " << std::setprecision(3) << momentum;
   return s.str();
 }
 
@@ -135,6 +138,7 @@ void PsReport::started(const Started& e) {
                                       {"workers", e.workers},
                                       {"lr_schedule", setup_.schedule.describe()},
                                       {"momentum", cfg_.momentum},
+                                      {"momentum_auto", cfg_.momentum_auto},
                                       {"nesterov", setup_.nesterov},
                                       {"weight_decay", cfg_.weight_decay},
                                       {"seed", cfg_.seed},

@@ -65,6 +65,7 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.lr_scaling = parse_lr_scaling(cfg.lr_scaling);
   o.momentum_correction = parse_momentum_correction(cfg.momentum_correction);
   o.momentum = cfg.momentum;
+  o.momentum_by_workers = cfg.momentum_auto;
   o.weight_decay = cfg.weight_decay;
   o.nesterov = setup.nesterov;
   o.join_warmup = cfg.join_warmup;

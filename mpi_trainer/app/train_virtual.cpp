@@ -68,7 +68,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   const double update_seconds = c.ps_update_seconds >= 0 ? c.ps_update_seconds : default_ps_update_seconds(model.param_count());
   const double message_bytes = double(model.param_count()) * sizeof(float);
   UpdatePolicy policy(setup.schedule, parse_lr_scaling(c.lr_scaling), parse_momentum_correction(c.momentum_correction),
-                      c.momentum, c.join_warmup);
+                      c.momentum, c.join_warmup, c.momentum_auto);
 
   // Revocations on the virtual clock: --revoke names worker ranks 1..N (rank 0 is the parameter
   // server, which is not revoked here); --revocation-model draws each worker's lifetime.
@@ -146,7 +146,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       {"batch_size", c.batch_size},  {"virtual_workers", n0},
       {"virtual_joins", c.virtual_joins}, {"num_ps", 1},
       {"lr_schedule", setup.schedule.describe()}, {"momentum", c.momentum},
-      {"nesterov", setup.nesterov},  {"weight_decay", c.weight_decay},
+      {"momentum_auto", c.momentum_auto}, {"nesterov", setup.nesterov},  {"weight_decay", c.weight_decay},
       {"seed", c.seed},              {"lr_scaling", c.lr_scaling},
       {"momentum_correction", c.momentum_correction}, {"join_warmup", c.join_warmup}, {"max_staleness", c.max_staleness},
       {"worker_types", types},       {"emulation", emulation_json(c, emulated)},
@@ -184,7 +184,8 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
                                          {"cause", lost_it ? "lost" : "notice"},
                                          {"detected_by", lost_it ? "heartbeat" : "notice"},
                                          {"detail", detail},         {"virtual_seconds", at},
-                                         {"active_workers", sim.active()}, {"lr_divisor", policy.lr_divisor(sim.active())}});
+                                         {"active_workers", sim.active()}, {"lr_divisor", policy.lr_divisor(sim.active())},
+                                         {"momentum", policy.momentum(sim.active())}});
     if (!c.quiet)
       log << "revocation: worker rank " << w.rank << " (" << w.type << ") " << (lost_it ? "lost" : "left")
           << " at global step " << sim.step() << ", virtual time " << format_eta(at) << ": " << detail << "; "
@@ -214,7 +215,8 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       metrics.write(nlohmann::ordered_json{{"event", "join"},        {"global_step", sim.step()},
                                            {"rank", sw.rank},        {"instance_type", sw.type},
                                            {"virtual_seconds", ev.at}, {"active_workers", sim.active()},
-                                           {"lr_divisor", policy.lr_divisor(sim.active())}});
+                                           {"lr_divisor", policy.lr_divisor(sim.active())},
+                                           {"momentum", policy.momentum(sim.active())}});
       if (!c.quiet)
         log << "join: worker rank " << sw.rank << " (" << sw.type << ") joined at global step " << sim.step()
             << ", virtual time " << format_eta(ev.at) << "; " << sim.active() << " worker(s)\n"

@@ -63,6 +63,7 @@ struct PsOptions {
   LrScaling lr_scaling = LrScaling::kStaleness;  // the trainer's defaults (app/config.hpp)
   MomentumCorrection momentum_correction = MomentumCorrection::kDana;
   double momentum = 0.9;
+  bool momentum_by_workers = false;  // --momentum auto (UpdatePolicy::momentum_by_workers)
   double weight_decay = 1e-4;
   bool nesterov = false;
   std::int64_t join_warmup = 0;     // rate ramp after a join (UpdatePolicy::joined)

@@ -69,7 +69,7 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
              PsEvents& events, SnapshotSink& sink)
     : opts_(opts),
       model_(model),
-      policy_(schedule, opts.lr_scaling, opts.momentum_correction, opts.momentum, opts.join_warmup),
+      policy_(schedule, opts.lr_scaling, opts.momentum_correction, opts.momentum, opts.join_warmup, opts.momentum_by_workers),
       update_(update),
       plan_(std::move(plan)),
       events_(events),

@@ -46,7 +46,10 @@ const char* to_string(MomentumCorrection m) {
 
 std::string describe_momentum(MomentumCorrection correction, double momentum, int workers, double applied) {
   char buf[160];
-  if (correction == MomentumCorrection::kDana)
+  if (correction == MomentumCorrection::kDana && applied != momentum)  // --momentum auto raised it
+    std::snprintf(buf, sizeof buf, ", Nesterov momentum %.3g per worker (dana; --momentum auto: %g, raised with %d workers)",
+                  applied, momentum, workers);
+  else if (correction == MomentumCorrection::kDana)
     std::snprintf(buf, sizeof buf, ", Nesterov momentum %g per worker (dana)", momentum);
   else if (correction == MomentumCorrection::kImplicit && workers > 1)
     std::snprintf(buf, sizeof buf, ", momentum %g (applied with %d workers: %.3f)", momentum, workers, applied);
