@@ -1,7 +1,7 @@
 """Test accuracy against virtual time for any virtual runs' metrics files, grouped into curves.
 
 usage: /usr/bin/python3 bench/plot_curves.py OUT "LABEL=RUN.jsonl[,RUN.jsonl...]" ... \
-           [--target PERCENT] [--deadline MINUTES] [--title TEXT] [--ymin PERCENT]
+           [--target PERCENT] [--deadline MINUTES] [--title TEXT] [--ymin PERCENT] [--legend LOC]
 
 Each LABEL=FILES argument is one curve: with several files (seeds), the mean of their evaluations
 at each global step (the runs must share --eval-every-steps), each seed drawn thin beside it.
@@ -33,6 +33,7 @@ p.add_argument("--target", type=float)
 p.add_argument("--deadline", type=float)
 p.add_argument("--title", default="")
 p.add_argument("--ymin", type=float)
+p.add_argument("--legend", default="lower right", help="where the legend goes (matplotlib's loc)")
 a = p.parse_args()
 
 fig, ax = plt.subplots(figsize=(8, 5))
@@ -67,7 +68,7 @@ ax.set_xlabel("virtual minutes")
 ax.set_ylabel("test accuracy (%)")
 ax.set_title(a.title, fontsize=9)
 ax.grid(alpha=0.3)
-ax.legend(fontsize=8, loc="lower right")
+ax.legend(fontsize=8, loc=a.legend)
 fig.tight_layout()
 for ext in ("png", "svg"):
     fig.savefig(f"{a.out}.{ext}", dpi=110)
