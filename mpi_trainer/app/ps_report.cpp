@@ -25,9 +25,11 @@ namespace {
 std::string policy_note(const TrainConfig& c, int active, double momentum) {
   std::ostringstream s;
   if (c.lr_scaling == "active-workers" && active > 0) s << ", learning rate / " << active;
-  // The momentum follows the worker count under implicit, and under dana + gap with --momentum auto.
-  const bool follows = c.momentum_correction == "implicit" ||
-                       (c.momentum_auto && c.momentum_correction == "dana" && c.lr_scaling == "gap");
+  // The momentum follows the worker count under implicit, and under dana + gap with --momentum auto
+  // (the config's policy strings are resolved: train_dist).
+  const MomentumCorrection correction = parse_momentum_correction(c.momentum_correction);
+  const bool follows = correction == MomentumCorrection::kImplicit ||
+                       momentum_follows_workers(c.momentum_auto, correction, parse_lr_scaling(c.lr_scaling));
   if (follows && active > 0) s << ", momentum " << std::setprecision(3) << momentum;
   return s.str();
 }
