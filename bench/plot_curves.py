@@ -11,9 +11,10 @@ and OUT.svg (needs python3-matplotlib, which launch/setup.sh installs). bench/RE
 docs/figures/time_to_accuracy_20epochs_momentum.png came from it.
 """
 import argparse
-import json
 
 import matplotlib
+
+from run_metrics import mean_curve, read_run
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -21,9 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def evals(path):
     """(virtual minutes, test accuracy %) of every evaluation of one run."""
-    with open(path) as f:
-        return [(e["virtual_seconds"] / 60, e["test_accuracy"] * 100)
-                for e in map(json.loads, f) if e.get("event") == "eval" and "virtual_seconds" in e]
+    return [(t / 60, a * 100) for t, a in read_run(path)[0]]
 
 
 p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -48,13 +47,11 @@ for i, spec in enumerate(a.curves):
     if not all(runs):
         p.error(f"'{spec}': a file without evaluations of a virtual run")
     color = f"C{i}"
-    k = min(len(r) for r in runs)
     if len(runs) > 1:
         for r in runs:
             ax.plot([t for t, _ in r], [y for _, y in r], color=color, alpha=0.3, lw=1)
         label += f" (mean of {len(runs)})"
-    ax.plot([sum(r[j][0] for r in runs) / len(runs) for j in range(k)],
-            [sum(r[j][1] for r in runs) / len(runs) for j in range(k)], color=color, lw=2, label=label)
+    ax.plot(*mean_curve(runs), color=color, lw=2, label=label)
 if a.target is not None:
     ax.axhline(a.target, color="gray", lw=1, ls=":")
     ax.text(0.01, a.target, f" target {a.target:g}%", color="gray", fontsize=8, va="bottom",

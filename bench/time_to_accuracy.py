@@ -8,6 +8,8 @@ import re
 import statistics
 import sys
 
+from run_metrics import mean_curve, read_run
+
 out, seeds, workers, steps, model, epochs = sys.argv[1], int(sys.argv[2]), [int(w) for w in sys.argv[3].split()], \
     int(sys.argv[4]), sys.argv[5], sys.argv[6]
 policy = sys.argv[7].strip() if len(sys.argv) > 7 else ""
@@ -20,13 +22,10 @@ PAPER = {1: (3.91, 93.07), 2: (2.16, 91.93), 4: (1.05, 91.23), 8: (0.51, 88.79)}
 def load(name, seed):
     """(evals, summary) of a finished run, None when it did not run or finish (a cut-short bench)."""
     try:
-        rows = [json.loads(line) for line in open(f"{out}/{name}.s{seed}.jsonl")]
+        evals, summary = read_run(f"{out}/{name}.s{seed}.jsonl")
     except FileNotFoundError:
         return None
-    if not rows or rows[-1]["event"] != "summary":
-        return None
-    evals = [(r["virtual_seconds"], r["test_accuracy"]) for r in rows if r["event"] == "eval"]
-    return evals, rows[-1]
+    return (evals, summary) if summary is not None else None
 
 
 def runs(name):
@@ -131,11 +130,8 @@ try:
         for r in table:
             if r["config"] != "w1" and not r["config"].endswith(p):
                 continue
-            c = r["curves"]
-            k = min(len(x) for x in c)
-            ts = [mean([x[i][0] for x in c]) / 60 for i in range(k)]
-            acc = [mean([x[i][1] for x in c]) * 100 for i in range(k)]
-            ax.plot(ts, acc, label=r["label"].replace(f", {NAME[p]}", ""), lw=1.3)
+            ts, acc = mean_curve(r["curves"])
+            ax.plot([t / 60 for t in ts], [a * 100 for a in acc], label=r["label"].replace(f", {NAME[p]}", ""), lw=1.3)
         ax.axhline(target, color="grey", ls=":", lw=1)
         ax.set_xscale("log")
         ax.set_title(f"{NAME[p]} policy".replace("`", ""))
