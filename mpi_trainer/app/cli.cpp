@@ -745,10 +745,9 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
         MpiSession mpi(&argc, &argv, cfg.max_workers > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
         try {
           const TrainResult r = train_distributed(cfg, mpi, out);
-          if (r.skip_finalize) {
-            out << std::flush;
-            err << std::flush;
-            std::_Exit(r.exit_code);
+          if (r.skip_finalize) {  // main ends the process (mpi_left_unfinalized)
+            mpi.leave_unfinalized();
+            return r.exit_code;
           }
           return mpi.finalize(r.exit_code, r.finalize_timeout_s);
         } catch (...) {
@@ -773,15 +772,19 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       }
     } else if (*join_cmd) {
       MpiSession mpi(&argc, &argv, MPI_THREAD_SERIALIZED);
-      int code = kExitOk;
-      double finalize_timeout = kShortFinalizeSeconds;
+      TrainResult r;
       try {
-        code = join_running_job(join_cfg, out, &finalize_timeout);
+        r = join_running_job(join_cfg, out);
       } catch (const Error& e) {
         err << "mpi_trainer join: error: " << e.what() << '\n' << std::flush;
-        code = e.exit_code();
+        r = TrainResult{};
+        r.exit_code = e.exit_code();
       }
-      return mpi.finalize(code, finalize_timeout);
+      if (r.skip_finalize) {  // main ends the process (mpi_left_unfinalized)
+        mpi.leave_unfinalized();
+        return r.exit_code;
+      }
+      return mpi.finalize(r.exit_code, r.finalize_timeout_s);
     } else if (*info_cmd) {
       const Model model(parse_model(info_model));
       out << "model: " << model.spec().name << '\n';

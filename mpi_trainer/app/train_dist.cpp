@@ -190,7 +190,7 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   // rank that ends without it is one more failure the others outlive: every rank leaves without
   // it (docs/fault-model.md, "Takeover under ULFM").
   if (w.clean_end) res.finalize_timeout_s = kCleanEndFinalizeSeconds;
-  res.skip_finalize = w.takeovers > 0;
+  res.skip_finalize = w.takeovers > 0 || w.ps_lost;
   return res;
 }
 
@@ -393,7 +393,7 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
                      takeover, log);
 }
 
-int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize_timeout_s) {
+TrainResult join_running_job(const TrainConfig& cfg, std::ostream& log) {
   if (cfg.num_ps != 1) throw UsageError("mpi_trainer join: the job must have --num-ps 1");
   if (!cfg.revoke.empty())
     throw UsageError("mpi_trainer join: --revoke names ranks of the training job; use --revocation-model");
@@ -412,18 +412,17 @@ int join_running_job(const TrainConfig& cfg, std::ostream& log, double* finalize
     log << "mpi_trainer join: " << signal_name(notice_signal()) << " before joining the job: leaving; exit "
         << kExitOk << '\n'
         << std::flush;
-    return kExitOk;
+    return TrainResult{};
   }
   if (!c.quiet) log << "mpi_trainer join: connected to the parameter server (" << file << ")\n" << std::flush;
   const TrainResult r = worker_role(c, setup, ps, -1, std::move(plan), emulation, pacer_seed(c.seed, self), false, log);
-  if (r.exit_code != kExitOk)
+  if (r.exit_code != kExitOk && r.exit_code != kExitPsLost)  // a lost one: the worker said so
     log << "mpi_trainer join: the job's parameter server failed (exit " << r.exit_code << ", see its log) after "
         << r.global_step << " pushes from this worker\n"
         << std::flush;
   else if (!c.quiet)
     log << "mpi_trainer join: done after " << r.global_step << " pushes\n" << std::flush;
-  if (finalize_timeout_s) *finalize_timeout_s = r.finalize_timeout_s;
-  return r.exit_code;
+  return r;
 }
 
 }  // namespace mt

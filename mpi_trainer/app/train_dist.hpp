@@ -17,8 +17,8 @@ TrainResult train_distributed(const TrainConfig& config, MpiSession& mpi, std::o
 
 // `mpi_trainer join`: this process (its own MPI job, sharing an ompi-server with the training
 // job) connects to shard 0 through the port in the port file and works until the job ends.
-// Needs the job's --max-workers and --num-ps 1. Returns the exit code (10: no parameter server)
-// and, when given, how long its MPI_Finalize may wait (TrainResult::finalize_timeout_s).
-int join_running_job(const TrainConfig& config, std::ostream& log, double* finalize_timeout_s = nullptr);
+// Needs the job's --max-workers and --num-ps 1. Returns the exit code (10: no parameter server),
+// how long its MPI_Finalize may wait and whether to skip it (TrainResult).
+TrainResult join_running_job(const TrainConfig& config, std::ostream& log);
 
 }  // namespace mt

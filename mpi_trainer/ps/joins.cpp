@@ -104,8 +104,10 @@ MPI_Comm connect_to_parameter_server(const std::string& file) {
     }
     nap_microseconds(20000);
   }
-  // MPI_Comm_connect blocks: a watchdog ends the process when no parameter server answers, or
-  // when a notice arrives meanwhile (this worker has not joined: nothing is lost).
+  // MPI_Comm_connect blocks and cannot be interrupted: a watchdog ends the process when no
+  // parameter server answers, or when a notice arrives meanwhile (this worker has not joined:
+  // nothing is lost). With MpiSession::finalize's watchdog, the only exits outside main: the last
+  // resort a blocking MPI call forces.
   std::atomic<bool> connected{false};
   std::thread watchdog([&] {
     for (int i = 0; i < 600 && !connected; ++i) {

@@ -1,6 +1,7 @@
 #include "ps/mpi_env.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -71,6 +72,8 @@ int MpiSession::finalize(int exit_code, double timeout_s) {
   std::mutex m;
   std::condition_variable cv;
   bool done = false;
+  // The one exit outside main: MPI_Finalize cannot be interrupted, so the watchdog ends the
+  // process when it does not return (the last resort the MPI library forces; docs/fault-model.md).
   std::thread watchdog([&] {
     std::unique_lock<std::mutex> lock(m);
     if (cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done; })) return;
@@ -88,6 +91,17 @@ int MpiSession::finalize(int exit_code, double timeout_s) {
   cv.notify_all();
   watchdog.join();
   return exit_code;
+}
+
+namespace {
+std::atomic<bool> left_unfinalized{false};
+}  // namespace
+
+bool mpi_left_unfinalized() { return left_unfinalized; }
+
+void MpiSession::leave_unfinalized() {
+  finalized_ = true;
+  left_unfinalized = true;
 }
 
 MpiSession::~MpiSession() {

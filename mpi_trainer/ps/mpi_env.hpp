@@ -29,6 +29,9 @@ int launcher_world_size();
 // This process's rank as the launcher announced it, before MPI starts (-1: not launched by one).
 int launcher_rank();
 
+// Whether an MpiSession of this process was left unfinalized (MpiSession::leave_unfinalized).
+bool mpi_left_unfinalized();
+
 class MpiSession {
  public:
   // MPI_Init_thread(SERIALIZED): a worker's heartbeat thread calls MPI too, one thread at a time
@@ -40,6 +43,11 @@ class MpiSession {
   // MPI 4.1's finalize can wait forever in its PMIx fence after a rank of the job died
   // (measured here under mpirun --enable-recovery; docs/fault-model.md). Returns exit_code.
   int finalize(int exit_code, double timeout_s);
+  // This process ends without MPI_Finalize (a lost parameter server, or a takeover: requests to the
+  // dead are still posted and the finalize could wait for them): the destructor leaves MPI as it
+  // is, and main ends the process with std::_Exit (mpi_left_unfinalized()), which runs no static
+  // destructor of the MPI library.
+  void leave_unfinalized();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
   int rank() const { return rank_; }

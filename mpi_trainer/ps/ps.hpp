@@ -358,12 +358,15 @@ struct WorkerResult {
   int exit_code = 0;       // non-zero: the parameter server failed with this code (kFailedEnd)
   std::optional<Takeover> takeover;  // this worker took over as the parameter server: run it on takeover->comm
   int takeovers = 0;                 // the parameter server was taken over while this worker trained
+  // The parameter server was lost and not taken over (exit_code kExitPsLost): requests to the dead
+  // are abandoned, so the process must end without MPI_Finalize, which could wait for it.
+  bool ps_lost = false;
 };
 
 // A worker: `ps` holds the shards at ranks 0..S-1 (MPI_COMM_WORLD, or the intercommunicator of a
 // worker that joined); `rank` names it in messages (-1: a joiner). `make_computer` is called once
-// heartbeats flow (building a network can take a while); unused with synthetic gradients. Exits
-// the process with 10 when the parameter server is lost.
+// heartbeats flow (building a network can take a while); unused with synthetic gradients. Returns
+// with `ps_lost` and kExitPsLost when the parameter server is lost; never ends the process.
 WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm ps, int rank, FaultPlan plan,
                         const std::function<std::unique_ptr<StepComputer>()>& make_computer);
 

@@ -223,4 +223,13 @@ void ReplicaHost::close() {
   }
 }
 
+void ReplicaHost::abandon_receives() {
+  closed_ = true;
+  for (Part& p : parts_)
+    if (p.req != MPI_REQUEST_NULL) {
+      abandon(std::move(p.incoming));
+      p.req = MPI_REQUEST_NULL;
+    }
+}
+
 }  // namespace mt

@@ -94,6 +94,9 @@ class ReplicaHost {
   // The end: receives still posted are cancelled (the shards settle their sends before the stop);
   // polls do nothing from then on.
   void close();
+  // The parameter server is lost: receives still posted keep their buffers to the end of the
+  // process, with no MPI call (those from a dead shard never complete); polls do nothing from then on.
+  void abandon_receives();
 
  private:
   struct Part {

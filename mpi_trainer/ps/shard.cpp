@@ -908,7 +908,7 @@ namespace {
 
 // A shard superseded by a takeover, with its options: MPI may still hold its buffers (requests
 // on the revoked communicator are never completed), so it is kept until the process ends, which
-// it does without MPI_Finalize or destructors (std::_Exit: PsResult::takeovers).
+// it does without MPI_Finalize or static destructors (main's std::_Exit: PsResult::takeovers).
 struct Superseded {
   std::unique_ptr<PsOptions> opts;
   std::unique_ptr<Shard> shard;

@@ -42,7 +42,7 @@ class ShmSegment {
 };
 
 // The name of a segment created by this process and not yet unlinked by it, for exits that skip
-// destructors (std::_Exit on a lost parameter server): unlink_pending_segments() removes them.
+// destructors (main's std::_Exit after a takeover): unlink_pending_segments() removes them.
 void unlink_pending_segments() noexcept;
 
 // Unlinks this host's segment names (/dev/shm/mt-ps-<host>-<pid>-...) whose creating process no

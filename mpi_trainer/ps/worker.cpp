@@ -22,41 +22,30 @@ namespace mt {
 
 namespace {
 
-// What a worker does before it exits on the loss of its parameter server (a standby writes its
-// replica), set by run_worker. Runs once: a second thread that finds the loss waits here while
-// the first one ends the process.
-std::mutex lost_mutex;
-std::function<void()> before_lost_exit;
+constexpr double kReportedByMpi = -1;  // PsLoss::waited when the MPI library (ULFM) reported it
 
-// A worker whose parameter server stopped answering (or, with ULFM, that the MPI library reported
-// failed: waited < 0) exits 10 at once, without MPI_Finalize (which could wait for the dead) and
-// without MPI_Abort (which would end the whole job, and a live shard may still serve others).
-[[noreturn]] void parameter_server_lost(int rank, int shard, double waited) {
-  const std::lock_guard<std::mutex> once(lost_mutex);
-  unlink_pending_segments();
-  std::cout << std::flush;
-  std::ostringstream line;  // one write: lines of several workers do not interleave
-  line << "mpi_trainer: " << worker_label(rank) << ": parameter-server shard " << shard;
-  if (waited < 0)
+// How this worker lost its parameter server. run_worker says so, lets a standby write its replica
+// and returns kExitPsLost; main then ends the process without MPI_Finalize (which could wait for
+// the dead) and without MPI_Abort (which would end the whole job, and a live shard may still serve
+// others).
+struct PsLoss {
+  int shard = 0;
+  double waited = kReportedByMpi;  // seconds without an answer (--failure-timeout), or kReportedByMpi
+  double at_unix = 0;              // when this worker learned of it
+};
+
+// One line (one write: lines of several workers do not interleave).
+std::string loss_line(int rank, const PsLoss& loss) {
+  std::ostringstream line;
+  line << "mpi_trainer: " << worker_label(rank) << ": parameter-server shard " << loss.shard;
+  if (loss.waited < 0)
     line << " failed (reported by the MPI library, ULFM)";
   else
-    line << " did not answer within " << std::setprecision(3) << waited << " s (--failure-timeout)";
-  line << " at unix " << std::fixed << std::setprecision(3) << unix_now() << ": the parameter server is lost; exit "
+    line << " did not answer within " << std::setprecision(3) << loss.waited << " s (--failure-timeout)";
+  line << " at unix " << std::fixed << std::setprecision(3) << loss.at_unix << ": the parameter server is lost; exit "
        << kExitPsLost << '\n';
-  std::cerr << line.str() << std::flush;
-  if (before_lost_exit) {
-    try {
-      before_lost_exit();
-    } catch (...) {
-      const ErrorReport e = describe_error(std::current_exception());
-      std::cerr << "mpi_trainer: " + worker_label(rank) + ": error: " + e.what + "\n" << std::flush;
-    }
-  }
-  std::cout << std::flush;
-  std::cerr << std::flush;
-  std::_Exit(kExitPsLost);
+  return line.str();
 }
-constexpr double kReportedByMpi = -1;  // parameter_server_lost's `waited` for a ULFM report
 
 // The first error in statuses of an MPI_ERR_IN_STATUS answer (MPI_ERR_PENDING: not completed).
 int first_error(const std::vector<MPI_Status>& statuses) {
@@ -73,7 +62,8 @@ class WorkerAgent {
  public:
   // `on_beat`, with `mpi` held, at every heartbeat (a standby takes its replicas while it computes).
   // `on_failed(shard)`, with `mpi` held, when the MPI library (ULFM) reports a shard failed: it
-  // exits 10, or (a takeover ahead) flags the loss for the main thread; no beat follows.
+  // flags the loss for the main thread (which ends the worker, or takes the parameter server
+  // over); no beat follows.
   WorkerAgent(std::mutex& mpi, MPI_Comm ps, const WorkerOptions& opts, int rank, FaultPlan& plan,
               std::function<void()> on_beat, std::function<void(int)> on_failed)
       : mpi_(mpi),
@@ -98,10 +88,11 @@ class WorkerAgent {
     }
     cv_.notify_all();
     thread_.join();
-    // Heartbeats to a lost shard never complete: their buffers stay until the process ends.
+    // Heartbeats to a lost shard never complete: their buffers stay until the process ends (at
+    // once when the parameter server is known lost: nothing on that way out waits on MPI).
     std::lock_guard<std::mutex> lock(mpi_);
     for (std::size_t s = 0; s < hbreq_.size(); ++s)
-      if (hbreq_[s] != MPI_REQUEST_NULL && !wait_for(&hbreq_[s], 0.5)) abandon(std::move(hb_[s]));
+      if (hbreq_[s] != MPI_REQUEST_NULL && (ps_lost_ || !wait_for(&hbreq_[s], 0.5))) abandon(std::move(hb_[s]));
   }
   WorkerAgent(const WorkerAgent&) = delete;
   WorkerAgent& operator=(const WorkerAgent&) = delete;
@@ -109,6 +100,10 @@ class WorkerAgent {
   // The first caller sends LEAVE; a second (the agent at the deadline, the main thread after
   // its push) does nothing.
   bool claim_leave() { return !leaving_.exchange(true); }
+  // Whether this worker has left (LEAVE sent, by either thread): the main thread pushes no more.
+  bool left() const { return leaving_; }
+  // The parameter server is lost: the destructor abandons heartbeats in flight without waiting.
+  void ps_lost() { ps_lost_ = true; }
 
   // LEAVE to every shard (with `mpi` held), each send waited for briefly: a shard that does not
   // take it will notice the silence instead.
@@ -142,11 +137,13 @@ class WorkerAgent {
           std::lock_guard<std::mutex> lock(mpi_);
           send_leave(ps_, opts_.num_ps, sig, 1.0);
           std::cout << std::flush;
+          // The step cannot be interrupted: the main thread drops its gradient when it ends and
+          // returns (run_worker); no heartbeat follows the LEAVE.
           std::cerr << "mpi_trainer: " << worker_label(rank_) << ": " << signal_name(sig)
                     << ": the step did not finish within --drain-deadline " << opts_.drain_deadline
                     << " s: abandoned it and left\n"
                     << std::flush;
-          std::_Exit(kExitOk);
+          return;
         }
       }
     }
@@ -181,16 +178,13 @@ class WorkerAgent {
   std::vector<Buffer> hb_;
   std::vector<MPI_Request> hbreq_;
   std::atomic<bool> leaving_{false};
+  std::atomic<bool> ps_lost_{false};
   Clock::time_point notice_at_{};
   std::mutex stop_mutex_;
   std::condition_variable cv_;
   bool stop_ = false;
   std::thread thread_;  // last: starts once the members above exist
 };
-
-// Thrown in the main thread when the MPI library (ULFM) reported the parameter server failed and
-// the survivors are to take it over (WorkerOptions::takeover).
-struct PsFailedInJob {};
 
 }  // namespace
 
@@ -205,13 +199,16 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   // A standby's replicas of the shards (any worker may be made one, at any time), taken with the
   // MPI lock held by the polls below and by the agent while a step computes.
   std::optional<ReplicaHost> replicas(std::in_place, shards);
-  // The MPI library (ULFM) reported shard `s` failed: exit 10, or (a takeover ahead) flag it for
-  // the main thread, which takes the parameter server over at its next exchange.
+  // The MPI library (ULFM) reported shard `s` failed (with `mpi_lock` held, on either thread):
+  // flagged for the main thread, which at its next exchange ends this worker or (a takeover
+  // ahead) takes the parameter server over.
   std::atomic<bool> ps_failed{false};
+  PsLoss reported;  // with `mpi_lock` held
   auto reported_failed = [&](int s) {
-    if (!takeover) parameter_server_lost(rank, s, kReportedByMpi);
+    if (!ps_failed) reported = PsLoss{s, kReportedByMpi, unix_now()};
     ps_failed = true;
   };
+  std::optional<PsLoss> lost;  // the main thread's verdict: the parameter server is lost
   auto take_replicas = [&] {
     try {
       replicas->poll(comm);
@@ -225,25 +222,6 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
                 << std::flush;
     }
   };
-  {
-    const std::lock_guard<std::mutex> lock(lost_mutex);
-    before_lost_exit = [&, rank] {
-      if (!opts.on_ps_lost) return;
-      if (auto r = replicas->assemble(model, part)) {
-        opts.on_ps_lost(*r);
-      } else if (replicas->any() && !opts.quiet) {  // a standby that has not heard from every shard yet
-        std::cerr << "mpi_trainer: " + worker_label(rank) +
-                         " (standby): no replica from every shard yet: the restart resumes from the newest checkpoint\n"
-                  << std::flush;
-      }
-    };
-  }
-  struct ClearHook {
-    ~ClearHook() {
-      const std::lock_guard<std::mutex> lock(lost_mutex);
-      before_lost_exit = nullptr;
-    }
-  } clear_hook;
   // First: heartbeats must flow before anything slow happens here.
   std::optional<WorkerAgent> agent;
   auto start_agent = [&] { agent.emplace(mpi_lock, comm, opts, rank, plan, take_replicas, reported_failed); };
@@ -278,12 +256,14 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   int my_slot = rank - shards, data_slots = 0;  // shard 0's answer to the first join says
 
   // One exchange with every shard: send what is in `send`, receive the replies into `recv` and
-  // the parameters. Returns false when a shard said stop. A shard silent past the deadline is a
-  // lost parameter server: exit 10.
+  // the parameters. kStop when a shard said stop; kFailed when the MPI library (ULFM) reported a
+  // shard failed; kLost (`lost` says how) when a shard stayed silent past the deadline.
+  enum class Reply { kGoOn, kStop, kFailed, kLost };
   Backoff backoff(5, 1000);  // the time from a push to the replies
-  auto round_trip = [&](MsgKind kind) {
+  auto round_trip = [&](MsgKind kind) -> Reply {
     // The first exchange waits for the parameter server to start (it may load a checkpoint).
     const double deadline = kind == MsgKind::kJoin ? std::max(60.0, 10 * opts.failure_timeout) : opts.failure_timeout;
+    if (ps_failed) return Reply::kFailed;  // reported while a step computed: nothing more is sent
     {
       std::lock_guard<std::mutex> lock(mpi_lock);
       for (int s = 0; s < shards; ++s) {
@@ -299,7 +279,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
         }
       }
     }
-    if (ps_failed) throw PsFailedInJob{};
+    if (ps_failed) return Reply::kFailed;
     // Poll with naps instead of MPI_Waitall's busy wait: on a shared node the spin would take
     // the core from the parameter server and the other workers. Shards on this node ring a
     // doorbell with each reply (ps/bell.hpp): while every shard can, the naps may be long, as
@@ -307,7 +287,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     backoff.restart();
     const auto t0 = Clock::now();
     for (;;) {
-      if (ps_failed) throw PsFailedInJob{};  // the heartbeat thread heard it first
+      if (ps_failed) return Reply::kFailed;  // the heartbeat thread heard it first
       int done = 0;
       int rc = MPI_SUCCESS;
       replies.clear();
@@ -324,7 +304,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
         for (std::size_t i = 0; i < reqs.size(); ++i)
           if (ulfm_is_proc_failed(rc == MPI_ERR_IN_STATUS ? statuses[i].MPI_ERROR : rc))
             reported_failed(static_cast<int>(i / 2));
-        if (ps_failed) throw PsFailedInJob{};
+        if (ps_failed) return Reply::kFailed;
         MT_MPI(rc == MPI_ERR_IN_STATUS ? first_error(statuses) : rc);
       }
       if (done) break;
@@ -332,7 +312,8 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
         int silent = 0;
         for (int s = 0; s < shards; ++s)
           if (reqs[static_cast<std::size_t>(2 * s)] != MPI_REQUEST_NULL) silent = s;
-        parameter_server_lost(rank, silent, since(t0));
+        lost = PsLoss{silent, since(t0), unix_now()};
+        return Reply::kLost;
       }
       replies.sleep(backoff);
     }
@@ -358,9 +339,13 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
         MPI_Request req = MPI_REQUEST_NULL;
         isend(b, 0, s, kTagToPs, &req, comm);
         if (const auto& bell = bells[static_cast<std::size_t>(s)]) bell.to_shard().ring();
-        if (!wait_for(&req, opts.failure_timeout)) parameter_server_lost(rank, s, opts.failure_timeout);
+        if (!wait_for(&req, opts.failure_timeout)) {
+          abandon(std::move(b));
+          lost = PsLoss{s, opts.failure_timeout, unix_now()};
+          return Reply::kLost;
+        }
       }
-      return false;
+      return Reply::kStop;
     }
     for (int s = 0; s < shards; ++s) {
       auto& r = recv[static_cast<std::size_t>(s)];
@@ -383,7 +368,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       version[static_cast<std::size_t>(s)] = r.header().model_version;
       global_step = std::max(global_step, r.header().step);
     }
-    return true;
+    return Reply::kGoOn;
   };
   // After a reply: a notice ends this worker here (its last step is pushed), and --revoke
   // entries for this global step fire.
@@ -437,7 +422,8 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   // newest checkpoint.
   WorkerResult res;
   bool packed = false;  // a synthetic gradient in the send buffers
-  auto recover = [&]() -> std::optional<Takeover> {
+  enum class Recovered { kRejoin, kBecamePs, kLost };  // kBecamePs: res.takeover; kLost: `lost`
+  auto recover = [&]() -> Recovered {
     const double lost_at = unix_now();
     agent.reset();  // no heartbeats to the dead; MPI is this thread's alone from here
     const std::lock_guard<std::mutex> lock(mpi_lock);
@@ -462,46 +448,57 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       packed = false;
       replicas->close();
       std::string why;
-      std::optional<TakeoverPlan> plan = agree_takeover(
+      std::optional<TakeoverPlan> agreed = agree_takeover(
           comm, SurvivorOffer{held ? held->global_step : -1, global_step, rank, -1, my_slot}, shards, &why);
-      if (!plan) {  // a standby writes its replica for the restart (parameter_server_lost)
+      if (!agreed) {  // a standby writes its replica for the restart (end_lost)
         if (!opts.quiet) std::cerr << "mpi_trainer: " + worker_label(rank) + ": " + why + ": no takeover\n" << std::flush;
-        parameter_server_lost(rank, 0, kReportedByMpi);
+        lost = PsLoss{0, kReportedByMpi, lost_at};
+        return Recovered::kLost;
       }
       ++res.takeovers;
-      if (plan->shard < 0) {
-        comm = plan->comm;
-        return std::nullopt;
+      if (agreed->shard < 0) {
+        comm = agreed->comm;
+        return Recovered::kRejoin;
       }
-      MT_ASSERT(plan->shard == 0 && held, "the replica's holder becomes shard 0");
+      MT_ASSERT(agreed->shard == 0 && held, "the replica's holder becomes shard 0");
       Takeover t;
-      t.comm = plan->comm;
-      t.first_step = plan->first_step;
+      t.comm = agreed->comm;
+      t.first_step = agreed->first_step;
       t.replica = std::move(*held);
-      t.worker_ranks = std::move(plan->worker_ranks);
-      t.worker_slots = std::move(plan->worker_slots);
-      t.lost_shards = std::move(plan->lost_shards);
+      t.worker_ranks = std::move(agreed->worker_ranks);
+      t.worker_slots = std::move(agreed->worker_slots);
+      t.lost_shards = std::move(agreed->lost_shards);
       t.data_slots = data_slots;
       t.lost_at = lost_at;
       t.takeovers = res.takeovers;
-      return t;
+      t.plan = std::move(plan);
+      res.takeover = std::move(t);
+      return Recovered::kBecamePs;
     } catch (const ProcessFailed&) {  // another process failed during the takeover
-      parameter_server_lost(rank, 0, kReportedByMpi);
+      lost = PsLoss{0, kReportedByMpi, lost_at};
+      return Recovered::kLost;
     }
   };
   // One exchange (round_trip); when the parameter server is lost in it (a takeover ahead): take
-  // it over, or join the survivors' parameter server (lost too: again).
-  enum class Exchange { kGoOn, kStopped, kBecamePs };
+  // it over, or join the survivors' parameter server (lost too: again). kLost: `lost` says how.
+  enum class Exchange { kGoOn, kStopped, kBecamePs, kLost };
   auto exchange = [&](MsgKind kind) -> Exchange {
     for (;;) {
-      try {
-        return round_trip(kind) ? Exchange::kGoOn : Exchange::kStopped;
-      } catch (const PsFailedInJob&) {  // a push in flight is lost with the parameter server
+      switch (round_trip(kind)) {  // kFailed: a push in flight is lost with the parameter server
+        case Reply::kGoOn: return Exchange::kGoOn;
+        case Reply::kStop: return Exchange::kStopped;
+        case Reply::kLost: return Exchange::kLost;
+        case Reply::kFailed: break;
       }
-      if (std::optional<Takeover> t = recover()) {
-        t->plan = std::move(plan);
-        res.takeover = std::move(t);
-        return Exchange::kBecamePs;
+      if (!takeover) {
+        const std::lock_guard<std::mutex> lock(mpi_lock);
+        lost = reported;
+        return Exchange::kLost;
+      }
+      switch (recover()) {
+        case Recovered::kBecamePs: return Exchange::kBecamePs;
+        case Recovered::kLost: return Exchange::kLost;
+        case Recovered::kRejoin: break;
       }
       ps_failed = false;
       replicas.emplace(shards);
@@ -510,8 +507,47 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
       kind = MsgKind::kJoin;
     }
   };
+  // The parameter server is lost (`lost`), no takeover follows: this worker says so, a standby
+  // writes its replica as the newest checkpoint (WorkerOptions::on_ps_lost), and it returns
+  // kExitPsLost with `ps_lost` set. Nothing on the way out waits on MPI (Open MPI 4.1 never
+  // completes a send to a dead peer): heartbeats, replica receives and exchange buffers in flight
+  // are abandoned, kept to the end of the process, whose main leaves without MPI_Finalize.
+  auto end_lost = [&]() -> WorkerResult {
+    if (agent) {
+      agent->ps_lost();
+      agent.reset();
+    }
+    const std::lock_guard<std::mutex> lock(mpi_lock);
+    unlink_pending_segments();
+    std::cout << std::flush;
+    std::cerr << loss_line(rank, *lost) << std::flush;
+    if (opts.on_ps_lost) {
+      try {
+        if (auto r = replicas->assemble(model, part)) {
+          opts.on_ps_lost(*r);
+        } else if (replicas->any() && !opts.quiet) {  // a standby that has not heard from every shard yet
+          std::cerr << "mpi_trainer: " + worker_label(rank) +
+                           " (standby): no replica from every shard yet: the restart resumes from the newest checkpoint\n"
+                    << std::flush;
+        }
+      } catch (...) {
+        const ErrorReport e = describe_error(std::current_exception());
+        std::cerr << "mpi_trainer: " + worker_label(rank) + ": error: " + e.what + "\n" << std::flush;
+      }
+    }
+    replicas->abandon_receives();
+    for (int s = 0; s < shards; ++s) {
+      const auto k = static_cast<std::size_t>(s);
+      if (reqs[static_cast<std::size_t>(2 * s)] != MPI_REQUEST_NULL) abandon(std::move(recv[k]));
+      if (reqs[static_cast<std::size_t>(2 * s + 1)] != MPI_REQUEST_NULL) abandon(std::move(send[k]));
+    }
+    res.exit_code = kExitPsLost;
+    res.ps_lost = true;
+    return std::move(res);
+  };
   prepare_join(true);
   const Exchange joined = exchange(MsgKind::kJoin);
+  if (joined == Exchange::kLost) return end_lost();
   if (joined == Exchange::kBecamePs) return res;
   if (joined == Exchange::kStopped) {
     res.exit_code = failed_code;
@@ -544,6 +580,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
   for (;;) {
     StepComputer::Step st;
     if (computer) st = computer->step(params, grads, batch_stats);
+    if (agent->left()) break;  // at --drain-deadline, while this step computed: its gradient is dropped
     for (int s = 0; s < shards; ++s) {
       Buffer& b = send[static_cast<std::size_t>(s)];
       MsgHeader& h = b.header();
@@ -567,6 +604,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
     packed = true;
     ++res.pushes;
     const Exchange more = exchange(MsgKind::kPush);
+    if (more == Exchange::kLost) return end_lost();
     if (more == Exchange::kBecamePs) return res;
     if (more == Exchange::kStopped) {
       // The end: a clean one may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
