@@ -451,37 +451,6 @@ void PsReport::report_evals(const std::vector<BackgroundEval::Done>& done) {
   }
 }
 
-std::string run_status_path(const TrainConfig& cfg) {
-  if (!cfg.status_file.empty()) return cfg.status_file;
-  if (cfg.ckpt_dir.empty()) return {};
-  return (std::filesystem::path(cfg.ckpt_dir) / "run-status.json").string();
-}
-
-void write_run_status(const std::string& path, nlohmann::ordered_json fields) {
-  if (path.empty()) return;
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  fields["pid"] = static_cast<long>(getpid());
-  fields["host"] = host;
-  fields["unix_time"] = unix_now();
-  write_file_atomically(path, fields.dump() + '\n');
-}
-
-void write_failed_status(const TrainConfig& cfg, int exit_code, const std::string& what) {
-  try {
-    write_run_status(run_status_path(cfg), nlohmann::ordered_json{{"state", "failed"},
-                                                                  {"exit_code", exit_code},
-                                                                  {"global_step", nullptr},
-                                                                  {"train_steps", cfg.train_steps > 0
-                                                                                      ? nlohmann::ordered_json(cfg.train_steps)
-                                                                                      : nlohmann::ordered_json()},
-                                                                  {"error", what}});
-  } catch (...) {
-  }
-}
-
 void PsReport::write_status(const std::string& state, std::int64_t global_step, int exit_code, int revocations,
                             const std::string& error) {
   if (!lead()) return;

@@ -25,6 +25,11 @@
 
 namespace mt {
 
+// Thrown out of Shard::run when another shard is lost and the survivors take it over
+// (PsOptions::takeover): run_ps takes part in the takeover and goes on as a shard of the new
+// parameter server.
+struct ShardTakeover {};
+
 class Shard {
  public:
   Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedule, Backend& update, FaultPlan plan,
