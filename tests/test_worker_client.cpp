@@ -1,0 +1,168 @@
+// ps/worker_client (the worker's exchange core) against a fake shard: this process itself over
+// MPI_COMM_SELF (a singleton MPI, no launcher). The test plays shard 0: it posts the shard's
+// receive of the push and the reply before the client's exchange, then reads what arrived. Built
+// into mt_ps_transport_tests (its main starts MPI); CTest runs these as `worker_client` ([client]).
+// Each answer the fault-tolerance layer acts on: ok, stop (clean, failed), a silent shard, a
+// shard the MPI library reported failed.
+#include <mpi.h>
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "nn/resnet.hpp"
+#include "ps/mpi_env.hpp"
+#include "ps/transport.hpp"
+#include "ps/worker_client.hpp"
+
+using namespace mt;
+
+namespace {
+
+// One client of a one-shard parameter server at rank 0 of MPI_COMM_SELF, and the fake shard's side.
+struct Fixture {
+  Model model{parse_model("resnet8")};
+  WorkerOptions opts = [] {
+    WorkerOptions o;
+    o.num_ps = 1;
+    o.batch_size = 32;
+    o.failure_timeout = 0.3;
+    return o;
+  }();
+  std::mutex mpi;
+  std::atomic<bool> ps_failed{false};
+  std::vector<int> reported;  // shards on_failed named
+  int after_tests = 0;
+  WorkerClient client{opts,
+                      model,
+                      MPI_COMM_SELF,
+                      mpi,
+                      ps_failed,
+                      [this](int s) {
+                        reported.push_back(s);
+                        ps_failed = true;
+                      },
+                      [this] { ++after_tests; }};
+  const std::int64_t push_floats = model.param_count() + model.stats().total();
+  Buffer push{push_floats};  // what the shard received
+  Buffer reply{model.param_count()};
+  MPI_Request push_req = MPI_REQUEST_NULL, reply_req = MPI_REQUEST_NULL;
+
+  // The shard's receive of the worker's next message.
+  void shard_receives() { irecv(push, 0, kTagToPs, &push_req, MPI_COMM_SELF); }
+  // The shard's answer, sent ahead: `kind` with `payload` floats of `value`.
+  void shard_replies(MsgKind kind, std::int64_t step, float value, std::int32_t end = 0, int exit_code = 0) {
+    reply.header() = MsgHeader{};
+    reply.header().kind = kind;
+    reply.header().step = step;
+    reply.header().model_version = step;
+    reply.header().end = end;
+    reply.header().exit_code = exit_code;
+    const std::int64_t payload = kind == MsgKind::kParams ? model.param_count() : 0;
+    reply.header().payload = payload;
+    for (std::int64_t i = 0; i < payload; ++i)
+      reply.payload()[i] = value;
+    isend(reply, payload, 0, kTagToWorker, &reply_req, MPI_COMM_SELF);
+  }
+  void settle() {
+    REQUIRE(wait_for(&push_req, 5.0));
+    REQUIRE(wait_for(&reply_req, 5.0));
+  }
+  // The join, answered with parameters of `value`.
+  void join(float value) {
+    client.prepare_join(false);
+    shard_receives();
+    shard_replies(MsgKind::kParams, 0, value);
+    REQUIRE(client.push_pull(MsgKind::kJoin) == WorkerClient::Reply::kOk);
+    settle();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("worker client: a join and a push answered with parameters are ok", "[mpi][ps][client]") {
+  Fixture f;
+  f.join(0.5f);
+  CHECK(f.push.header().kind == MsgKind::kJoin);
+  CHECK(f.push.header().param_count == f.model.param_count());
+  CHECK(f.push.header().batch == 32);
+  CHECK(f.client.params().flat().data()[0] == 0.5f);
+  CHECK(f.after_tests >= 1);
+
+  // A push carries the gradient, the BN batch statistics and the step's header fields.
+  FlatTensors grads(f.model.params()), stats(f.model.stats());
+  for (std::int64_t i = 0; i < grads.flat().numel(); ++i) grads.flat().data()[i] = 0.125f;
+  for (std::int64_t i = 0; i < stats.flat().numel(); ++i) stats.flat().data()[i] = 2.0f;
+  StepComputer::Step st;
+  st.loss = 1.5f;
+  st.cursor = LoaderCursor{3, 96};
+  f.client.prepare_push(st, grads, stats, false);
+  f.shard_receives();
+  f.shard_replies(MsgKind::kParams, 7, 0.25f);
+  REQUIRE(f.client.push_pull(MsgKind::kPush) == WorkerClient::Reply::kOk);
+  f.settle();
+  const MsgHeader& h = f.push.header();
+  CHECK(h.kind == MsgKind::kPush);
+  CHECK(h.payload == f.push_floats);
+  CHECK(h.loss == 1.5f);
+  CHECK(h.cursor_epoch == 3);
+  CHECK(h.cursor_position == 96);
+  CHECK(f.push.payload()[0] == 0.125f);
+  CHECK(f.push.payload()[f.push_floats - 1] == 2.0f);
+  CHECK(f.client.global_step() == 7);
+  CHECK(f.client.params().flat().data()[f.model.param_count() - 1] == 0.25f);
+  CHECK(f.reported.empty());
+}
+
+TEST_CASE("worker client: a stop ends the exchange, clean or with the parameter server's exit code", "[mpi][ps][client]") {
+  for (const bool failed : {false, true}) {
+    Fixture f;
+    f.client.prepare_join(false);
+    f.shard_receives();
+    f.shard_replies(MsgKind::kStop, 0, 0, failed ? kFailedEnd : kCleanEnd, failed ? kExitCheckpoint : 0);
+    REQUIRE(f.client.push_pull(MsgKind::kJoin) == WorkerClient::Reply::kStop);
+    f.settle();
+    CHECK(f.client.clean_end() == !failed);
+    CHECK(f.client.failed_code() == (failed ? kExitCheckpoint : 0));
+  }
+}
+
+TEST_CASE("worker client: a shard silent past --failure-timeout is lost, and said so", "[mpi][ps][fault][client]") {
+  Fixture f;
+  // The first exchange waits for the parameter server to start: max(60 s, 10 x the timeout). A
+  // push waits the timeout: answer the join, then stay silent.
+  f.join(0.5f);
+  FlatTensors grads(f.model.params()), stats(f.model.stats());
+  f.client.prepare_push(StepComputer::Step{}, grads, stats, false);
+  f.shard_receives();  // the push arrives; no reply comes
+  const auto t = Clock::now();
+  REQUIRE(f.client.push_pull(MsgKind::kPush) == WorkerClient::Reply::kLost);
+  const double waited = since(t);
+  CHECK(waited >= 0.3);
+  CHECK(waited < 2.0);
+  CHECK(f.client.loss().shard == 0);
+  CHECK(f.client.loss().waited >= 0.3);
+  CHECK(f.client.loss().at_unix > 0);
+  CHECK(f.reported.empty());
+  // The receive of the reply never completes: the buffer is kept to the end, no MPI call waits.
+  f.client.abandon_in_flight();
+  REQUIRE(wait_for(&f.push_req, 5.0));
+  // A late reply lands in the abandoned buffer, not in a later test's receive.
+  f.shard_replies(MsgKind::kParams, 1, 0.f);
+  REQUIRE(wait_for(&f.reply_req, 5.0));
+}
+
+TEST_CASE("worker client: a shard the MPI library reported failed sends nothing more", "[mpi][ps][fault][client]") {
+  Fixture f;
+  f.client.prepare_join(false);
+  f.ps_failed = true;  // as the heartbeat thread raises it (ULFM) while a step computes
+  f.shard_receives();
+  REQUIRE(f.client.push_pull(MsgKind::kJoin) == WorkerClient::Reply::kFailed);
+  int arrived = 1;
+  MT_MPI(MPI_Test(&f.push_req, &arrived, MPI_STATUS_IGNORE));
+  CHECK_FALSE(arrived);  // nothing was sent
+  MT_MPI(MPI_Cancel(&f.push_req));
+  CHECK(wait_for(&f.push_req, 5.0));
+}
