@@ -3,7 +3,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <chrono>
 #include <vector>
 
 #include "core/error.hpp"
@@ -151,10 +150,6 @@ AttrValue read_attr(hid_t attr, const fs::path& file, const std::string& name) {
       throw CheckpointError(file.string() + ": attribute " + name + " has an unsupported type");
   }
   return v;
-}
-
-double now_unix() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::optional<std::int64_t> step_of(const std::string& name) {

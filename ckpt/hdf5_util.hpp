@@ -76,7 +76,6 @@ struct AttrValue {
 };
 AttrValue read_attr(hid_t attr, const fs::path& file, const std::string& name);
 
-double now_unix();
 // The step of a checkpoint file's name (ckpt-NNNNNNNNNN.h5), or nothing for another name.
 std::optional<std::int64_t> step_of(const std::string& name);
 

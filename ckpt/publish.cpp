@@ -1,6 +1,5 @@
 // Publishing a checkpoint (temporary file, fsync, rename, fsync of the directory, LATEST) and
 // retention of the newest valid ones.
-#include <chrono>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -11,6 +10,7 @@
 #include "ckpt/hdf5_util.hpp"
 #include "ckpt/image.hpp"
 #include "core/atomic_file.hpp"
+#include "core/clock.hpp"
 
 namespace mt::ckpt {
 
@@ -80,29 +80,29 @@ void retain(const fs::path& dir, int keep, const fs::path& written) {
 
 fs::path publish(const fs::path& dir, const Checkpoint& c, int keep, PublishStats* stats) {
   quiet_hdf5();
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw CheckpointError(dir.string() + ": cannot create checkpoint directory: " + ec.message());
   // Not a copy of the checkpoint with the time set (a few MB copied on every write).
-  const double created_unix = c.created_unix != 0 ? c.created_unix : now_unix();
+  const double created_unix = c.created_unix != 0 ? c.created_unix : unix_now();
   const fs::path final_path = dir / file_name(c.global_step);
   const fs::path tmp = fs::path(final_path.string() + ".tmp");
   bool rewritten = false;
   const std::vector<char>& image = file_image(c, created_unix, tmp, &rewritten);
-  const auto t_image = std::chrono::steady_clock::now();
+  const auto t_image = Clock::now();
   write_durably(tmp, image, c.global_step);
-  const auto t1 = std::chrono::steady_clock::now();
+  const auto t1 = Clock::now();
   try {
     rename_durably(tmp, final_path);
   } catch (...) {
     fs::remove(tmp, ec);
     throw;
   }
-  const auto t_durable = std::chrono::steady_clock::now();
+  const auto t_durable = Clock::now();
   // LATEST names the newest checkpoint, for scripts; readers do not depend on it.
   write_file_atomically(dir / "LATEST", final_path.filename().string() + '\n');
-  const auto t2 = std::chrono::steady_clock::now();  // durable and published
+  const auto t2 = Clock::now();  // durable and published
   retain(dir, keep, final_path);
   // Leftovers of an interrupted earlier write are never valid; remove those older than us.
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -113,10 +113,10 @@ fs::path publish(const fs::path& dir, const Checkpoint& c, int keep, PublishStat
     }
   }
   if (stats) {
-    stats->write_seconds = std::chrono::duration<double>(t1 - t0).count();
-    stats->sync_seconds = std::chrono::duration<double>(t2 - t1).count();
-    stats->image_seconds = std::chrono::duration<double>(t_image - t0).count();
-    stats->durable_seconds = std::chrono::duration<double>(t_durable - t0).count();
+    stats->write_seconds = seconds_between(t0, t1);
+    stats->sync_seconds = seconds_between(t1, t2);
+    stats->image_seconds = seconds_between(t0, t_image);
+    stats->durable_seconds = seconds_between(t0, t_durable);
     stats->bytes = static_cast<std::int64_t>(fs::file_size(final_path, ec));
     stats->rewritten = rewritten;
   }

@@ -134,9 +134,6 @@ struct SharedBells {
   SharedBells& operator=(const SharedBells&) = delete;
   PairBells bells() const { return PairBells{static_cast<std::uint32_t*>(mem)}; }
 };
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 }  // namespace
 
 TEST_CASE("doorbell: a ring before the sleep makes it return at once; none, the timeout", "[ps]") {
@@ -149,7 +146,7 @@ TEST_CASE("doorbell: a ring before the sleep makes it return at once; none, the 
   CHECK(*shm.bells().to_worker().count == 0);  // the other direction is its own counter
   const auto t0 = std::chrono::steady_clock::now();
   CHECK(wait_bells(std::span(&bell, 1), std::span(&seen, 1), 10000000));  // rang since `seen`: at once
-  CHECK(seconds_since(t0) < 5);
+  CHECK(since(t0) < 5);
   CHECK(*bell.sleeping == 0);  // lowered again after the sleep
 }
 
@@ -163,11 +160,11 @@ TEST_CASE("doorbell: a ring from another process wakes a sleeper long before its
     // The sleeper: 30 s at most; woken by the parent's ring (exit 0) or not (exit 1).
     const auto t0 = std::chrono::steady_clock::now();
     const bool rang = wait_bells(std::span(&bell, 1), std::span(&seen, 1), 30000000);
-    _exit(rang && seconds_since(t0) < 20 ? 0 : 1);
+    _exit(rang && since(t0) < 20 ? 0 : 1);
   }
   // Ring once the child sleeps (its flag is up); a ring before that also ends its sleep at once.
   const auto t0 = std::chrono::steady_clock::now();
-  while (std::atomic_ref<std::uint32_t>(*bell.sleeping).load() == 0 && seconds_since(t0) < 10)
+  while (std::atomic_ref<std::uint32_t>(*bell.sleeping).load() == 0 && since(t0) < 10)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   bell.ring();
   int status = 0;
@@ -190,12 +187,12 @@ TEST_CASE("doorbell: a sleeper on several doorbells wakes when any one rings", "
   }
   const auto t0 = std::chrono::steady_clock::now();
   std::thread ringer([&] {
-    while (std::atomic_ref<std::uint32_t>(*bells[2].sleeping).load() == 0 && seconds_since(t0) < 10)
+    while (std::atomic_ref<std::uint32_t>(*bells[2].sleeping).load() == 0 && since(t0) < 10)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     bells[2].ring();
   });
   CHECK(wait_bells(bells, seen, 30000000));
-  CHECK(seconds_since(t0) < 20);
+  CHECK(since(t0) < 20);
   ringer.join();
   CHECK(bells[0].seen() == seen[0]);
   CHECK(bells[2].seen() == seen[2] + 1);
@@ -218,6 +215,6 @@ TEST_CASE("doorbell: a polling loop's wait ends at a ring and looks again at onc
   bell.ring();     // ...and a message posted after it
   const auto t0 = std::chrono::steady_clock::now();
   wait.sleep(backoff);
-  CHECK(seconds_since(t0) < 5);
+  CHECK(since(t0) < 5);
   CHECK(backoff.next(1000) == 10);  // rearmed: the reply is there, the next look comes soon
 }

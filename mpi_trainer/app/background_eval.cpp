@@ -76,7 +76,7 @@ void BackgroundEval::run() noexcept {
       }
       // params_/stats_ are not touched by start() while job_ is set.
       d.result = evaluate_test_set(*net, setup_.data.test, setup_.loader, params_, stats_);
-      d.seconds = seconds_since(t0);
+      d.seconds = since(t0);
     } catch (...) {
       error = std::current_exception();
     }

@@ -67,7 +67,7 @@ int calibrate_command(const CalibrateConfig& c, std::ostream& out) {
   for (int i = 0; i < c.warmup + c.steps; ++i) {
     const auto t0 = Clock::now();
     net.train_step(images, labels, params, grads, batch_stats);
-    if (i >= c.warmup) steps.push_back(seconds_since(t0));
+    if (i >= c.warmup) steps.push_back(since(t0));
   }
   const Spread step = spread(steps);
   // The parameter server's work per update under the default policy (dana + gap): the gap-aware
@@ -87,7 +87,7 @@ int calibrate_command(const CalibrateConfig& c, std::ostream& out) {
     std::copy(params.span().begin(), params.span().end(), before.span().begin());
     sgd.step(*host, params, grads, 0.01f, 0.9f);
     gap.track(before.span(), params.span());
-    updates.push_back(seconds_since(t0));
+    updates.push_back(since(t0));
   }
   std::sort(updates.begin(), updates.end());
   const double update = updates[updates.size() / 2];  // the median: a page fault is not the PS

@@ -11,7 +11,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
-#include "ps/clock.hpp"
+#include "core/clock.hpp"
 #include "ps/snapshot.hpp"
 
 namespace mt {

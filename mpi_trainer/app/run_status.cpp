@@ -7,7 +7,7 @@
 
 #include "app/ps_report.hpp"
 #include "core/atomic_file.hpp"
-#include "ps/clock.hpp"
+#include "core/clock.hpp"
 
 namespace mt {
 

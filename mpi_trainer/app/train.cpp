@@ -251,7 +251,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
         << (backend->device_resident() ? backend->name() + ", " : std::string()) << threads
         << " threads, batch " << cfg.batch_size << ", " << cfg.train_steps << " steps, lr "
         << schedule.describe() << (nesterov ? ", Nesterov" : "") << emulating_note(cfg, emulated) << ", setup "
-        << std::fixed << std::setprecision(2) << seconds_since(t_setup) << " s\n";
+        << std::fixed << std::setprecision(2) << since(t_setup) << " s\n";
   }
 
 
@@ -299,7 +299,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     writer->submit(make_checkpoint(model, params, sgd.velocity(), stats, p, config_json, setup.job, writer->take_spare()));
     const bool durable = wait_until_durable(*writer, cfg);  // durable (or failed) before the next step
     last_ckpt = Clock::now();
-    const double stall = seconds_since(t0);
+    const double stall = since(t0);
     metrics.write(nlohmann::ordered_json{{"event", "checkpoint_snapshot"}, {"global_step", step},
                                          {"stall_seconds", stall}, {"durable_before_training", durable}});
   };
@@ -365,7 +365,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     }
     if (writer && !last &&
         ((cfg.ckpt_every_steps > 0 && (step + 1) % cfg.ckpt_every_steps == 0) ||
-         (cfg.ckpt_every_seconds > 0 && seconds_since(last_ckpt) >= cfg.ckpt_every_seconds))) {
+         (cfg.ckpt_every_seconds > 0 && since(last_ckpt) >= cfg.ckpt_every_seconds))) {
       checkpoint(step + 1, lr, train_seconds);
       report_written();
     }
@@ -399,7 +399,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     writer->flush();
     report_written();
     if (!stop_reason.empty() && tally.durable_step == res.global_step) {
-      const double dt = seconds_since(stop_at);
+      const double dt = since(stop_at);
       metrics.write(nlohmann::ordered_json{{"event", "stop_checkpoint_durable"}, {"global_step", res.global_step},
                                            {"seconds_after_stop", dt}});
       if (!cfg.quiet)
@@ -432,7 +432,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   to_host();
   const auto t_eval = Clock::now();
   const auto ev = evaluate_test_set(net, data.test, lo, params, stats);
-  const double eval_seconds = seconds_since(t_eval);
+  const double eval_seconds = since(t_eval);
   res.train_seconds = prev.train_seconds + train_seconds;
   res.test_accuracy = ev.accuracy;
   res.test_loss = ev.loss;

@@ -270,7 +270,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
     if (window_pushes > 0 && (done_steps % log_every == 0 || last)) {
       const double dt = std::max(now - window_start, 1e-12);
       const double done = double(done_steps) / double(c.train_steps);
-      const double real = seconds_since(t_start);
+      const double real = since(t_start);
       const double mean_staleness = window_staleness / double(window_pushes);
       // The live prediction (app/plan.hpp): each active worker's pushes per virtual second, the
       // virtual cluster's bill so far.
@@ -358,7 +358,7 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
         {"rank", w.rank}, {"instance_type", w.type}, {"pushes", w.pushes}, {"virtual_seconds", billed}});
   }
   res.global_step = step;
-  res.train_seconds = seconds_since(t_start);
+  res.train_seconds = since(t_start);
   res.cost_usd = cost;
   res.images_per_second = double(step * c.batch_size) / std::max(now, 1e-12);
   const int notice = notice_signal();

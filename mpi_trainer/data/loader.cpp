@@ -178,7 +178,7 @@ const Batch& BatchLoader::next() {
   if (produced_ == consumed_ && !error_) {
     const auto t0 = Clock::now();
     ready_cv_.wait(lock, [&] { return produced_ > consumed_ || error_; });
-    wait_seconds_ += seconds_since(t0);
+    wait_seconds_ += since(t0);
   }
   // Batches finished before a failure are still delivered; the error surfaces in order.
   if (produced_ == consumed_) std::rethrow_exception(error_);

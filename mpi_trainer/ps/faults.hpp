@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ps/clock.hpp"
+#include "core/clock.hpp"
 
 namespace mt {
 

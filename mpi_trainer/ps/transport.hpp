@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ps/bell.hpp"
-#include "ps/clock.hpp"
+#include "core/clock.hpp"
 #include "ps/protocol.hpp"
 #include "ps/shm.hpp"
 

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "ps/clock.hpp"
+#include "core/clock.hpp"
 #include "ps/faults.hpp"
 #include "ps/ps.hpp"
 #include "ps/transport.hpp"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "ps/clock.hpp"
+#include "core/clock.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/ulfm.hpp"
 
