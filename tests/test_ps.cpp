@@ -1,5 +1,6 @@
 // The parameter-server runtime's parts that need no MPI job: membership transitions, the failure
-// detector on a fake clock, the learning-rate / momentum policy, and snapshot consistency.
+// detector on a fake clock, the learning-rate / momentum policy, snapshot consistency, and shard
+// 0's cadence of progress reports, checkpoints and evaluations.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
+#include "ps/cadence.hpp"
 #include "ps/membership.hpp"
 #include "ps/partition.hpp"
 #include "ps/snapshot.hpp"
@@ -334,4 +336,40 @@ TEST_CASE("snapshot: the state at the request, not what the shard applied after 
     same = same && packed[i] == 0.5f * static_cast<float>(i) && vpacked[i] == -static_cast<float>(i);
   CHECK(same);
   CHECK(s.bn_stats.flat().data()[0] == 3.f);
+}
+
+TEST_CASE("cadence: progress, checkpoints and evaluations fall due at their steps and seconds", "[unit][ps]") {
+  PsOptions o;
+  o.train_steps = 100;
+  o.log_every_steps = 10;
+  o.ckpt_every_steps = 25;
+  o.eval_every_steps = 20;
+  auto at = [&](std::int64_t step, bool stopping = false, double since_ckpt = 0) {
+    return cadence_after_step(o, step, stopping, true, true, since_ckpt);
+  };
+  CHECK(at(10).progress);
+  CHECK_FALSE(at(11).progress);
+  CHECK(at(100).progress);  // the last step reports, whatever the interval
+  CHECK(at(25).checkpoint);
+  CHECK_FALSE(at(24).checkpoint);
+  CHECK(at(40).eval);
+  CHECK_FALSE(at(40).checkpoint);
+  CHECK_FALSE(at(30).eval);
+  // The last step and a stop under way take neither: the final checkpoint and evaluation follow.
+  CHECK_FALSE(at(100).checkpoint);
+  CHECK_FALSE(at(100).eval);
+  CHECK(at(50, true).progress);
+  CHECK_FALSE(at(50, true).checkpoint);
+  CHECK_FALSE(at(60, true).eval);
+  // --ckpt-every-seconds: due once the interval has passed, at any step.
+  o.ckpt_every_seconds = 30;
+  CHECK(at(7, false, 30.0).checkpoint);
+  CHECK_FALSE(at(7, false, 29.9).checkpoint);
+  // Nothing the sink does not take; an interval of 0 is never due; --log-every-steps 0 is every step.
+  CHECK_FALSE(cadence_after_step(o, 25, false, false, false, 100).checkpoint);
+  CHECK_FALSE(cadence_after_step(o, 40, false, false, false, 0).eval);
+  o.eval_every_steps = 0;
+  o.log_every_steps = 0;
+  CHECK_FALSE(at(40).eval);
+  CHECK(at(41).progress);
 }

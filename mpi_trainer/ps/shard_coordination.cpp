@@ -12,6 +12,7 @@
 #include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "optim/optimizer.hpp"
+#include "ps/cadence.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/recovery.hpp"
 #include "ps/ulfm.hpp"
@@ -56,14 +57,11 @@ void Shard::take_joins() {
 }
 
 void Shard::after_step(double lr) {
-  const auto log_every = std::max<std::int64_t>(1, opts_.log_every_steps);
-  if (step_ % log_every == 0 || step_ == opts_.train_steps) report_progress(lr);
-  if (step_ >= opts_.train_steps || stop_at_) return;  // the final checkpoint and evaluation follow
-  unsigned want = 0;
-  if (sink_.checkpoints() && ((opts_.ckpt_every_steps > 0 && step_ % opts_.ckpt_every_steps == 0) ||
-                              (opts_.ckpt_every_seconds > 0 && since(last_ckpt_) >= opts_.ckpt_every_seconds)))
-    want |= kForCheckpoint;
-  if (sink_.evaluates() && opts_.eval_every_steps > 0 && step_ % opts_.eval_every_steps == 0) {
+  const CadenceDecision due = cadence_after_step(opts_, step_, stop_at_.has_value(), sink_.checkpoints(),
+                                                 sink_.evaluates(), since(last_ckpt_));
+  if (due.progress) report_progress(lr);
+  unsigned want = due.checkpoint ? kForCheckpoint : 0u;
+  if (due.eval) {
     if (sink_.eval_busy() || (gather_->gathering() && (gather_->purposes() & kForEval)))
       events_.eval_skipped(step_);
     else
