@@ -108,6 +108,14 @@ void write_usage_error_status(int argc, char** argv, const std::string& what) {
   write_failed_status(c, kExitUsage, what);
 }
 
+// The end of an MPI process's run: MPI_Finalize within the run's bound, or none (a lost
+// parameter server, a takeover), and then main ends the process (mpi_left_unfinalized).
+int end_mpi(MpiSession& mpi, const TrainResult& r) {
+  if (!r.skip_finalize) return mpi.finalize(r.exit_code, r.finalize_timeout_s);
+  mpi.leave_unfinalized();
+  return r.exit_code;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -349,12 +357,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
         // Elastic joins accept on a thread while the loop serves workers: MPI_THREAD_MULTIPLE.
         MpiSession mpi(&argc, &argv, cfg.max_workers > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
         try {
-          const TrainResult r = train_distributed(cfg, mpi, out);
-          if (r.skip_finalize) {  // main ends the process (mpi_left_unfinalized)
-            mpi.leave_unfinalized();
-            return r.exit_code;
-          }
-          return mpi.finalize(r.exit_code, r.finalize_timeout_s);
+          return end_mpi(mpi, train_distributed(cfg, mpi, out));
         } catch (...) {
           // No MPI_Abort (a banner per rank, and a worker's error must not end the job): a
           // parameter server that failed has told its workers (run_ps); a worker that failed is
@@ -385,11 +388,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
         r = TrainResult{};
         r.exit_code = e.exit_code();
       }
-      if (r.skip_finalize) {  // main ends the process (mpi_left_unfinalized)
-        mpi.leave_unfinalized();
-        return r.exit_code;
-      }
-      return mpi.finalize(r.exit_code, r.finalize_timeout_s);
+      return end_mpi(mpi, r);
     } else if (*info_cmd) {
       const Model model(parse_model(info_model));
       out << "model: " << model.spec().name << '\n';

@@ -57,8 +57,10 @@ void Shard::take_joins() {
 }
 
 void Shard::after_step(double lr) {
+  // The clock is read only when a checkpoint interval in seconds asks for it (every update here).
+  const double since_ckpt = opts_.ckpt_every_seconds > 0 ? since(last_ckpt_) : 0.0;
   const CadenceDecision due = cadence_after_step(opts_, step_, stop_at_.has_value(), sink_.checkpoints(),
-                                                 sink_.evaluates(), since(last_ckpt_));
+                                                 sink_.evaluates(), since_ckpt);
   if (due.progress) report_progress(lr);
   unsigned want = due.checkpoint ? kForCheckpoint : 0u;
   if (due.eval) {
