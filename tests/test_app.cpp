@@ -20,7 +20,7 @@
 #include "data/dataset.hpp"
 #include "core/error.hpp"
 #include "core/line_output.hpp"
-#include "ps/faults.hpp"
+#include "ps/ps.hpp"
 #include "test_util.hpp"
 
 using namespace mt;

@@ -1,6 +1,7 @@
 // The parameter-server runtime's parts that need no MPI job: membership transitions, the failure
-// detector on a fake clock, the learning-rate / momentum policy, snapshot consistency, and shard
-// 0's cadence of progress reports, checkpoints and evaluations.
+// detector on a fake clock, the learning-rate / momentum policy, snapshot consistency, shard 0's
+// cadence of progress reports, checkpoints and evaluations, the standbys' bookkeeping, and a
+// surviving shard's options after a takeover.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "ps/membership.hpp"
 #include "ps/partition.hpp"
 #include "ps/snapshot.hpp"
+#include "ps/standbys.hpp"
 #include "ps/update_policy.hpp"
 
 using namespace mt;
@@ -372,4 +374,56 @@ TEST_CASE("cadence: progress, checkpoints and evaluations fall due at their step
   o.log_every_steps = 0;
   CHECK_FALSE(at(40).eval);
   CHECK(at(41).progress);
+}
+
+TEST_CASE("standbys: the lowest-ranked working workers, and why they changed", "[unit][ps]") {
+  Membership ms(4, deadlines());
+  Member& a = ms.add(2, MPI_COMM_WORLD, 2, 0, "k80", t0);
+  Member& b = ms.add(3, MPI_COMM_WORLD, 3, 1, "k80", t0);
+  Member& c = ms.add(4, MPI_COMM_WORLD, 4, 2, "k80", t0);
+  CHECK(choose_standbys(ms, 1).empty());  // nobody has joined yet: nobody can hold a replica
+  for (Member* m : {&a, &b, &c})
+    Membership::joined(*m, t0 + 1s, false);
+  auto ranks = [](const std::vector<ReplicaSender::Dest>& d) {
+    std::vector<int> out;
+    for (const auto& x : d)
+      out.push_back(x.id);
+    return out;
+  };
+  CHECK(ranks(choose_standbys(ms, 1)) == std::vector<int>{2});
+  CHECK(ranks(choose_standbys(ms, 2)) == std::vector<int>{2, 3});
+  CHECK(ranks(choose_standbys(ms, 5)) == std::vector<int>{2, 3, 4});  // no more than there are
+  CHECK(choose_standbys(ms, 2).front().peer == 2);
+  CHECK(standby_change({}, {2}, ms) == StandbyChange::kFirst);
+  CHECK(standby_change({2}, {2}, ms) == StandbyChange::kNone);
+  Membership::departed(a, /*lost=*/true, t0 + 5s);  // the standby is lost: the next one takes its place
+  CHECK(ranks(choose_standbys(ms, 1)) == std::vector<int>{3});
+  CHECK(standby_change({2}, {3}, ms) == StandbyChange::kGone);
+  // Every standby still works, but another (lower-ranked, earlier member) is now chosen first.
+  CHECK(standby_change({4}, {3}, ms) == StandbyChange::kLowerJoined);
+  // A draining worker still holds replicas; a finished one does not.
+  ms.drain();
+  CHECK(ranks(choose_standbys(ms, 1)) == std::vector<int>{3});
+  Membership::finished(b, t0 + 6s);
+  CHECK(ranks(choose_standbys(ms, 1)) == std::vector<int>{4});
+}
+
+TEST_CASE("takeover: a surviving shard's options on the survivors' communicator", "[unit][ps]") {
+  PsOptions o;
+  o.num_ps = 2;
+  o.ps_standby = 3;
+  o.hand_over = true;
+  // Two workers survive (launched ranks 3 and 5, data slots 1 and 0 of 3), the newest step seen 120.
+  serve_survivors(o, MPI_COMM_SELF, {3, 5}, {1, 0}, 3, 120, 1);
+  CHECK(o.comm == MPI_COMM_SELF);
+  CHECK(o.worker_ranks == std::vector<int>{3, 5});
+  CHECK(o.worker_slots == std::vector<int>{1, 0});
+  CHECK(o.slots == 3);  // the data slots stay: a lost worker's slot waits for a join
+  CHECK(o.first_step == 120);
+  CHECK(o.self_rank == 1);
+  CHECK(o.ps_standby == 2);  // no more standbys than workers
+  CHECK(o.hand_over);
+  serve_survivors(o, MPI_COMM_SELF, {}, {}, 3, 130, 1);  // no worker left: no standby, no handover
+  CHECK(o.ps_standby == 0);
+  CHECK_FALSE(o.hand_over);
 }

@@ -12,7 +12,7 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/clock.hpp"
-#include "ps/snapshot.hpp"
+#include "ps/ps.hpp"
 
 namespace mt {
 

@@ -6,8 +6,7 @@
 #include <vector>
 
 #include "app/emulation.hpp"
-#include "ps/faults.hpp"
-#include "ps/ulfm.hpp"
+#include "ps/ps.hpp"
 #include "data/dataset.hpp"
 #include "nn/resnet.hpp"
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "app/emulation.hpp"
-#include "ps/faults.hpp"
+#include "ps/ps.hpp"
 
 namespace mt {
 

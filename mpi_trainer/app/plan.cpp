@@ -14,7 +14,7 @@
 #include "app/metrics.hpp"
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
-#include "ps/faults.hpp"
+#include "ps/ps.hpp"
 
 namespace mt {
 

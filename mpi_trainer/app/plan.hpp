@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cost.hpp"
-#include "ps/faults.hpp"
+#include "ps/ps.hpp"
 
 namespace mt {
 

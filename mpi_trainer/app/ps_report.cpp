@@ -13,9 +13,8 @@
 #include "app/device.hpp"
 #include "app/emulation.hpp"
 #include "core/atomic_file.hpp"
-#include "ps/faults.hpp"
+#include "ps/ps.hpp"
 #include "ps/update_policy.hpp"
-#include "ps/ulfm.hpp"
 
 namespace mt {
 

@@ -18,8 +18,8 @@
 #include "app/plan.hpp"
 #include "app/run_setup.hpp"
 #include "ckpt/async_writer.hpp"
+#include "core/clock.hpp"
 #include "ps/ps.hpp"
-#include "ps/transport.hpp"
 
 namespace mt {
 

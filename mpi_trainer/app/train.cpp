@@ -20,7 +20,7 @@
 #include "app/cluster_sim.hpp"
 #include "app/cost.hpp"
 #include "ckpt/async_writer.hpp"
-#include "ps/faults.hpp"
+#include "ps/ps.hpp"
 #include "app/device.hpp"
 #include "app/emulation.hpp"
 #include "app/metrics.hpp"

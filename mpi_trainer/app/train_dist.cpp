@@ -25,11 +25,8 @@
 #include "app/run_setup.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
-#include "ps/joins.hpp"
-#include "ps/mpi_env.hpp"
 #include "ps/ps.hpp"
-#include "ps/transport.hpp"
-#include "ps/ulfm.hpp"
+#include "ps/mpi_env.hpp"
 
 namespace mt {
 

@@ -19,7 +19,7 @@
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
 #include "optim/optimizer.hpp"
-#include "ps/faults.hpp"
+#include "ps/ps.hpp"
 #include "ps/update_policy.hpp"
 
 namespace mt {

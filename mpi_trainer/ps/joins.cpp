@@ -15,7 +15,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
-#include "ps/faults.hpp"
+#include "ps/notices.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/transport.hpp"
 

@@ -33,10 +33,5 @@ class JoinListener {
   std::shared_ptr<Queue> queue_;
 };
 
-// `mpi_trainer join`: waits up to 60 s for the port file, connects (one joiner at a time) and
-// returns the intercommunicator to the parameter server, with errors returned. Throws Error with
-// exit 10 when no parameter server answers. A notice (SIGTERM, SIGUSR1) while waiting returns
-// MPI_COMM_NULL (or, during the connect itself, exits 0): the worker leaves before joining.
-MPI_Comm connect_to_parameter_server(const std::string& port_file);
 
 }  // namespace mt

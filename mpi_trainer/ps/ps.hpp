@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,7 +21,7 @@
 #include "nn/params.hpp"
 #include "nn/resnet.hpp"
 #include "optim/schedule.hpp"
-#include "ps/faults.hpp"
+#include "ps/fault_injection.hpp"
 
 namespace mt {
 
@@ -369,5 +370,46 @@ struct WorkerResult {
 // with `ps_lost` and kExitPsLost when the parameter server is lost; never ends the process.
 WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm ps, int rank, FaultPlan plan,
                         const std::function<std::unique_ptr<StepComputer>()>& make_computer);
+
+// What this build of the runtime uses, and what the app needs of MPI beside run_ps and
+// run_worker (the MPI session itself is ps/mpi_env.hpp's MpiSession).
+
+// Whether this build uses ULFM (the configure-time probe passed and MT_ULFM was not OFF).
+bool ulfm_available();
+
+// What this build uses, for --version and the run's first metrics line (no MPI_Init needed):
+// the MPI library ("Open MPI v5.0.11"), how failures are detected ("ulfm+heartbeat": the library
+// reports failed processes, heartbeats catch hung ones; "heartbeat": --failure-timeout only), and
+// the launcher it was built with (CMake's MPIEXEC_EXECUTABLE; empty when unknown).
+std::string mpi_library_name();
+std::string failure_detection();
+std::string mpi_launcher_path();
+
+// Linux lets a sleep overrun by the thread's timer slack, 50 us by default: longer than the short
+// naps of the polling loops. Lowers it for this process; a failure is reported on `log` and ignored.
+void precise_naps(std::ostream& log);
+
+// The largest of each of `values` over every rank of `comm` (MPI_Iallreduce; at most 8), or
+// nothing when not every rank took part within `seconds` (one died before getting here): then
+// the request is left pending and `comm` must see no other collective.
+std::optional<std::vector<int>> max_over_ranks(const std::vector<int>& values, MPI_Comm comm, double seconds);
+
+// `mpi_trainer join`: waits up to 60 s for the port file, connects (one joiner at a time) and
+// returns the intercommunicator to the parameter server, with errors returned. Throws Error with
+// exit 10 when no parameter server answers. A notice (SIGTERM, SIGUSR1) while waiting returns
+// MPI_COMM_NULL (or, during the connect itself, exits 0): the worker leaves before joining.
+MPI_Comm connect_to_parameter_server(const std::string& port_file);
+
+// A checkpoint's optimizer state from a shard's state buffers (a snapshot's, or a replica's).
+
+// The mean of `momenta` into `out` (a checkpoint's /optimizer/momentum under dana).
+void mean_momentum(std::span<const FlatTensors> momenta, FlatTensors& out);
+// The snapshot's view of `state` (the momenta, then the gap's mean steps if `gap`): `momentum` is
+// the one momentum or, under dana, `mean` filled with the slots' mean.
+struct StateView {
+  const FlatTensors& momentum;
+  ExtraOptimizerState extra;
+};
+StateView view_state(const std::vector<FlatTensors>& state, int momenta, bool gap, FlatTensors& mean);
 
 }  // namespace mt

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "ps/faults.hpp"
+#include "ps/notices.hpp"
 #include "ps/mpi_env.hpp"
 
 namespace mt {

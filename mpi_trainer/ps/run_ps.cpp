@@ -2,18 +2,14 @@
 #include "ps/shard.hpp"
 
 #include <algorithm>
-#include <csignal>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
 
-#include "backend/backend.hpp"
 #include "core/error.hpp"
-#include "optim/optimizer.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/recovery.hpp"
-#include "ps/ulfm.hpp"
 
 namespace mt {
 

@@ -94,9 +94,9 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
     gap_.emplace(velocity(static_cast<std::size_t>(momenta_)));
     gap_before_.resize(static_cast<std::size_t>(mine_));
   }
-  if (opts.ps_standby > 0) replicas_.emplace(std::max<std::int64_t>(1, opts.replica_interval), opts.replica_budget);
+  if (opts.ps_standby > 0) standbys_.emplace(opts, lead(), state_buffers(), events, plan_, self_);
   if (lead())
-    gather_.emplace(model, part_, shard_deadline(opts), momenta_, gap_aware_, opts.comm);
+    coord_.emplace(opts, model, part_, momenta_, gap_aware_, shard_deadline(opts), policy_, members_, events, sink);
   else
     answer_.emplace(shard_, mine_, shard_deadline(opts), state_buffers(), opts.comm);
 }
@@ -105,14 +105,8 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
 // its part, with the global step. Blocking calls are fine here: no worker is served yet.
 void Shard::start_state() {
   model_.init_params(full_, stats_, opts_.seed);
-  if (lead()) {
-    const std::span<FlatTensors> state(state_full_);
-    const PsStart start = sink_.restore(full_, state.first(static_cast<std::size_t>(momenta_)),
-                                        gap_aware_ ? &state_full_.back() : nullptr, stats_, members_.slots());
-    MT_ASSERT(static_cast<int>(start.slot_cursors.size()) == members_.slots(), "a cursor per data slot");
-    start_step_ = std::max(start.global_step, opts_.first_step);
-    slot_cursors_ = start.slot_cursors;
-    gather_->send_start(full_, state_full_, start_step_);
+  if (coord_) {
+    start_step_ = coord_->start(full_, state_full_, stats_);
     part_.pack(0, full_, params_);
     for (std::size_t j = 0; j < state_full_.size(); ++j)
       part_.pack(0, state_full_[j], velocity(j));
@@ -139,7 +133,7 @@ void Shard::stamp_failure(MsgHeader& stop) const {
 bool Shard::reply(Member& m, MsgKind kind) {
   if (!settle_send(m)) return false;
   // A standby's last replica is taken before it stops (it receives while it waits for this reply).
-  if (kind == MsgKind::kStop && replicas_) replicas_->settle(m.rank, opts_.failure_timeout);
+  if (kind == MsgKind::kStop && standbys_) standbys_->settle(m.rank);
   MsgHeader& h = m.send.header();
   h = MsgHeader{};
   h.kind = kind;
@@ -195,30 +189,22 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   }
   if (gap_) gap_->track(before, out);
   current_ = out.data();
-  if (lead()) {
+  if (coord_) {  // shard 0 holds the BatchNorm running statistics
     std::copy(g + mine_, g + mine_ + stats_floats_, batch_stats_.flat().data());
     model_.update_running_stats(stats_, batch_stats_, counts_);
-    m.cursor = LoaderCursor{h.cursor_epoch, h.cursor_position};
-    slot_cursors_[static_cast<std::size_t>(m.slot)] = m.cursor;
   }
   ++step_;
-  if (lead() && step_ == start_step_ + 1) events_.first_step(step_, since(t0_));  // bench/fault_bench.sh
-  if (lead()) events_.pushed(step_, m.rank, h.model_version, since(t0_));
+  if (coord_) coord_->applied(m, h, step_);
   ++m.pushes;
   m.staleness_sum += staleness;
   ++m.window_pushes;
   m.window_images += h.batch;
   m.window_staleness += staleness;
   m.window_step_seconds += h.step_seconds;
-  window_loss_ += h.loss;
-  window_correct_ += h.correct;
-  window_images_ += h.batch;
   total_images_ += h.batch;
   max_staleness_ = std::max(max_staleness_, staleness);
-  ++window_pushes_;
   const bool replied = reply(m, MsgKind::kParams);
-  if (lead()) after_step(lr);
-  if (replicas_) replicate();
+  after_step(lr);
   plan_.at_step(self_, step_);
   return replied;
 }
@@ -290,7 +276,7 @@ void Shard::handle_worker(Member& m) {
         ++dropped_;
         ++step_;
         if (!reply(m, MsgKind::kParams)) return;
-        if (lead()) after_step(policy_.lr(step_ - 1, members_.live(), 0));
+        if (coord_) coord_->after_step(part(), policy_.lr(step_ - 1, members_.live(), 0), stop_at_.has_value());
         plan_.at_step(self_, step_);
         break;
       }
@@ -370,10 +356,11 @@ void Shard::check_notice() {
   if (notice_) return;
   if (const int sig = notice_signal()) {
     notice_ = sig;
-    if ((sig == SIGTERM || sig == SIGUSR1) && opts_.hand_over && replicas_ && lead() && shards_ == 1 && !stop_at_ &&
+    if ((sig == SIGTERM || sig == SIGUSR1) && opts_.hand_over && standbys_ && lead() && shards_ == 1 && !stop_at_ &&
         failure_code_ == 0 && step_ < opts_.train_steps) {
       std::string why;
-      if (hand_over(sig, &why)) return;
+      handed_over_ = standbys_->hand_over(step_, sig, members_, [this] { return replica_content(); }, &why);
+      if (handed_over_) return;
       events_.log("mpi_trainer: parameter server: " + std::string(signal_name(sig)) + ": no handover (" + why +
                   "): checkpointing and stopping the job");
     }
@@ -390,9 +377,9 @@ void Shard::begin_stop(const std::string& why) {
   exit_code_ = kExitRequeue;
   members_.drain();
   events_.stopping(shard_, why, step_, members_.live());
-  if (!lead()) return;
-  if (sink_.checkpoints()) request_snapshot(kForCheckpoint);
-  gather_->send_control(MsgKind::kDrain);
+  if (!coord_) return;
+  if (sink_.checkpoints()) coord_->request_snapshot(kForCheckpoint, part());
+  coord_->tell_shards(MsgKind::kDrain);
 }
 
 PsResult Shard::run() {
@@ -411,12 +398,10 @@ PsResult Shard::run() {
       irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
     }
     start_state();
-    if (lead())
-      for (auto& m : members_.members())
-        m.cursor = slot_cursors_[static_cast<std::size_t>(m.slot)];
     // The reports' set-up (the background evaluator builds a network) before the clock starts.
     if (lead()) events_.started(PsEvents::Started{start_step_, shards_, workers_, policy_.momentum(workers_)});
-    t0_ = window_start_ = last_ckpt_ = Clock::now();
+    t0_ = Clock::now();
+    if (coord_) coord_->clock_started(t0_);
     if (lead() && opts_.max_workers > 0) {
       joins_.emplace(opts_.port_file, nlohmann::ordered_json{{"model", model_.spec().name},
                                                              {"batch_size", opts_.batch_size},

@@ -14,12 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "ps/coordinator.hpp"
 #include "ps/joins.hpp"
 #include "ps/membership.hpp"
 #include "ps/partition.hpp"
-#include "ps/replica.hpp"
 #include "ps/ps.hpp"
 #include "ps/snapshot.hpp"
+#include "ps/standbys.hpp"
 #include "ps/transport.hpp"
 #include "ps/update_policy.hpp"
 
@@ -75,21 +76,11 @@ class Shard {
   void check_notice();
   void begin_stop(const std::string& why);
   void take_joins();
+  // After a step (applied, or dropped as stale): shard 0's coordinator, the standbys' replica.
   void after_step(double lr);
-  // --ps-standby: a replica to the standbys when one is due and the previous one has left.
-  void replicate();
-  void send_replica(const std::vector<ReplicaSender::Dest>& dests, bool handover);
-  // PsOptions::hand_over: a notice hands the parameter server to the standby. False, with `why`:
-  // it could not (no standby; it did not take the replica in time; it refused, having a notice
-  // too: the whole job is being stopped): the shard stops as on any notice.
-  bool hand_over(int signo, std::string* why);
-  std::vector<ReplicaSender::Dest> standbys() const;
-  void report_progress(double lr);
-  // Shard 0: checkpoints and evaluations.
-  std::vector<WorkerUsage> usage() const;
-  double schedule_lr_now() const;
-  void request_snapshot(unsigned purposes);
-  void finish_gather();
+  Coordinator::Part part() const { return Coordinator::Part{step_, current(), velocity_, stats_}; }
+  // What a replica or a handover carries of this shard (ps/standbys.hpp).
+  Standbys::Content replica_content() const;
   void poll_background();
   PsResult finish();
   bool handed_over_ = false;
@@ -132,12 +123,9 @@ class Shard {
   std::optional<JoinListener> joins_;       // shard 0 with --max-workers
   int joined_ = 0;                          // workers that joined through the listener
   int shm_workers_ = 0;                     // workers whose pushes travel through shared memory
-  std::vector<LoaderCursor> slot_cursors_;  // shard 0: each data slot's cursor after its last push
-  std::optional<SnapshotGather> gather_;    // shard 0
-  std::optional<SnapshotAnswer> answer_;    // shards > 0
-  std::optional<ReplicaSender> replicas_;   // --ps-standby > 0
-  std::vector<int> standby_ranks_;          // the standbys of the last replica, for the log
-  double gather_stall_ = 0;
+  std::optional<Coordinator> coord_;        // shard 0
+  std::optional<SnapshotAnswer> answer_;    // shards > 0: shard 0's requests answered
+  std::optional<Standbys> standbys_;        // --ps-standby > 0
 
   // Stopping early: a notice or no worker left; no more pushes are applied.
   std::optional<Clock::time_point> stop_at_;
@@ -145,12 +133,10 @@ class Shard {
   int notice_ = 0;
   int exit_code_ = 0;
   int failure_code_ = 0;           // non-zero: the shard failed; joins and pushes are answered with it
-  bool finals_collected_ = false;  // shard 0 asked the other shards for their final state
 
-  std::int64_t start_step_ = 0, step_ = 0, last_snapshot_step_ = -1;
-  Clock::time_point t0_, window_start_, last_ckpt_;
-  double window_loss_ = 0;
-  std::int64_t window_pushes_ = 0, window_correct_ = 0, window_images_ = 0, total_images_ = 0;
+  std::int64_t start_step_ = 0, step_ = 0;
+  Clock::time_point t0_;
+  std::int64_t total_images_ = 0;
   std::int64_t dropped_ = 0;
   double max_staleness_ = 0;
 };

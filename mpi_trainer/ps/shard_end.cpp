@@ -3,18 +3,10 @@
 #include "ps/shard.hpp"
 
 #include <algorithm>
-#include <csignal>
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <nlohmann/json.hpp>
+#include <exception>
 
-#include "backend/backend.hpp"
 #include "core/error.hpp"
-#include "optim/optimizer.hpp"
 #include "ps/mpi_env.hpp"
-#include "ps/recovery.hpp"
-#include "ps/ulfm.hpp"
 
 namespace mt {
 
@@ -44,7 +36,7 @@ void Shard::end_after_failure(const std::exception_ptr& error) {
   // start-up grace to send its join and get the answer.
   members_.drain();
   try {
-    if (lead() && !finals_collected_ && shards_ > 1) gather_->send_control(MsgKind::kDrain);
+    if (coord_ && !coord_->finals_collected() && shards_ > 1) coord_->tell_shards(MsgKind::kDrain);
     // A message the error interrupted: its answer is the failure, or (answered already) the
     // worker's next message is taken, to be answered so.
     for (auto& m : members_.members()) {
@@ -57,15 +49,10 @@ void Shard::end_after_failure(const std::exception_ptr& error) {
     }
     serve();
     settle_members();
-    if (lead() && !finals_collected_ && shards_ > 1) {
-      finals_collected_ = true;
-      gather_->collect_final(full_, state_full_);
-      gather_->send_control(MsgKind::kStop, 0, /*blocking=*/true);
-      gather_->settle();
-    }
+    if (coord_ && shards_ > 1) coord_->collect_final(full_, state_full_, /*clean=*/false);
   } catch (...) {
   }
-  if (lead()) {
+  if (coord_) {
     try {
       events_.failed(step_, e.exit_code, e.what);
     } catch (...) {
@@ -80,7 +67,7 @@ PsResult Shard::finish() {
   res.run_seconds = since(t0_);
   res.images_per_second = double(total_images_) / std::max(res.run_seconds, 1e-9);
   res.exit_code = exit_code_;
-  if (!lead()) {
+  if (!coord_) {
     const std::int32_t end = answer_->finish(step_, current(), velocity_);
     res.clean_end = end == kCleanEnd && members_.lost() == 0;
     return res;
@@ -89,29 +76,27 @@ PsResult Shard::finish() {
   part_.unpack(0, current(), full_);
   for (std::size_t j = 0; j < state_full_.size(); ++j)
     part_.unpack(0, velocity(j), state_full_[j]);
-  finals_collected_ = true;
-  gather_->collect_final(full_, state_full_);
-  gather_->send_control(MsgKind::kStop, members_.lost() == 0 ? kCleanEnd : 0, /*blocking=*/true);
-  gather_->settle();
+  coord_->collect_final(full_, state_full_, /*clean=*/members_.lost() == 0);
   const StateView state = view_state(state_full_, momenta_, gap_aware_, mean_momentum_);
+  SnapshotMeta meta = coord_->meta(step_);
   const Snapshot final_state{full_,
                              state.momentum,
                              stats_,
                              step_,
-                             slot_cursors_,
+                             std::move(meta.slot_cursors),
                              res.run_seconds,
-                             schedule_lr_now(),
-                             usage(),
+                             meta.lr,
+                             std::move(meta.workers),
                              state.extra};
-  PsEvents::Finished done{final_state, start_step_,   last_snapshot_step_, res.images_per_second,
+  PsEvents::Finished done{final_state, start_step_, coord_->last_snapshot_step(), res.images_per_second,
                           shards_,     workers_,      joined_,             members_.lost(),
                           members_.left(), shm_workers_, max_staleness_,  dropped_,
                           stop_at_.has_value(), stop_reason_, exit_code_};
-  if (replicas_) {
+  if (standbys_) {
     done.standbys = opts_.ps_standby;
-    done.replicas = replicas_->sent();
-    done.replica_interval = replicas_->mean_interval();
-    done.replica_seconds = replicas_->mean_cost_seconds();
+    done.replicas = standbys_->sent();
+    done.replica_interval = standbys_->mean_interval();
+    done.replica_seconds = standbys_->mean_cost_seconds();
   }
   res.evaluated = events_.finished(done);
   return res;

@@ -122,16 +122,6 @@ class SnapshotAnswer {
   MPI_Request control_req_ = MPI_REQUEST_NULL, snapshot_req_ = MPI_REQUEST_NULL;
 };
 
-// The mean of `momenta` into `out` (a checkpoint's /optimizer/momentum under dana).
-void mean_momentum(std::span<const FlatTensors> momenta, FlatTensors& out);
-// The snapshot's view of `state` (the momenta, then the gap's mean steps if `gap`): `momentum` is
-// the one momentum or, under dana, `mean` filled with the slots' mean.
-struct StateView {
-  const FlatTensors& momentum;
-  ExtraOptimizerState extra;
-};
-StateView view_state(const std::vector<FlatTensors>& state, int momenta, bool gap, FlatTensors& mean);
-
 // A shard that did not answer within the deadline: the parameter server is lost (exit 10).
 Error shard_lost(int shard, double deadline);
 

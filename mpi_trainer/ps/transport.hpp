@@ -52,19 +52,10 @@ class Backoff {
   Clock::time_point since_ = Clock::now();
 };
 
-// Linux lets a sleep overrun by the thread's timer slack, 50 us by default: longer than the short
-// naps of the polling loops. Lowers it for this process; a failure is reported on `log` and ignored.
-void precise_naps(std::ostream& log);
-
 // Polls `req` with naps until it completes or `seconds` pass. False: it did not complete, or (ULFM)
 // the MPI library reported its peer failed; the peer is presumed lost, and the caller abandons the
 // request and its buffer.
 bool wait_for(MPI_Request* req, double seconds);
-
-// The largest of each of `values` over every rank of `comm` (MPI_Iallreduce; at most 8), or
-// nothing when not every rank took part within `seconds` (one died before getting here): then
-// the request is left pending and `comm` must see no other collective.
-std::optional<std::vector<int>> max_over_ranks(const std::vector<int>& values, MPI_Comm comm, double seconds);
 
 // A message buffer of header + `payload` floats; or, once shared with a same-node peer, the
 // header alone here and the payload in the pair's segment.

@@ -10,9 +10,6 @@
 
 namespace mt {
 
-// Whether this build uses ULFM (the configure-time probe passed and MT_ULFM was not OFF).
-bool ulfm_available();
-
 // With ULFM: acknowledges the failures known locally on `comm` and returns the ranks in `comm` of
 // the failed processes, ascending (world ranks when comm is MPI_COMM_WORLD). A local operation:
 // another rank may know of more or fewer failures. Needs MPI initialised; throws LibraryError
@@ -36,13 +33,5 @@ MPI_Comm ulfm_shrink(MPI_Comm comm);
 // Whether `comm` was revoked (by any rank: a survivor that learned of a lost parameter-server
 // shard). Local, never blocks. Always false without ULFM.
 bool ulfm_is_revoked(MPI_Comm comm);
-
-// What this build uses, for --version and the run's first metrics line (no MPI_Init needed):
-// the MPI library ("Open MPI v5.0.11"), how failures are detected ("ulfm+heartbeat": the library
-// reports failed processes, heartbeats catch hung ones; "heartbeat": --failure-timeout only), and
-// the launcher it was built with (CMake's MPIEXEC_EXECUTABLE; empty when unknown).
-std::string mpi_library_name();
-std::string failure_detection();
-std::string mpi_launcher_path();
 
 }  // namespace mt

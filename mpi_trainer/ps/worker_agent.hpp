@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/clock.hpp"
-#include "ps/faults.hpp"
+#include "ps/fault_injection.hpp"
 #include "ps/ps.hpp"
 #include "ps/transport.hpp"
 

@@ -1,9 +1,9 @@
-// Fault injection and preemption notices, independent of MPI:
+// Fault injection, independent of MPI (the notices it may send are ps/notices.hpp's):
 //  - `--revoke "rank=2@30s,rank=3@step=400"`: real revocations at chosen times (the process
 //    signals itself, SIGKILL unless the entry names another signal);
 //  - `--revocation-model`: lifetimes sampled from a table of the cumulative fraction of servers
-//    revoked by age (the GCE preemptible model is built in; tables are data files);
-//  - the notice signals (SIGTERM, SIGUSR1) that cloud shutdown hooks and Slurm deliver.
+//    revoked by age (the GCE preemptible model is built in; tables are data files), which the
+//    virtual simulator and `plan` use too.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/clock.hpp"
+#include "ps/notices.hpp"
 
 namespace mt {
 
@@ -31,7 +32,6 @@ struct RevokeEntry {
 std::vector<RevokeEntry> parse_revoke(const std::string& spec);
 // "30s", "2.5m", "2h" (--revoke, --virtual-joins) into `seconds`; else why not ("" when parsed).
 std::string parse_duration(const std::string& text, double& seconds);
-std::string signal_name(int signo);
 
 // Cumulative fraction of servers revoked by age, linear between rows.
 class RevocationModel {
@@ -56,10 +56,6 @@ class RevocationModel {
 // hours, divided by `time_scale` (3600: an hour becomes a second). Deterministic in (seed,
 // rank); negative when this draw is never revoked.
 double sampled_lifetime_seconds(const RevocationModel& model, std::uint64_t seed, int rank, double time_scale);
-
-// How messages name a process: "worker rank R", or (rank -1) "joined worker (pid P)" for a
-// worker that joined with `mpi_trainer join` and has no rank in the training job.
-std::string worker_label(int rank);
 
 // What --revoke and --revocation-model ask of this process. The process signals itself: SIGKILL
 // ends it where it stands (like a revoked VM), a notice signal sets the notice flag.
@@ -89,18 +85,5 @@ struct FaultPlan {
   // not yet arrived: fires now (a kill in the middle of replication).
   void at_replica(int rank, std::int64_t nth, std::int64_t global_step);
 };
-
-// Preemption notices: SIGTERM and SIGUSR1 set a flag instead of ending the process.
-void install_notice_handlers();
-// SIGINT (Ctrl-C) as a notice too, once: a second SIGINT ends the process at once.
-void install_interrupt_handler();
-// MPI ranks: a SIGCONT that does not end a stop is a notice (SIGCONT). Open MPI's mpirun, when it
-// gets SIGTERM or SIGINT itself, sends its ranks SIGCONT at once but SIGTERM only after
-// odls_base_sigkill_timeout seconds (measured: 30 s with our launchers' setting, SIGKILL at 60 s),
-// too late for a cloud's 30 s grace. A stopped process is told apart by a ticker thread that
-// does not tick while it is stopped.
-void install_job_end_handler();
-// The notice signal received (0: none yet).
-int notice_signal();
 
 }  // namespace mt

@@ -1,4 +1,5 @@
-#include "ps/faults.hpp"
+// Fault injection (ps/fault_injection.hpp).
+#include "ps/fault_injection.hpp"
 
 #include <time.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "ps/notices.hpp"
 #include "ps/revocation_gce.hpp"  // generated from revocation_gce.csv: kGceRevocationCsv
 
 namespace mt {
@@ -42,41 +44,7 @@ bool to_int64(const std::string& s, std::int64_t& v) {
   return true;
 }
 
-volatile std::sig_atomic_t g_notice = 0;
-
-extern "C" void on_notice(int signo) {
-  if (g_notice == 0) g_notice = signo;
-}
-
-// The steady clock in nanoseconds, as a ticker thread last saw it (every 100 ms while the process
-// runs; a stopped process does not tick).
-std::atomic<std::int64_t> g_tick_ns{0};
-
-std::int64_t steady_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-// SIGCONT to a process that was not stopped: Open MPI's mpirun ending the job (its SIGTERM follows
-// --mca odls_base_sigkill_timeout seconds later, and SIGKILL as long again). After a real stop
-// (Slurm's suspend, Ctrl-Z) the ticker is behind by the stopped time: a resume, not a notice.
-extern "C" void on_continue(int) {
-  if (g_notice == 0 && steady_ns() - g_tick_ns.load() < 1000000000) g_notice = SIGCONT;
-}
-
 }  // namespace
-
-std::string signal_name(int signo) {
-  switch (signo) {
-    case SIGKILL: return "SIGKILL";
-    case SIGTERM: return "SIGTERM";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGINT: return "SIGINT";
-    case SIGCONT: return "SIGCONT";
-    default: return "signal " + std::to_string(signo);
-  }
-}
 
 std::string parse_duration(const std::string& text, double& seconds) {
   const char unit = text.empty() ? '\0' : text.back();
@@ -201,44 +169,6 @@ double sampled_lifetime_seconds(const RevocationModel& model, std::uint64_t seed
   Rng rng(seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(rank) + 0x5245564Bull);  // "REVK"
   const double h = model.lifetime_hours(rng.uniform());
   return h < 0 ? -1 : h * 3600.0 / time_scale;
-}
-
-namespace {
-
-void catch_signal(int signo, void (*handler)(int), int flags) {
-  struct sigaction sa {};
-  sa.sa_handler = handler;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART | flags;
-  MT_CHECK_POSIX(sigaction(signo, &sa, nullptr) == 0);
-}
-
-}  // namespace
-
-void install_notice_handlers() {
-  for (const int s : {SIGTERM, SIGUSR1})
-    catch_signal(s, on_notice, 0);
-}
-
-// The first SIGINT is a notice; the handler is then reset, so a second one ends the process.
-void install_interrupt_handler() { catch_signal(SIGINT, on_notice, SA_RESETHAND); }
-
-void install_job_end_handler() {
-  g_tick_ns = steady_ns();
-  std::thread([] {
-    for (;;) {
-      g_tick_ns = steady_ns();
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }).detach();
-  catch_signal(SIGCONT, on_continue, 0);
-}
-
-int notice_signal() { return g_notice; }
-
-std::string worker_label(int rank) {
-  return rank >= 0 ? "worker rank " + std::to_string(rank)
-                   : "joined worker (pid " + std::to_string(static_cast<long>(getpid())) + ")";
 }
 
 FaultPlan FaultPlan::make(const std::string& revoke, const std::string& model, std::uint64_t seed, double time_scale,
