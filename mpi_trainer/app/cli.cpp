@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/calibrate.hpp"
+#include "app/cli_tool_options.hpp"
 #include "app/cli_train_options.hpp"
 #include "app/config.hpp"
 #include "app/emulation.hpp"
@@ -115,6 +116,76 @@ int end_mpi(MpiSession& mpi, const TrainResult& r) {
   return r.exit_code;
 }
 
+// A command line that does not parse. Under an MPI launcher every rank parses the same flags:
+// rank 0 alone says what is wrong, and writes the status file a launcher reads (mpirun
+// --enable-recovery exits 0 whatever the ranks did, so without it the restart loop would rerun a
+// bad command line).
+int usage_error(const CLI::ParseError& e, int argc, char** argv, std::ostream& err) {
+  const int rank = launcher_rank();
+  const std::string what = name_the_variable(e.what());
+  if (rank <= 0) err << "mpi_trainer: " << what << "\nRun 'mpi_trainer --help' or 'mpi_trainer <command> --help'.\n";
+  if (rank == 0) write_usage_error_status(argc, argv, what);
+  return kExitUsage;
+}
+
+// `train`: one process alone, virtual workers, or (under an MPI launcher, or with --max-workers)
+// a shard or worker of a parameter-server job. Throws Error (main's caller maps it to its code).
+int train_command(TrainConfig& cfg, int* argc, char*** argv, std::ostream& out, std::ostream& err) {
+  if (cfg.virtual_workers > 0) {
+    if (launcher_world_size() > 1)
+      throw UsageError("--virtual-workers runs in one process: start it without mpirun or srun");
+    return train_virtual(cfg, out).exit_code;
+  }
+  if (launcher_world_size() > 1 || cfg.max_workers > 0) {  // --max-workers: a PS may start alone
+    // Elastic joins accept on a thread while the loop serves workers: MPI_THREAD_MULTIPLE.
+    MpiSession mpi(argc, argv, cfg.max_workers > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
+    try {
+      return end_mpi(mpi, train_distributed(cfg, mpi, out));
+    } catch (...) {
+      // No MPI_Abort (a banner per rank, and a worker's error must not end the job): a
+      // parameter server that failed has told its workers (run_ps); a worker that failed is
+      // dropped by the parameter server as lost. One line, then this rank's exit code.
+      const ErrorReport e = describe_error(std::current_exception());
+      // One write: the ranks' lines must not interleave.
+      err << "mpi_trainer: error (" + std::string(mpi.rank() < cfg.num_ps ? "parameter server" : "worker") +
+                 ", rank " + std::to_string(mpi.rank()) + "): " + e.what + '\n'
+          << std::flush;
+      return mpi.finalize(e.exit_code, kShortFinalizeSeconds);
+    }
+  }
+  if (!cfg.revoke.empty() || !cfg.revocation_model.empty())
+    throw UsageError("--revoke and --revocation-model need the parameter server (several MPI processes)");
+  if (cfg.num_ps != 1)
+    err << "mpi_trainer: warning: --num-ps " << cfg.num_ps
+        << " applies to parameter-server runs (mpirun -np 2 or more); this single process trains alone\n";
+  return train(cfg, out).exit_code;  // 0, or stopped on a notice (75) or Ctrl-C (130)
+}
+
+// `join`: one more worker of a running parameter-server job, its own MPI job.
+int join_command(const TrainConfig& cfg, int* argc, char*** argv, std::ostream& out, std::ostream& err) {
+  MpiSession mpi(argc, argv, MPI_THREAD_SERIALIZED);
+  TrainResult r;
+  try {
+    r = join_running_job(cfg, out);
+  } catch (const Error& e) {
+    err << "mpi_trainer join: error: " << e.what() << '\n' << std::flush;
+    r = TrainResult{};
+    r.exit_code = e.exit_code();
+  }
+  return end_mpi(mpi, r);
+}
+
+void model_info(const std::string& name, std::ostream& out) {
+  const Model model(parse_model(name));
+  out << "model: " << model.spec().name << '\n';
+  for (const auto& e : model.params().entries())
+    out << "  " << e.name << ' ' << dims_to_string(e.dims) << '\n';
+  std::int64_t bn_stats = 0;
+  for (const auto& e : model.stats().entries()) bn_stats += e.size;
+  out << "bn_running_stats: " << bn_stats << '\n';
+  out << "parameters: " << model.param_count() << '\n';
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -157,159 +228,31 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       "plan", "Predict the training time, cost and risk of a (transient) cluster before renting it: the "
               "virtual runs' cluster simulator without gradients, over Monte-Carlo draws of revocations "
               "(evidence S; docs/user-guide.md, \"Plan before renting\")");
-  plan_cmd->add_option("--model", plan_cfg.model, "Model: " + model_choices() + " (its size sets the messages)")
-      ->capture_default_str();
-  plan_cmd->add_option("--steps", plan_cfg.steps, "Global steps to train")->capture_default_str()->check(kPositive);
-  plan_cmd->add_option("--epochs", plan_cfg.epochs, "Epochs instead of --steps (with --train-images and --batch-size)")
-      ->check(kPositive);
-  plan_cmd->add_option("--train-images", plan_cfg.train_images, "Training images, for --epochs (CIFAR-10: 50000)")
-      ->capture_default_str()
-      ->check(kPositive);
-  plan_cmd->add_option("--batch-size", plan_cfg.batch_size, "Images per step, for --epochs")
-      ->capture_default_str()
-      ->check(kPositive);
-  plan_cmd->add_option("--workers", plan_cfg.workers, "Workers at the start")->capture_default_str()->check(CLI::Range(1, 4096));
-  plan_cmd->add_option("--worker-types", plan_cfg.worker_types,
-                       "Instance type of every worker (one for all, or one per worker, comma-separated): a device "
-                       "of the device table and a type of the price table")
-      ->capture_default_str();
-  plan_cmd->add_option("--num-ps", plan_cfg.num_ps,
-                       "Parameter-server shards (each updates its part of every push); 0: one process training "
-                       "alone (--workers 1, the single-server baseline)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
-  plan_cmd->add_option("--ps-type", plan_cfg.ps_type, "Instance type of every parameter-server shard")->capture_default_str();
-  plan_cmd->add_option("--pricing", plan_cfg.pricing, "The workers' billing: transient or on-demand (on-demand: never revoked)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"transient", "on-demand"}));
-  plan_cmd->add_option("--ps-pricing", plan_cfg.ps_pricing,
-                       "The parameter servers' billing: on-demand (the paper's) or transient (then a revoked one "
-                       "restarts the job from its newest checkpoint)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"transient", "on-demand"}));
-  plan_cmd->add_option("--prices", plan_cfg.prices,
-                       "Price table file (TYPE ON_DEMAND TRANSIENT, $/hour); default: the paper's Table II");
-  plan_cmd->add_option("--devices", plan_cfg.devices,
-                       "Device table file (NAME STEP_SECONDS [JITTER_CV]); default: the shipped one ('mpi_trainer devices')");
-  plan_cmd->add_option("--worker-links", plan_cfg.worker_links,
-                       "Each worker's link LATENCY_MS/GBIT_PER_S, one for all or one per worker (default 0.1/10)");
-  plan_cmd->add_option("--ps-update-seconds", plan_cfg.ps_update_seconds,
-                       "The parameter server's time per update (default: measured with bench/ps_bench, in proportion "
-                       "to the model's parameters)")
-      ->check(kNonNegative);
-  plan_cmd->add_option("--revocation-model", plan_cfg.revocation_model,
-                       "Lifetimes of transient servers: gce (built in), a table file (HOURS,FRACTION_REVOKED), or none")
-      ->capture_default_str();
-  plan_cmd->add_option("--failure-timeout", plan_cfg.failure_timeout, "Seconds until a lost worker is noticed")
-      ->capture_default_str()
-      ->check(kPositive);
-  plan_cmd->add_option("--ckpt-every-steps", plan_cfg.ckpt_every_steps,
-                       "Periodic checkpoint interval (0: none): what a revoked parameter server loses")
-      ->capture_default_str()
-      ->check(kNonNegative);
-  plan_cmd->add_option("--ps-standby", plan_cfg.ps_standby,
-                       "Standby workers holding a replica of the parameter server (train's --ps-standby): "
-                       "a lost parameter server then costs the updates since the last replica while a "
-                       "worker outlives it. -1: 1 with 2 or more workers, else 0")
-      ->capture_default_str()
-      ->check(CLI::Range(-1, 64));
-  plan_cmd->add_option("--replica-interval", plan_cfg.replica_interval, "Updates between two replicas")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
-  plan_cmd->add_option("--restart-seconds", plan_cfg.restart_seconds,
-                       "Seconds from a stopped job to training again (new servers, start, resume)")
-      ->capture_default_str()
-      ->check(kNonNegative);
-  plan_cmd->add_flag("--takeover", plan_cfg.takeover,
-                     "The job runs a ULFM build (launch/setup.sh --mpi ulfm): a lost parameter server "
-                     "whose standby is up is taken over inside the job (--replica-interval updates lost "
-                     "at most, --takeover-seconds) instead of restarting it; with --ps-pricing transient "
-                     "the parameter server may then run on a preemptible server");
-  plan_cmd->add_option("--takeover-seconds", plan_cfg.takeover_seconds,
-                       "Seconds from the parameter server's loss to the next applied step after a takeover "
-                       "(bench/ps_takeover.sh measured 0.17 s median)")
-      ->capture_default_str()
-      ->check(kNonNegative);
-  plan_cmd->add_option("--draws", plan_cfg.draws, "Monte-Carlo draws of revocations")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
-  plan_cmd->add_option("--seed", plan_cfg.seed, "Seed of the draws")->capture_default_str();
-  plan_cmd->add_flag("--json", plan_cfg.json, "One JSON object instead of the report");
-  plan_cmd->add_flag("--per-draw", plan_cfg.per_draw, "With --json: every draw's time, cost, revocations and restarts");
-  plan_cmd->add_option("--joins", plan_cfg.joins,
-                       "Workers joining later, TYPE@step=N or TYPE@TIME, comma-separated (the paper's Fig. 5: "
-                       "k80@step=16000,k80@step=32000,k80@step=48000)");
   std::string plan_deadline;
-  plan_cmd->add_option("--deadline", plan_deadline,
-                       "Search cluster shapes (type, count, transient or on demand, 1 or 2 shards) for the cheapest "
-                       "that finish within this time (e.g. 2h, 90m) at the 90th percentile; exit 1 when none does");
-  plan_cmd->add_option("--budget", plan_cfg.budget_usd,
-                       "Search (as --deadline) for shapes whose 90th-percentile cost stays within these dollars")
-      ->check(kPositive);
-  plan_cmd->add_option("--max-workers", plan_cfg.max_workers, "The largest worker count the search tries")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  plan_cmd->get_option("--epochs")->excludes(plan_cmd->get_option("--steps"));
+  cli::add_plan_options(*plan_cmd, plan_cfg, plan_deadline);
 
   CalibrateConfig cal_cfg;
   auto* cal_cmd = app.add_subcommand(
       "calibrate", "Measure this machine's (or GPU's) step time and the parameter server's time per update, and "
                    "write a device table for 'plan --devices' and '--emulate-device'");
-  cal_cmd->add_option("--model", cal_cfg.model, "Model: " + model_choices())->capture_default_str();
-  cal_cmd->add_option("--batch-size", cal_cfg.batch_size, "Images per step")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 65536));
-  cal_cmd->add_option("--device", cal_cfg.device, "cpu, cuda or auto")->capture_default_str();
-  cal_cmd->add_option("--threads", cal_cfg.threads, "CPU threads (0: the cores this process may use)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 4096));
-  cal_cmd->add_option("--steps", cal_cfg.steps, "Timed training steps")->capture_default_str()->check(CLI::Range(2, 100000));
-  cal_cmd->add_option("--warmup", cal_cfg.warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
-  cal_cmd->add_option("--updates", cal_cfg.updates, "Timed parameter-server updates")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
-  cal_cmd->add_option("--name", cal_cfg.name,
-                      "The device's name in the table (default: cpu or cuda; a Table II type such as v100 makes "
-                      "plan price it)");
-  cal_cmd->add_option("--out", cal_cfg.out, "Write the device table here (default: print it)");
+  cli::add_calibrate_options(*cal_cmd, cal_cfg);
 
-  std::string gen_dir;
-  std::int64_t gen_train = 5000, gen_test = 1000;
-  std::uint64_t gen_seed = 1;
+  cli::GenDataConfig gen_cfg;
   auto* gen_cmd = app.add_subcommand(
       "gen-data", "Write a small generated, learnable data set in CIFAR-10 binary format");
-  gen_cmd->add_option("dir", gen_dir, "Output directory")->required();
-  gen_cmd->add_option("--train", gen_train, "Training images")->capture_default_str()->check(kPositive);
-  gen_cmd->add_option("--test", gen_test, "Test images")->capture_default_str()->check(kPositive);
-  gen_cmd->add_option("--seed", gen_seed, "Seed")->capture_default_str();
+  cli::add_gen_data_options(*gen_cmd, gen_cfg);
 
   EvalConfig eval_cfg;
   auto* eval_cmd = app.add_subcommand(
       "eval", "Test accuracy and loss of a checkpoint on a data set's test split (one process, any device), "
               "with the input normalization the checkpoint records");
-  eval_cmd->add_option("--ckpt", eval_cfg.ckpt, "Checkpoint file, or a directory (its newest valid checkpoint)")
-      ->required();
-  eval_cmd->add_option("--data", eval_cfg.data,
-                       "Data directory (CIFAR-10 binary or Fashion-MNIST IDX). Default: as for train");
-  eval_cmd->add_option("--device", eval_cfg.device, "cpu, cuda or auto")->capture_default_str();
-  eval_cmd->add_option("--threads", eval_cfg.threads, "CPU threads (0: the cores this process may use)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 4096));
-  eval_cmd->add_option("--batch-size", eval_cfg.batch_size, "Images per evaluation batch")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 65536));
-  eval_cmd->add_flag("--json", eval_cfg.json, "One JSON object instead of a line");
+  cli::add_eval_options(*eval_cmd, eval_cfg);
 
   ExportConfig export_cfg;
   auto* export_cmd = app.add_subcommand(
       "export", "Write a checkpoint's model for PyTorch: safetensors with the state_dict of the module in "
                 "ckpt/pytorch_model.py (BN running statistics included; normalization and labels in its metadata)");
-  export_cmd->add_option("--ckpt", export_cfg.ckpt, "Checkpoint file, or a directory (its newest valid checkpoint)")
-      ->required();
-  export_cmd->add_option("--format", export_cfg.format, "Export format")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"safetensors"}));
-  export_cmd->add_option("out", export_cfg.out, "The file to write")->required();
+  cli::add_export_options(*export_cmd, export_cfg);
 
   auto* ckpt_cmd = app.add_subcommand("ckpt", "Check or describe checkpoints");
   ckpt_cmd->require_subcommand(1);
@@ -331,14 +274,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
     out << version_text() << '\n';
     return 0;
   } catch (const CLI::ParseError& e) {
-    // Under an MPI launcher every rank parses the same flags: rank 0 alone says what is wrong,
-    // and writes the status file a launcher reads (mpirun --enable-recovery exits 0 whatever
-    // the ranks did, so without it the restart loop would rerun a bad command line).
-    const int rank = launcher_rank();
-    const std::string what = name_the_variable(e.what());
-    if (rank <= 0) err << "mpi_trainer: " << what << "\nRun 'mpi_trainer --help' or 'mpi_trainer <command> --help'.\n";
-    if (rank == 0) write_usage_error_status(argc, argv, what);
-    return kExitUsage;
+    return usage_error(e, argc, argv, err);
   }
 
   if (cfg.ps_handover.empty()) cfg.ps_handover = "on";  // the bare --ps-handover
@@ -346,63 +282,13 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   resolve_policy(join_cfg);
   try {
     if (*train_cmd) {
-      if (cfg.virtual_workers > 0) {
-        if (launcher_world_size() > 1)
-          throw UsageError("--virtual-workers runs in one process: start it without mpirun or srun");
-        const TrainResult r = train_virtual(cfg, out);
-        return r.exit_code;
-      }
-      if (launcher_world_size() > 1 || cfg.max_workers > 0) {  // --max-workers: a PS may start alone
-        // Elastic joins accept on a thread while the loop serves workers: MPI_THREAD_MULTIPLE.
-        MpiSession mpi(&argc, &argv, cfg.max_workers > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
-        try {
-          return end_mpi(mpi, train_distributed(cfg, mpi, out));
-        } catch (...) {
-          // No MPI_Abort (a banner per rank, and a worker's error must not end the job): a
-          // parameter server that failed has told its workers (run_ps); a worker that failed is
-          // dropped by the parameter server as lost. One line, then this rank's exit code.
-          const ErrorReport e = describe_error(std::current_exception());
-          // One write: the ranks' lines must not interleave.
-          err << "mpi_trainer: error (" + std::string(mpi.rank() < cfg.num_ps ? "parameter server" : "worker") +
-                     ", rank " + std::to_string(mpi.rank()) + "): " + e.what + '\n'
-              << std::flush;
-          return mpi.finalize(e.exit_code, kShortFinalizeSeconds);
-        }
-      } else {
-        if (!cfg.revoke.empty() || !cfg.revocation_model.empty())
-          throw UsageError("--revoke and --revocation-model need the parameter server (several MPI processes)");
-        if (cfg.num_ps != 1)
-          err << "mpi_trainer: warning: --num-ps " << cfg.num_ps
-              << " applies to parameter-server runs (mpirun -np 2 or more); this single process trains alone\n";
-        const TrainResult r = train(cfg, out);
-        if (r.exit_code != kExitOk) return r.exit_code;  // stopped on a notice (75) or Ctrl-C (130)
-      }
+      return train_command(cfg, &argc, &argv, out, err);
     } else if (*join_cmd) {
-      MpiSession mpi(&argc, &argv, MPI_THREAD_SERIALIZED);
-      TrainResult r;
-      try {
-        r = join_running_job(join_cfg, out);
-      } catch (const Error& e) {
-        err << "mpi_trainer join: error: " << e.what() << '\n' << std::flush;
-        r = TrainResult{};
-        r.exit_code = e.exit_code();
-      }
-      return end_mpi(mpi, r);
+      return join_command(join_cfg, &argc, &argv, out, err);
     } else if (*info_cmd) {
-      const Model model(parse_model(info_model));
-      out << "model: " << model.spec().name << '\n';
-      for (const auto& e : model.params().entries())
-        out << "  " << e.name << ' ' << dims_to_string(e.dims) << '\n';
-      std::int64_t bn_stats = 0;
-      for (const auto& e : model.stats().entries()) bn_stats += e.size;
-      out << "bn_running_stats: " << bn_stats << '\n';
-      out << "parameters: " << model.param_count() << '\n';
+      model_info(info_model, out);
     } else if (*plan_cmd) {
-      if (!plan_deadline.empty()) {
-        if (const std::string why = parse_duration(plan_deadline, plan_cfg.deadline_seconds); !why.empty())
-          throw UsageError("--deadline: '" + plan_deadline + "': " + why);
-        if (!(plan_cfg.deadline_seconds > 0)) throw UsageError("--deadline must be above 0");
-      }
+      cli::resolve_deadline(plan_deadline, plan_cfg);
       return plan_command(plan_cfg, out);
     } else if (*cal_cmd) {
       return calibrate_command(cal_cfg, out);
@@ -417,8 +303,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
     } else if (*inspect_cmd) {
       out << ckpt::describe(load_named_checkpoint(ckpt_path).checkpoint);
     } else if (*gen_cmd) {
-      write_synthetic_cifar10(gen_dir, gen_train, gen_test, gen_seed);
-      out << "wrote " << gen_train << " training and " << gen_test << " test images to " << gen_dir << '\n';
+      write_synthetic_cifar10(gen_cfg.dir, gen_cfg.train, gen_cfg.test, gen_cfg.seed);
+      out << "wrote " << gen_cfg.train << " training and " << gen_cfg.test << " test images to " << gen_cfg.dir << '\n';
     }
     return kExitOk;
   } catch (const Error& e) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "app/cluster_sim.hpp"
+#include "app/config_event.hpp"
 #include "app/device.hpp"
 #include "app/emulation.hpp"
 #include "core/atomic_file.hpp"
@@ -126,37 +127,16 @@ PsStart PsReport::restore(FlatTensors& params, std::span<FlatTensors> momenta, F
 
 void PsReport::started(const Started& e) {
   const std::vector<Emulation> emulated = emulations(cfg_, types_);
-  const nlohmann::ordered_json config{{"event", "config"},
-                                      {"model", setup_.spec.name},
-                                      {"parameters", model_.param_count()},
-                                      {"data", setup_.data_dir},
-                                      {"data_format", setup_.data.format},
-                                      {"train_steps", cfg_.train_steps},
-                                      {"batch_size", cfg_.batch_size},
-                                      {"mpi", mpi_library_name()},
-                                      {"failure_detection", failure_detection()},
-                                      {"num_ps", e.shards},
-                                      {"workers", e.workers},
-                                      {"lr_schedule", setup_.schedule.describe()},
-                                      {"momentum", cfg_.momentum},
-                                      {"momentum_auto", cfg_.momentum_auto},
-                                      {"nesterov", setup_.nesterov},
-                                      {"weight_decay", cfg_.weight_decay},
-                                      {"seed", cfg_.seed},
-                                      {"lr_scaling", cfg_.lr_scaling},
-                                      {"momentum_correction", cfg_.momentum_correction},
-                                      {"join_warmup", cfg_.join_warmup},
-                                      {"max_staleness", cfg_.max_staleness},
-                                      {"worker_types", types_},
-                                      {"emulation", emulation_json(cfg_, emulated)},
-                                      {"ps_type", cfg_.ps_type},
-                                      {"pricing", cfg_.pricing},
-                                      {"ps_pricing", cfg_.ps_pricing},
-                                      {"prices", setup_.prices.source()},
-                                      {"ckpt_dir", cfg_.ckpt_dir},
-                                      {"resume", cfg_.resume},
-                                      {"synthetic_gradients", cfg_.synthetic_gradients},
-                                      {"processes", e.workers + e.shards}};
+  nlohmann::ordered_json config = config_event(cfg_, setup_, model_.param_count(), emulated);
+  add_policy_fields(config, cfg_, types_);
+  config["mpi"] = mpi_library_name();
+  config["failure_detection"] = failure_detection();
+  config["num_ps"] = e.shards;
+  config["workers"] = e.workers;
+  config["ckpt_dir"] = cfg_.ckpt_dir;
+  config["resume"] = cfg_.resume;
+  config["synthetic_gradients"] = cfg_.synthetic_gradients;
+  config["processes"] = e.workers + e.shards;
   config_json_ = config.dump();
   if (takeover_) {  // the same attempt goes on: its config event stands
     if (!cfg_.quiet) {

@@ -1,16 +1,18 @@
+// Virtual workers on a virtual clock (`train --virtual-workers`, app/train_virtual.hpp).
 #include "app/train_virtual.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <iomanip>
-#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <sstream>
+#include <string>
+#include <vector>
 
+#include "app/cluster_sim.hpp"
+#include "app/config_event.hpp"
 #include "app/emulation.hpp"
 #include "app/metrics.hpp"
 #include "app/plan.hpp"
@@ -36,9 +38,8 @@ struct Trainee {
   double window_staleness = 0, window_step_seconds = 0;
 };
 
-}  // namespace
-
-TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
+// The flags a virtual run refuses; then notices are caught (a notice or Ctrl-C stops the run).
+Clock::time_point check_flags_and_catch_notices(const TrainConfig& cfg) {
   if (cfg.virtual_workers < 1) throw UsageError("--virtual-workers must be 1 or more");
   if (!cfg.ckpt_dir.empty()) throw UsageError("--virtual-workers runs keep no checkpoints: leave out --ckpt-dir");
   if (cfg.num_ps != 1) throw UsageError("--virtual-workers runs have one parameter-server shard: leave out --num-ps");
@@ -46,67 +47,148 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   if (cfg.synthetic_gradients) throw UsageError("--virtual-workers computes real gradients: no --synthetic-gradients");
   install_notice_handlers();
   install_interrupt_handler();
-  const auto t_start = Clock::now();
+  return Clock::now();
+}
+
+TrainConfig resolved(const TrainConfig& cfg) {
   TrainConfig c = cfg;
   resolve_policy(c);
   // Virtual time needs device speeds: each worker's instance type unless --emulate-device says.
   if (c.emulate_device.empty() || c.emulate_device == "off") c.emulate_device = "worker-types";
-  const RunSetup setup = prepare_run(c);
-  const int n0 = c.virtual_workers;
-  const std::vector<VirtualJoin> joins = parse_virtual_joins(c.virtual_joins);
-  std::vector<std::string> types = worker_types(c, setup.prices, n0);
+  return c;
+}
+
+// Every worker's instance type: the launched ones', then each join's (every one priced).
+std::vector<std::string> all_types(const TrainConfig& c, const RunSetup& setup, const std::vector<VirtualJoin>& joins) {
+  std::vector<std::string> types = worker_types(c, setup.prices, c.virtual_workers);
   for (const auto& j : joins) {
     setup.prices.at(j.type);
     types.push_back(j.type);
   }
-  const int total = static_cast<int>(types.size());
-  const std::vector<Emulation> emulated = emulations(c, types);
-  std::vector<Link> links = parse_links(c.worker_links, n0);
-  links.resize(static_cast<std::size_t>(total), links.empty() ? Link{} : links.back());
-  const ModelSpec& spec = setup.spec;
-  Model model(spec);
-  const double update_seconds = c.ps_update_seconds >= 0 ? c.ps_update_seconds : default_ps_update_seconds(model.param_count());
-  const double message_bytes = double(model.param_count()) * sizeof(float);
-  UpdatePolicy policy(setup.schedule, parse_lr_scaling(c.lr_scaling), parse_momentum_correction(c.momentum_correction),
-                      c.momentum, c.join_warmup, c.momentum_auto);
+  return types;
+}
 
+// A run of virtual workers: real gradients applied in the order a simulated cluster (ClusterSim:
+// device speeds, links, the parameter server's update time, revocations and joins on a virtual
+// clock) delivers their pushes. One process; the same update policy as the parameter server.
+class VirtualRun {
+ public:
+  VirtualRun(const TrainConfig& cfg, std::ostream& log);
+  TrainResult run();
+
+ private:
+  std::vector<SimWorker> sim_workers() const;
+  ClusterSim make_sim();
+  // A worker's training state once it starts: its data shard, the parameters it was sent, its
+  // own momentum under dana.
+  void start_trainee(std::size_t i);
+  void write_config();
+  // A worker no longer counted: lost (noticed after --failure-timeout) or left after a notice.
+  void departure(std::size_t who, bool lost_it, double at, const std::string& detail);
+  void joined(const ClusterSim::Event& ev);
+  // The push arrives; the parameter server applies it in arrival order.
+  void arrived(const ClusterSim::Event& ev);
+  void report_progress();
+  void evaluate_during();
+  TrainResult finish(const std::string& stopped_by);
+
+  const Clock::time_point t_start_;
+  const TrainConfig c_;
+  std::ostream& log_;
+  const RunSetup setup_;
+  const int n0_;
+  const std::vector<VirtualJoin> joins_;
+  const std::vector<std::string> types_;
+  const int total_;
+  const std::vector<Emulation> emulated_;
+  const std::vector<Link> links_;
+  Model model_;
+  const double update_seconds_, message_bytes_;
+  UpdatePolicy policy_;
   // Revocations on the virtual clock: --revoke names worker ranks 1..N (rank 0 is the parameter
   // server, which is not revoked here); --revocation-model draws each worker's lifetime.
-  const std::vector<RevokeEntry> revokes = parse_revoke(c.revoke);
+  const std::vector<RevokeEntry> revokes_;
   // The live prediction's models (app/plan.hpp): --revocation-model, else gce when transient;
   // the simulator draws lifetimes only from --revocation-model, which is then the same.
-  const std::map<std::string, RevocationModel> lifetimes_by_type =
-      revocation_models(prediction_model(c.revocation_model, setup.transient), types);
-
-  auto backend = make_backend(setup.device, setup.threads);
-  MetricsWriter metrics(c.metrics);
-  PushLog push_log(c.push_log);
-  FlatTensors params(model.params()), stats(model.stats()), grads(model.params()), batch_stats(model.stats());
-  model.init_params(params, stats, c.seed);
-  Sgd sgd(model.params(), SgdConfig{static_cast<float>(c.momentum), static_cast<float>(c.weight_decay), setup.nesterov});
-  Network net(model, *backend, c.batch_size);
-  // --lr-scaling gap: each gradient element's penalty (its running mean steps in gap_mean_step),
+  const std::map<std::string, RevocationModel> lifetimes_by_type_;
+  std::unique_ptr<Backend> backend_;
+  MetricsWriter metrics_;
+  PushLog push_log_;
+  FlatTensors params_, stats_, grads_, batch_stats_;
+  Sgd sgd_;
+  Network net_;
+  // --lr-scaling gap: each gradient element's penalty (its running mean steps in gap_mean_step_),
   // and the parameters before each update.
-  std::optional<GapPenalty> gap;
-  std::vector<float> gap_mean_step;
-  FlatTensors before_update;
-  if (policy.gap_aware()) {
-    gap_mean_step.assign(params.span().size(), 0.f);
-    gap.emplace(gap_mean_step);
-    before_update = FlatTensors(model.params());
-  }
+  std::optional<GapPenalty> gap_;
+  std::vector<float> gap_mean_step_;
+  FlatTensors before_update_;
+  std::vector<Trainee> trainees_;
+  ClusterSim sim_;
 
-  std::vector<SimWorker> sim_workers(static_cast<std::size_t>(total));
-  for (int i = 0; i < total; ++i) {
+  TrainResult res_;
+  std::int64_t dropped_ = 0, window_images_ = 0, window_correct_ = 0, window_pushes_ = 0;
+  double window_loss_ = 0, window_staleness_ = 0, window_start_ = 0, staleness_sum_ = 0, max_staleness_ = 0,
+         last_lr_ = 0;
+  std::int64_t last_eval_ = 0;
+};
+
+VirtualRun::VirtualRun(const TrainConfig& cfg, std::ostream& log)
+    : t_start_(check_flags_and_catch_notices(cfg)),
+      c_(resolved(cfg)),
+      log_(log),
+      setup_(prepare_run(c_)),
+      n0_(c_.virtual_workers),
+      joins_(parse_virtual_joins(c_.virtual_joins)),
+      types_(all_types(c_, setup_, joins_)),
+      total_(static_cast<int>(types_.size())),
+      emulated_(emulations(c_, types_)),
+      links_([this] {
+        std::vector<Link> links = parse_links(c_.worker_links, n0_);
+        links.resize(static_cast<std::size_t>(total_), links.empty() ? Link{} : links.back());
+        return links;
+      }()),
+      model_(setup_.spec),
+      update_seconds_(c_.ps_update_seconds >= 0 ? c_.ps_update_seconds
+                                                : default_ps_update_seconds(model_.param_count())),
+      message_bytes_(double(model_.param_count()) * sizeof(float)),
+      policy_(setup_.schedule, parse_lr_scaling(c_.lr_scaling), parse_momentum_correction(c_.momentum_correction),
+              c_.momentum, c_.join_warmup, c_.momentum_auto),
+      revokes_(parse_revoke(c_.revoke)),
+      lifetimes_by_type_(revocation_models(prediction_model(c_.revocation_model, setup_.transient), types_)),
+      backend_(make_backend(setup_.device, setup_.threads)),
+      metrics_(c_.metrics),
+      push_log_(c_.push_log),
+      params_(model_.params()),
+      stats_(model_.stats()),
+      grads_(model_.params()),
+      batch_stats_(model_.stats()),
+      sgd_(model_.params(), SgdConfig{static_cast<float>(c_.momentum), static_cast<float>(c_.weight_decay),
+                                      setup_.nesterov}),
+      net_(model_, *backend_, c_.batch_size),
+      trainees_(static_cast<std::size_t>(total_)),
+      sim_(make_sim()) {
+  model_.init_params(params_, stats_, c_.seed);
+  if (policy_.gap_aware()) {
+    gap_mean_step_.assign(params_.span().size(), 0.f);
+    gap_.emplace(gap_mean_step_);
+    before_update_ = FlatTensors(model_.params());
+  }
+  for (int i = 0; i < n0_; ++i)
+    start_trainee(static_cast<std::size_t>(i));
+}
+
+std::vector<SimWorker> VirtualRun::sim_workers() const {
+  std::vector<SimWorker> sim_workers(static_cast<std::size_t>(total_));
+  for (int i = 0; i < total_; ++i) {
     SimWorker& w = sim_workers[static_cast<std::size_t>(i)];
     w.rank = i + 1;
-    w.type = types[static_cast<std::size_t>(i)];
-    w.link = links[static_cast<std::size_t>(i)];
-    w.pacer.emplace(emulated[static_cast<std::size_t>(i)], pacer_seed(c.seed, w.rank));
-    for (const auto& e : revokes) {
-      if (e.rank < 1 || e.rank > total)
+    w.type = types_[static_cast<std::size_t>(i)];
+    w.link = links_[static_cast<std::size_t>(i)];
+    w.pacer.emplace(emulated_[static_cast<std::size_t>(i)], pacer_seed(c_.seed, w.rank));
+    for (const auto& e : revokes_) {
+      if (e.rank < 1 || e.rank > total_)
         throw UsageError("--revoke: rank " + std::to_string(e.rank) + " is not a worker of this virtual run (ranks 1.." +
-                         std::to_string(total) + "; rank 0, the parameter server, is not revoked in a virtual run)");
+                         std::to_string(total_) + "; rank 0, the parameter server, is not revoked in a virtual run)");
       if (e.ckpt_write > 0) throw UsageError("--revoke: @ckpt= needs checkpoints, which virtual runs do not write");
       if (e.rank != w.rank) continue;
       if (e.step > 0) w.kill_step = e.step;
@@ -114,262 +196,250 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
       w.kill_signal = e.signal;
     }
   }
-  std::vector<Trainee> trainees(static_cast<std::size_t>(total));
-  // A worker's training state once it starts: its data shard, the parameters it was sent, its
-  // own momentum under dana.
-  auto start_trainee = [&](std::size_t i) {
-    Trainee& w = trainees[i];
-    w.slot = static_cast<int>(i);
-    LoaderOptions lo = setup.loader;
-    lo.shard = w.slot;
-    lo.num_shards = total;
-    w.loader = std::make_unique<BatchLoader>(setup.data.train, lo);
-    w.snapshot = FlatTensors(model.params());
-    std::copy(params.span().begin(), params.span().end(), w.snapshot.span().begin());
-    if (policy.per_slot_momentum())
-      w.own.emplace(model.params(), SgdConfig{static_cast<float>(c.momentum), static_cast<float>(c.weight_decay), true});
-  };
+  return sim_workers;
+}
+
+ClusterSim VirtualRun::make_sim() {
   SimOptions sim_options;
-  sim_options.update_seconds = update_seconds;
-  sim_options.message_bytes = message_bytes;
-  sim_options.failure_timeout = c.failure_timeout;
-  sim_options.seed = c.seed;
-  if (!c.revocation_model.empty()) sim_options.lifetimes = lifetimes_by_type;
-  ClusterSim sim(std::move(sim_options), std::move(sim_workers), n0, joins);
-  for (int i = 0; i < n0; ++i) start_trainee(static_cast<std::size_t>(i));
+  sim_options.update_seconds = update_seconds_;
+  sim_options.message_bytes = message_bytes_;
+  sim_options.failure_timeout = c_.failure_timeout;
+  sim_options.seed = c_.seed;
+  if (!c_.revocation_model.empty()) sim_options.lifetimes = lifetimes_by_type_;
+  return ClusterSim(std::move(sim_options), sim_workers(), n0_, joins_);
+}
 
-  const std::string emulating = emulating_note(c, emulated);
-  metrics.write(nlohmann::ordered_json{
-      {"event", "config"},           {"model", spec.name},
-      {"parameters", model.param_count()}, {"data", setup.data_dir},
-      {"data_format", setup.data.format},  {"train_steps", c.train_steps},
-      {"batch_size", c.batch_size},  {"virtual_workers", n0},
-      {"virtual_joins", c.virtual_joins}, {"num_ps", 1},
-      {"lr_schedule", setup.schedule.describe()}, {"momentum", c.momentum},
-      {"momentum_auto", c.momentum_auto}, {"nesterov", setup.nesterov},  {"weight_decay", c.weight_decay},
-      {"seed", c.seed},              {"lr_scaling", c.lr_scaling},
-      {"momentum_correction", c.momentum_correction}, {"join_warmup", c.join_warmup}, {"max_staleness", c.max_staleness},
-      {"worker_types", types},       {"emulation", emulation_json(c, emulated)},
-      {"worker_links_seconds", [&] {
-         nlohmann::ordered_json l = nlohmann::ordered_json::array();
-         for (const auto& w : sim.workers()) l.push_back(w.link.seconds(message_bytes));
-         return l;
-       }()},
-      {"ps_update_seconds", update_seconds}, {"failure_timeout", c.failure_timeout},
-      {"ps_type", c.ps_type},        {"pricing", c.pricing}, {"ps_pricing", c.ps_pricing},
-      {"prices", setup.prices.source()}, {"revoke", c.revoke},
-      {"revocation_model", c.revocation_model}, {"evidence", "E"},
-      {"processes", 1}});
-  if (!c.quiet)
-    log << "mpi_trainer: virtual run: " << n0 << " worker(s)"
-        << (joins.empty() ? std::string() : " + " + std::to_string(joins.size()) + " joining") << " and 1 parameter server on a virtual clock, "
-        << spec.name << " (" << model.param_count() << " parameters) on " << setup.data.format << ", "
-        << c.train_steps << " global steps of " << c.batch_size << ", lr " << setup.schedule.describe() << ", lr scaling "
-        << c.lr_scaling
-        << describe_momentum(parse_momentum_correction(c.momentum_correction), c.momentum, n0,
-                             policy.momentum(n0)) << emulating << "\n"
-        << std::flush;
+void VirtualRun::start_trainee(std::size_t i) {
+  Trainee& w = trainees_[i];
+  w.slot = static_cast<int>(i);
+  LoaderOptions lo = setup_.loader;
+  lo.shard = w.slot;
+  lo.num_shards = total_;
+  w.loader = std::make_unique<BatchLoader>(setup_.data.train, lo);
+  w.snapshot = FlatTensors(model_.params());
+  std::copy(params_.span().begin(), params_.span().end(), w.snapshot.span().begin());
+  if (policy_.per_slot_momentum())
+    w.own.emplace(model_.params(), SgdConfig{static_cast<float>(c_.momentum), static_cast<float>(c_.weight_decay), true});
+}
 
-  TrainResult res;
-  std::int64_t dropped = 0, window_images = 0, window_correct = 0, window_pushes = 0;
-  double window_loss = 0, window_staleness = 0, window_start = 0, staleness_sum = 0, max_staleness = 0, last_lr = 0;
-  std::int64_t last_eval = 0;
-  const auto log_every = std::max<std::int64_t>(1, c.log_every_steps);
-  // A worker no longer counted: lost (noticed after --failure-timeout) or left after a notice.
-  const auto departure = [&](std::size_t who, bool lost_it, double at, const std::string& detail) {
-    const SimWorker& w = sim.worker(who);
-    trainees[who].loader.reset();
-    metrics.write(nlohmann::ordered_json{{"event", "revocation"},     {"global_step", sim.step()},
-                                         {"rank", w.rank},           {"instance_type", w.type},
-                                         {"cause", lost_it ? "lost" : "notice"},
-                                         {"detected_by", lost_it ? "heartbeat" : "notice"},
-                                         {"detail", detail},         {"virtual_seconds", at},
-                                         {"active_workers", sim.active()}, {"lr_divisor", policy.lr_divisor(sim.active())},
-                                         {"momentum", policy.momentum(sim.active())}});
-    if (!c.quiet)
-      log << "revocation: worker rank " << w.rank << " (" << w.type << ") " << (lost_it ? "lost" : "left")
-          << " at global step " << sim.step() << ", virtual time " << format_eta(at) << ": " << detail << "; "
-          << sim.active() << " worker(s) remain\n"
-          << std::flush;
-  };
-  std::string stopped_by;
-  while (sim.step() < c.train_steps) {
-    if (const int sig = notice_signal()) {
-      stopped_by = signal_name(sig);
-      break;
+void VirtualRun::write_config() {
+  nlohmann::ordered_json config = config_event(c_, setup_, model_.param_count(), emulated_);
+  add_policy_fields(config, c_, types_);
+  config["virtual_workers"] = n0_;
+  config["virtual_joins"] = c_.virtual_joins;
+  config["num_ps"] = 1;
+  config["worker_links_seconds"] = nlohmann::ordered_json::array();
+  for (const auto& w : sim_.workers())
+    config["worker_links_seconds"].push_back(w.link.seconds(message_bytes_));
+  config["ps_update_seconds"] = update_seconds_;
+  config["failure_timeout"] = c_.failure_timeout;
+  config["revoke"] = c_.revoke;
+  config["revocation_model"] = c_.revocation_model;
+  config["evidence"] = "E";
+  config["processes"] = 1;
+  metrics_.write(config);
+  if (!c_.quiet)
+    log_ << "mpi_trainer: virtual run: " << n0_ << " worker(s)"
+         << (joins_.empty() ? std::string() : " + " + std::to_string(joins_.size()) + " joining")
+         << " and 1 parameter server on a virtual clock, " << setup_.spec.name << " (" << model_.param_count()
+         << " parameters) on " << setup_.data.format << ", " << c_.train_steps << " global steps of " << c_.batch_size
+         << ", lr " << setup_.schedule.describe() << ", lr scaling " << c_.lr_scaling
+         << describe_momentum(parse_momentum_correction(c_.momentum_correction), c_.momentum, n0_,
+                              policy_.momentum(n0_))
+         << emulating_note(c_, emulated_) << "\n"
+         << std::flush;
+}
+
+void VirtualRun::departure(std::size_t who, bool lost_it, double at, const std::string& detail) {
+  const SimWorker& w = sim_.worker(who);
+  trainees_[who].loader.reset();
+  metrics_.write(nlohmann::ordered_json{{"event", "revocation"},     {"global_step", sim_.step()},
+                                        {"rank", w.rank},           {"instance_type", w.type},
+                                        {"cause", lost_it ? "lost" : "notice"},
+                                        {"detected_by", lost_it ? "heartbeat" : "notice"},
+                                        {"detail", detail},         {"virtual_seconds", at},
+                                        {"active_workers", sim_.active()}, {"lr_divisor", policy_.lr_divisor(sim_.active())},
+                                        {"momentum", policy_.momentum(sim_.active())}});
+  if (!c_.quiet)
+    log_ << "revocation: worker rank " << w.rank << " (" << w.type << ") " << (lost_it ? "lost" : "left")
+         << " at global step " << sim_.step() << ", virtual time " << format_eta(at) << ": " << detail << "; "
+         << sim_.active() << " worker(s) remain\n"
+         << std::flush;
+}
+
+void VirtualRun::joined(const ClusterSim::Event& ev) {
+  const SimWorker& sw = sim_.worker(ev.who);
+  policy_.joined(sim_.step(), sim_.active() - 1, sim_.active());
+  start_trainee(ev.who);
+  metrics_.write(nlohmann::ordered_json{{"event", "join"},        {"global_step", sim_.step()},
+                                        {"rank", sw.rank},        {"instance_type", sw.type},
+                                        {"virtual_seconds", ev.at}, {"active_workers", sim_.active()},
+                                        {"lr_divisor", policy_.lr_divisor(sim_.active())},
+                                        {"momentum", policy_.momentum(sim_.active())}});
+  if (!c_.quiet)
+    log_ << "join: worker rank " << sw.rank << " (" << sw.type << ") joined at global step " << sim_.step()
+         << ", virtual time " << format_eta(ev.at) << "; " << sim_.active() << " worker(s)\n"
+         << std::flush;
+}
+
+void VirtualRun::arrived(const ClusterSim::Event& ev) {
+  const SimWorker& sw = sim_.worker(ev.who);
+  Trainee& w = trainees_[ev.who];
+  const int active = sim_.active();
+  const std::int64_t step = sim_.step();
+  const Batch& batch = w.loader->next();
+  const StepStats st =
+      net_.train_step(net_.stage_images(batch.images), batch.labels, w.snapshot, grads_, batch_stats_, nullptr);
+  const double staleness = sim_.staleness(ev.who);
+  const bool too_stale = c_.max_staleness >= 0 && staleness > double(c_.max_staleness);
+  if (too_stale) {
+    // Too stale: not applied, the worker gets the current parameters. It still counts as a global
+    // step, as in the parameter server (where every shard must count the same pushes).
+    ++dropped_;
+  } else {
+    check_divergence(st.loss, c_.max_loss, step + 1);
+    const double lr = policy_.lr(step, active, staleness);
+    if (gap_) {
+      gap_->penalize(grads_.span(), params_.span(), w.snapshot.span(), staleness);
+      std::copy(params_.span().begin(), params_.span().end(), before_update_.span().begin());
     }
-    const ClusterSim::Event ev = sim.advance();
-    if (ev.kind == ClusterSim::Kind::kNone) {
-      stopped_by = "every worker revoked";
-      break;
-    }
-    const SimWorker& sw = sim.worker(ev.who);
-    Trainee& w = trainees[ev.who];
-    if (ev.kind == ClusterSim::Kind::kDetect) {
-      departure(ev.who, true, ev.at, sw.kill_why + ": no push or heartbeat within --failure-timeout");
-      continue;
-    }
-    if (ev.kind == ClusterSim::Kind::kJoin) {
-      policy.joined(sim.step(), sim.active() - 1, sim.active());
-      start_trainee(ev.who);
-      metrics.write(nlohmann::ordered_json{{"event", "join"},        {"global_step", sim.step()},
-                                           {"rank", sw.rank},        {"instance_type", sw.type},
-                                           {"virtual_seconds", ev.at}, {"active_workers", sim.active()},
-                                           {"lr_divisor", policy.lr_divisor(sim.active())},
-                                           {"momentum", policy.momentum(sim.active())}});
-      if (!c.quiet)
-        log << "join: worker rank " << sw.rank << " (" << sw.type << ") joined at global step " << sim.step()
-            << ", virtual time " << format_eta(ev.at) << "; " << sim.active() << " worker(s)\n"
-            << std::flush;
-      continue;
-    }
-    if (ev.kind != ClusterSim::Kind::kArrive) continue;  // a kill: the loss is noticed later
-    // The push arrives; the parameter server applies it in arrival order.
-    const int active = sim.active();
-    const std::int64_t step = sim.step();
-    const Batch& batch = w.loader->next();
-    const StepStats st =
-        net.train_step(net.stage_images(batch.images), batch.labels, w.snapshot, grads, batch_stats, nullptr);
-    const double staleness = sim.staleness(ev.who);
-    const bool too_stale = c.max_staleness >= 0 && staleness > double(c.max_staleness);
-    if (too_stale) {
-      // Too stale: not applied, the worker gets the current parameters. It still counts as a global
-      // step, as in the parameter server (where every shard must count the same pushes).
-      ++dropped;
-    } else {
-      check_divergence(st.loss, c.max_loss, step + 1);
-      const double lr = policy.lr(step, active, staleness);
-      if (gap) {
-        gap->penalize(grads.span(), params.span(), w.snapshot.span(), staleness);
-        std::copy(params.span().begin(), params.span().end(), before_update.span().begin());
-      }
-      (w.own ? *w.own : sgd).step(*backend, params, grads, static_cast<float>(lr), static_cast<float>(policy.momentum(active)));
-      if (gap) gap->track(before_update.span(), params.span());
-      model.update_running_stats(stats, batch_stats, net.bn_counts());
-      last_lr = lr;
-      push_log.write(step + 1, sw.rank, sw.version, sim.applied_at());
-      staleness_sum += staleness;
-      max_staleness = std::max(max_staleness, staleness);
-      ++w.window_pushes;
-      w.window_images += c.batch_size;
-      w.window_staleness += staleness;
-      w.window_step_seconds += sw.last_step_seconds;
-      window_loss += st.loss;
-      window_staleness += staleness;
-      window_correct += st.correct;
-      window_images += c.batch_size;
-      ++window_pushes;
-    }
-    // The reply: this worker's next step starts from the parameters after its push.
-    std::copy(params.span().begin(), params.span().end(), w.snapshot.span().begin());
-    if (sim.pushed(ev.who, !too_stale).kind == ClusterSim::Kind::kLeft)
-      departure(ev.who, false, sim.applied_at(), sw.kill_why + ": a notice, its last step pushed");
-    const double now = sim.now();
-    const std::int64_t done_steps = sim.step();
-    const bool last = done_steps == c.train_steps;
-    if (window_pushes > 0 && (done_steps % log_every == 0 || last)) {
-      const double dt = std::max(now - window_start, 1e-12);
-      const double done = double(done_steps) / double(c.train_steps);
-      const double real = since(t_start);
-      const double mean_staleness = window_staleness / double(window_pushes);
-      // The live prediction (app/plan.hpp): each active worker's pushes per virtual second, the
-      // virtual cluster's bill so far.
-      std::vector<LiveWorker> live;
-      double spent = setup.prices.cost_usd(c.ps_type, setup.ps_transient, now);
-      for (std::size_t i = 0; i < trainees.size(); ++i) {
-        const SimWorker& x = sim.worker(i);
-        if (!x.begun) continue;
-        spent += setup.prices.cost_usd(x.type, setup.transient, sim.billed_seconds(i));
-        if (x.alive && x.counted)
-          live.push_back(LiveWorker{x.type, double(trainees[i].window_pushes) / dt, now - x.started});
-      }
-      const LivePrediction predicted =
-          predict_finish(c.train_steps - done_steps, live, lifetimes_by_type, 1.0, setup.prices, setup.transient, spent,
-                         setup.prices.cost_usd(c.ps_type, setup.ps_transient, 1.0));
-      if (!c.quiet)
-        log << format_progress(ProgressLine{done_steps, c.train_steps, window_loss / double(window_pushes),
-                                            double(window_correct) / double(window_images), last_lr,
-                                            double(window_images) / dt, sim.active(), mean_staleness,
-                                            real * (1 - done) / std::max(done, 1e-9)})
-            << "  vtime " << format_eta(now) << format_prediction(predicted, "vfinish") << '\n'
-            << std::flush;
-      nlohmann::ordered_json per = nlohmann::ordered_json::array();
-      for (std::size_t i = 0; i < trainees.size(); ++i) {
-        const SimWorker& x = sim.worker(i);
-        Trainee& t = trainees[i];
-        if (!x.begun) continue;  // not joined yet
-        per.push_back(nlohmann::ordered_json{
-            {"rank", x.rank},
-            {"instance_type", x.type},
-            {"pushes", t.window_pushes},
-            {"images_per_second", double(t.window_images) / dt},
-            {"mean_staleness", t.window_pushes ? t.window_staleness / double(t.window_pushes) : 0.0},
-            {"step_seconds", t.window_pushes ? t.window_step_seconds / double(t.window_pushes) : 0.0},
-            {"active", x.counted}});
-        t.window_pushes = t.window_images = 0;
-        t.window_staleness = t.window_step_seconds = 0;
-      }
-      metrics.write(nlohmann::ordered_json{{"event", "progress"},
-                                           {"global_step", done_steps},
-                                           {"loss", window_loss / double(window_pushes)},
-                                           {"train_accuracy", double(window_correct) / double(window_images)},
-                                           {"lr", last_lr},
-                                           {"momentum", policy.momentum(sim.active())},
-                                           {"images_per_second", double(window_images) / dt},
-                                           {"active_workers", sim.active()},
-                                           {"mean_staleness", mean_staleness},
-                                           {"dropped_stale_pushes", dropped},
-                                           {"virtual_seconds", now},
-                                           {"elapsed_seconds", real},
-                                           {"predicted_seconds_left", prediction_seconds_json(predicted)},
-                                           {"predicted_cost_usd", prediction_cost_json(predicted)},
-                                           {"workers", per}});
-      window_loss = window_staleness = 0;
-      window_images = window_correct = window_pushes = 0;
-      window_start = now;
-    }
-    if (c.eval_every_steps > 0 && done_steps % c.eval_every_steps == 0 && !last && done_steps != last_eval) {
-      last_eval = done_steps;
-      const auto e = evaluate_test_set(net, setup.data.test, setup.loader, params, stats);
-      if (!c.quiet)
-        log << "eval step " << done_steps << "  test_acc " << std::setprecision(4) << e.accuracy << "  test_loss "
-            << e.loss << "  vtime " << format_eta(now) << '\n';
-      metrics.write(nlohmann::ordered_json{{"event", "eval"},
-                                           {"global_step", done_steps},
-                                           {"test_accuracy", e.accuracy},
-                                           {"test_loss", e.loss},
-                                           {"virtual_seconds", now}});
-    }
+    (w.own ? *w.own : sgd_).step(*backend_, params_, grads_, static_cast<float>(lr),
+                                 static_cast<float>(policy_.momentum(active)));
+    if (gap_) gap_->track(before_update_.span(), params_.span());
+    model_.update_running_stats(stats_, batch_stats_, net_.bn_counts());
+    last_lr_ = lr;
+    push_log_.write(step + 1, sw.rank, sw.version, sim_.applied_at());
+    staleness_sum_ += staleness;
+    max_staleness_ = std::max(max_staleness_, staleness);
+    ++w.window_pushes;
+    w.window_images += c_.batch_size;
+    w.window_staleness += staleness;
+    w.window_step_seconds += sw.last_step_seconds;
+    window_loss_ += st.loss;
+    window_staleness_ += staleness;
+    window_correct_ += st.correct;
+    window_images_ += c_.batch_size;
+    ++window_pushes_;
   }
+  // The reply: this worker's next step starts from the parameters after its push.
+  std::copy(params_.span().begin(), params_.span().end(), w.snapshot.span().begin());
+  if (sim_.pushed(ev.who, !too_stale).kind == ClusterSim::Kind::kLeft)
+    departure(ev.who, false, sim_.applied_at(), sw.kill_why + ": a notice, its last step pushed");
+  const std::int64_t done_steps = sim_.step();
+  const bool last = done_steps == c_.train_steps;
+  if (window_pushes_ > 0 && (done_steps % std::max<std::int64_t>(1, c_.log_every_steps) == 0 || last))
+    report_progress();
+  if (c_.eval_every_steps > 0 && done_steps % c_.eval_every_steps == 0 && !last && done_steps != last_eval_)
+    evaluate_during();
+}
 
+void VirtualRun::report_progress() {
+  const double now = sim_.now();
+  const std::int64_t done_steps = sim_.step();
+  const double dt = std::max(now - window_start_, 1e-12);
+  const double done = double(done_steps) / double(c_.train_steps);
+  const double real = since(t_start_);
+  const double mean_staleness = window_staleness_ / double(window_pushes_);
+  // The live prediction (app/plan.hpp): each active worker's pushes per virtual second, the
+  // virtual cluster's bill so far.
+  std::vector<LiveWorker> live;
+  double spent = setup_.prices.cost_usd(c_.ps_type, setup_.ps_transient, now);
+  for (std::size_t i = 0; i < trainees_.size(); ++i) {
+    const SimWorker& x = sim_.worker(i);
+    if (!x.begun) continue;
+    spent += setup_.prices.cost_usd(x.type, setup_.transient, sim_.billed_seconds(i));
+    if (x.alive && x.counted) live.push_back(LiveWorker{x.type, double(trainees_[i].window_pushes) / dt, now - x.started});
+  }
+  const LivePrediction predicted =
+      predict_finish(c_.train_steps - done_steps, live, lifetimes_by_type_, 1.0, setup_.prices, setup_.transient, spent,
+                     setup_.prices.cost_usd(c_.ps_type, setup_.ps_transient, 1.0));
+  if (!c_.quiet)
+    log_ << format_progress(ProgressLine{done_steps, c_.train_steps, window_loss_ / double(window_pushes_),
+                                         double(window_correct_) / double(window_images_), last_lr_,
+                                         double(window_images_) / dt, sim_.active(), mean_staleness,
+                                         real * (1 - done) / std::max(done, 1e-9)})
+         << "  vtime " << format_eta(now) << format_prediction(predicted, "vfinish") << '\n'
+         << std::flush;
+  nlohmann::ordered_json per = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < trainees_.size(); ++i) {
+    const SimWorker& x = sim_.worker(i);
+    Trainee& t = trainees_[i];
+    if (!x.begun) continue;  // not joined yet
+    per.push_back(nlohmann::ordered_json{
+        {"rank", x.rank},
+        {"instance_type", x.type},
+        {"pushes", t.window_pushes},
+        {"images_per_second", double(t.window_images) / dt},
+        {"mean_staleness", t.window_pushes ? t.window_staleness / double(t.window_pushes) : 0.0},
+        {"step_seconds", t.window_pushes ? t.window_step_seconds / double(t.window_pushes) : 0.0},
+        {"active", x.counted}});
+    t.window_pushes = t.window_images = 0;
+    t.window_staleness = t.window_step_seconds = 0;
+  }
+  metrics_.write(nlohmann::ordered_json{{"event", "progress"},
+                                        {"global_step", done_steps},
+                                        {"loss", window_loss_ / double(window_pushes_)},
+                                        {"train_accuracy", double(window_correct_) / double(window_images_)},
+                                        {"lr", last_lr_},
+                                        {"momentum", policy_.momentum(sim_.active())},
+                                        {"images_per_second", double(window_images_) / dt},
+                                        {"active_workers", sim_.active()},
+                                        {"mean_staleness", mean_staleness},
+                                        {"dropped_stale_pushes", dropped_},
+                                        {"virtual_seconds", now},
+                                        {"elapsed_seconds", real},
+                                        {"predicted_seconds_left", prediction_seconds_json(predicted)},
+                                        {"predicted_cost_usd", prediction_cost_json(predicted)},
+                                        {"workers", per}});
+  window_loss_ = window_staleness_ = 0;
+  window_images_ = window_correct_ = window_pushes_ = 0;
+  window_start_ = now;
+}
+
+void VirtualRun::evaluate_during() {
+  const double now = sim_.now();
+  const std::int64_t done_steps = sim_.step();
+  last_eval_ = done_steps;
+  const auto e = evaluate_test_set(net_, setup_.data.test, setup_.loader, params_, stats_);
+  if (!c_.quiet)
+    log_ << "eval step " << done_steps << "  test_acc " << std::setprecision(4) << e.accuracy << "  test_loss "
+         << e.loss << "  vtime " << format_eta(now) << '\n';
+  metrics_.write(nlohmann::ordered_json{{"event", "eval"},
+                                        {"global_step", done_steps},
+                                        {"test_accuracy", e.accuracy},
+                                        {"test_loss", e.loss},
+                                        {"virtual_seconds", now}});
+}
+
+TrainResult VirtualRun::finish(const std::string& stopped_by) {
   // The bill of the virtual cluster: each worker from its start to its end, the PS throughout.
-  const double now = sim.now();
-  const std::int64_t step = sim.step();
-  double cost = setup.prices.cost_usd(c.ps_type, setup.ps_transient, now);
+  const double now = sim_.now();
+  const std::int64_t step = sim_.step();
+  double cost = setup_.prices.cost_usd(c_.ps_type, setup_.ps_transient, now);
   int workers_end = 0;
   nlohmann::ordered_json usage = nlohmann::ordered_json::array();
-  for (std::size_t i = 0; i < sim.workers().size(); ++i) {
-    const SimWorker& w = sim.worker(i);
+  for (std::size_t i = 0; i < sim_.workers().size(); ++i) {
+    const SimWorker& w = sim_.worker(i);
     if (!w.begun) continue;  // never joined
-    const double billed = sim.billed_seconds(i);
-    cost += setup.prices.cost_usd(w.type, setup.transient, billed);
+    const double billed = sim_.billed_seconds(i);
+    cost += setup_.prices.cost_usd(w.type, setup_.transient, billed);
     workers_end += w.counted ? 1 : 0;
     usage.push_back(nlohmann::ordered_json{
         {"rank", w.rank}, {"instance_type", w.type}, {"pushes", w.pushes}, {"virtual_seconds", billed}});
   }
-  res.global_step = step;
-  res.train_seconds = since(t_start);
-  res.cost_usd = cost;
-  res.images_per_second = double(step * c.batch_size) / std::max(now, 1e-12);
+  res_.global_step = step;
+  res_.train_seconds = since(t_start_);
+  res_.cost_usd = cost;
+  res_.images_per_second = double(step * c_.batch_size) / std::max(now, 1e-12);
   const int notice = notice_signal();
   if (notice) {
     // A notice or Ctrl-C: no evaluation (a virtual run keeps no checkpoint to continue from).
-    res.exit_code = notice == SIGINT ? kExitInterrupted : kExitRequeue;
+    res_.exit_code = notice == SIGINT ? kExitInterrupted : kExitRequeue;
   } else {
-    const auto ev = evaluate_test_set(net, setup.data.test, setup.loader, params, stats);
-    res.test_accuracy = ev.accuracy;
-    res.test_loss = ev.loss;
-    metrics.write(nlohmann::ordered_json{{"event", "eval"},
+    const auto ev = evaluate_test_set(net_, setup_.data.test, setup_.loader, params_, stats_);
+    res_.test_accuracy = ev.accuracy;
+    res_.test_loss = ev.loss;
+    metrics_.write(nlohmann::ordered_json{{"event", "eval"},
                                          {"global_step", step},
                                          {"test_accuracy", ev.accuracy},
                                          {"test_loss", ev.loss},
@@ -378,46 +448,74 @@ TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) {
   const nlohmann::ordered_json summary{
       {"event", "summary"},
       {"global_step", step},
-      {"train_seconds", res.train_seconds},
+      {"train_seconds", res_.train_seconds},
       {"virtual_seconds", now},
-      {"test_accuracy", notice ? nlohmann::ordered_json() : nlohmann::ordered_json(res.test_accuracy)},
+      {"test_accuracy", notice ? nlohmann::ordered_json() : nlohmann::ordered_json(res_.test_accuracy)},
       {"cost_usd", cost},
-      {"revocations", sim.revocations()},
-      {"workers_start", n0},
+      {"revocations", sim_.revocations()},
+      {"workers_start", n0_},
       {"workers_end", workers_end},
-      {"images_per_second", res.images_per_second},
-      {"test_loss", notice ? nlohmann::ordered_json() : nlohmann::ordered_json(res.test_loss)},
-      {"mean_staleness", step > 0 ? staleness_sum / double(step) : 0.0},
-      {"max_staleness", max_staleness},
-      {"dropped_stale_pushes", dropped},
+      {"images_per_second", res_.images_per_second},
+      {"test_loss", notice ? nlohmann::ordered_json() : nlohmann::ordered_json(res_.test_loss)},
+      {"mean_staleness", step > 0 ? staleness_sum_ / double(step) : 0.0},
+      {"max_staleness", max_staleness_},
+      {"dropped_stale_pushes", dropped_},
       {"num_ps", 1},
-      {"model", spec.name},
-      {"worker_types", types},
-      {"ps_type", c.ps_type},
-      {"pricing", c.pricing},
-      {"ps_pricing", c.ps_pricing},
-      {"lost_workers", sim.lost()},
-      {"left_workers", sim.left()},
-      {"joined_workers", sim.joined()},
+      {"model", setup_.spec.name},
+      {"worker_types", types_},
+      {"ps_type", c_.ps_type},
+      {"pricing", c_.pricing},
+      {"ps_pricing", c_.ps_pricing},
+      {"lost_workers", sim_.lost()},
+      {"left_workers", sim_.left()},
+      {"joined_workers", sim_.joined()},
       {"workers", usage},
       {"virtual", true},
       {"evidence", "E"},
       {"stopped_by", stopped_by.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(stopped_by)},
-      {"exit_code", res.exit_code}};
-  metrics.write(summary);
-  if (!c.quiet) {
+      {"exit_code", res_.exit_code}};
+  metrics_.write(summary);
+  if (!c_.quiet) {
     if (!notice)
-      log << (stopped_by.empty() ? "done: " : "stopped (" + stopped_by + "): ") << step << " global steps in virtual time " << format_eta(now) << " (" << std::fixed
-          << std::setprecision(1) << now << " s; " << res.train_seconds << " s real) by " << n0 << " virtual worker(s)"
-          << (sim.joined() ? " + " + std::to_string(sim.joined()) + " joined" : std::string()) << ", test accuracy "
-          << std::setprecision(2) << 100.0 * res.test_accuracy << "%, cost $" << std::setprecision(4) << cost << " ("
-          << c.pricing << ")\n";
+      log_ << (stopped_by.empty() ? "done: " : "stopped (" + stopped_by + "): ") << step << " global steps in virtual time " << format_eta(now) << " (" << std::fixed
+          << std::setprecision(1) << now << " s; " << res_.train_seconds << " s real) by " << n0_ << " virtual worker(s)"
+          << (sim_.joined() ? " + " + std::to_string(sim_.joined()) + " joined" : std::string()) << ", test accuracy "
+          << std::setprecision(2) << 100.0 * res_.test_accuracy << "%, cost $" << std::setprecision(4) << cost << " ("
+          << c_.pricing << ")\n";
     else
-      log << "stopped early (" << stopped_by << ") at global step " << step << ", virtual time " << format_eta(now)
-          << ": exit " << res.exit_code << " (a virtual run keeps no checkpoint)\n";
-    log << "summary: " << summary.dump() << '\n' << std::flush;
+      log_ << "stopped early (" << stopped_by << ") at global step " << step << ", virtual time " << format_eta(now)
+          << ": exit " << res_.exit_code << " (a virtual run keeps no checkpoint)\n";
+    log_ << "summary: " << summary.dump() << '\n' << std::flush;
   }
-  return res;
+  return res_;
 }
+
+TrainResult VirtualRun::run() {
+  write_config();
+  std::string stopped_by;
+  while (sim_.step() < c_.train_steps) {
+    if (const int sig = notice_signal()) {
+      stopped_by = signal_name(sig);
+      break;
+    }
+    const ClusterSim::Event ev = sim_.advance();
+    if (ev.kind == ClusterSim::Kind::kNone) {
+      stopped_by = "every worker revoked";
+      break;
+    }
+    if (ev.kind == ClusterSim::Kind::kDetect)
+      departure(ev.who, true, ev.at, sim_.worker(ev.who).kill_why + ": no push or heartbeat within --failure-timeout");
+    else if (ev.kind == ClusterSim::Kind::kJoin)
+      joined(ev);
+    else if (ev.kind == ClusterSim::Kind::kArrive)
+      arrived(ev);
+    // else a kill: the loss is noticed later
+  }
+  return finish(stopped_by);
+}
+
+}  // namespace
+
+TrainResult train_virtual(const TrainConfig& cfg, std::ostream& log) { return VirtualRun(cfg, log).run(); }
 
 }  // namespace mt

@@ -1,0 +1,155 @@
+// The validated run setup every kind of run shares (app/run_setup.hpp): recipe flags, device,
+// data and loader options; and test-set evaluation.
+#include "app/run_setup.hpp"
+
+#include <sched.h>
+
+#include <cmath>
+#include <ostream>
+#include <filesystem>
+
+#include "app/checkpointing.hpp"
+#include "app/cost.hpp"
+#include "app/device.hpp"
+#include "app/emulation.hpp"
+#include "core/error.hpp"
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "nn/resnet.hpp"
+#include "optim/schedule.hpp"
+
+namespace mt {
+
+namespace {
+
+bool on_off(const std::string& flag, const std::string& value, bool dflt) {
+  if (value == "default") return dflt;
+  if (value == "on") return true;
+  if (value == "off") return false;
+  throw UsageError(flag + " must be on, off or default, not '" + value + "'");
+}
+
+
+}  // namespace
+
+Normalization parse_normalization(const std::string& value, bool t2t) {
+  if (value == "default") return t2t ? Normalization::kPerImage : Normalization::kChannelStats;
+  if (value == "channel") return Normalization::kChannelStats;
+  if (value == "per-image") return Normalization::kPerImage;
+  if (value == "none") return Normalization::kNone;
+  throw UsageError("--normalize must be channel, per-image, none or default, not '" + value + "'");
+}
+
+// The whole test set through the training network in inference mode; a short last batch is
+// padded (BN uses running statistics, so rows do not interact) and its padding ignored.
+EvalResult evaluate_test_set(Network& net, const Dataset& test, const LoaderOptions& opts,
+                    const FlatTensors& params, const FlatTensors& stats) {
+  Batch batch;
+  std::int64_t correct = 0;
+  double loss = 0;
+  const int b = net.batch();
+  for (std::int64_t start = 0; start < test.count; start += b) {
+    const auto count = std::min<std::int64_t>(b, test.count - start);
+    fill_eval_batch(test, opts, start, count, batch);
+    if (batch.images.dim(0) != b) {
+      // Pad to the network's batch size.
+      Tensor padded(Dims{b, 3, 32, 32});
+      std::copy_n(batch.images.data(), batch.images.storage_size(), padded.data());
+      batch.images = std::move(padded);
+      batch.labels.resize(static_cast<std::size_t>(b), 0);
+    }
+    const auto st = net.evaluate(batch.images, batch.labels, static_cast<int>(count), params, stats);
+    correct += st.correct;
+    loss += st.loss;
+  }
+  return {double(correct) / double(test.count), loss / double(test.count)};
+}
+
+// The cores this process may run on (its CPU affinity), at least 1.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// "k80,k80,p100" -> one type per worker; a single type applies to every worker. Every type must
+// be priced.
+std::vector<std::string> worker_types(const TrainConfig& cfg, const PriceTable& prices, int workers) {
+  std::vector<std::string> types;
+  if (cfg.worker_types.empty()) {
+    types.assign(static_cast<std::size_t>(workers), cfg.instance_type);
+  } else {
+    std::stringstream ss(cfg.worker_types);
+    for (std::string t; std::getline(ss, t, ',');)
+      types.push_back(t);
+    if (types.size() == 1) types.assign(static_cast<std::size_t>(workers), types[0]);
+    if (static_cast<int>(types.size()) != workers)
+      throw UsageError("--worker-types lists " + std::to_string(types.size()) + " types for " +
+                       std::to_string(workers) + " workers; give one per worker, in rank order");
+  }
+  for (const auto& t : types)
+    prices.at(t);
+  prices.at(cfg.ps_type);
+  if (cfg.max_workers > 0) prices.at(cfg.instance_type);  // joined workers are billed at it
+  return types;
+}
+
+RunSetup prepare_run(const TrainConfig& cfg) {
+  // Checkpoint flags do nothing without a directory: say so instead of silently training unsaved.
+  if (cfg.ckpt_dir.empty()) {
+    for (const auto& [flag, given] : {std::pair<const char*, bool>{"--ckpt-every-steps", cfg.ckpt_every_steps > 0},
+                                      {"--ckpt-every-seconds", cfg.ckpt_every_seconds > 0},
+                                      {"--ckpt-keep", cfg.ckpt_keep != TrainConfig{}.ckpt_keep},
+                                      {"--ckpt-fail", cfg.ckpt_fail != TrainConfig{}.ckpt_fail},
+                                      {"--ckpt-sync", cfg.ckpt_sync != TrainConfig{}.ckpt_sync},
+                                      {"--ps-standby", cfg.ps_standby > 0}})
+      if (given)
+        throw UsageError(std::string(flag) + " needs --ckpt-dir (the directory the checkpoints go to); without it "
+                                             "nothing is saved");
+  }
+  RunSetup r;
+  r.spec = parse_model(cfg.model);
+  r.t2t = r.spec.kind == BlockKind::kPreActivation;
+  r.schedule = parse_schedule(cfg.lr_schedule, r.t2t, cfg.lr, cfg.lr_warmup_steps);
+  r.nesterov = on_off("--nesterov", cfg.nesterov, r.t2t);
+  r.augment = on_off("--augment", cfg.augment, true);
+  r.transient = cfg.pricing == "transient";
+  if (!r.transient && cfg.pricing != "on-demand")
+    throw UsageError("--pricing must be on-demand or transient, not '" + cfg.pricing + "'");
+  r.ps_transient = cfg.ps_pricing == "transient";
+  if (!r.ps_transient && cfg.ps_pricing != "on-demand")
+    throw UsageError("--ps-pricing must be on-demand or transient, not '" + cfg.ps_pricing + "'");
+  // Prices and instance types are checked before any work.
+  r.prices = PriceTable::load(cfg.prices);
+  if (cfg.worker_types.empty()) r.prices.at(cfg.instance_type);  // else checked per worker
+  r.device = resolve_device(cfg.device);
+  const int cores = usable_cores();
+  r.threads = cfg.threads > 0 ? cfg.threads : cores;
+  if (r.threads > cores) {
+    // More threads than cores only makes OpenMP's barriers wait on each other.
+    std::cerr << "mpi_trainer: warning: --threads " << r.threads << " is more than the " << cores
+              << " core(s) this process may use: using " << cores << '\n';
+    r.threads = cores;
+  }
+  r.data_dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;
+  r.data = load_dataset(r.data_dir);
+  r.loader.batch_size = cfg.batch_size;
+  r.loader.augment = r.augment;
+  r.loader.normalization = parse_normalization(cfg.normalize, r.t2t);
+  r.loader.stats = compute_channel_stats(r.data.train);
+  r.loader.seed = cfg.seed;
+  parse_resume_override(cfg.resume_override);  // a bad field name is a usage error before any work
+  r.job.data = dataset_identity(r.data);
+  r.job.batch_size = cfg.batch_size;
+  r.job.lr_schedule = r.schedule.describe();
+  r.job.normalization = normalization_name(r.loader.normalization);
+  if (r.loader.normalization == Normalization::kChannelStats) r.job.stats = r.loader.stats;
+  r.job.labels = label_names(r.data.format);
+  if (r.data.train.count < cfg.batch_size)
+    throw DataError(r.data_dir + ": " + std::to_string(r.data.train.count) +
+                    " training images is fewer than one batch of " + std::to_string(cfg.batch_size));
+  return r;
+}
+
+}  // namespace mt
