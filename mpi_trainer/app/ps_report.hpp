@@ -50,6 +50,12 @@ class PsReport final : public PsEvents, public SnapshotSink {
     push_log_.write(step, rank, pulled, seconds);
   }
   void handed_over(std::int64_t global_step, int standby, int signo) override;
+  // The runtime's typed events worded for the job log (app/ps_messages.cpp).
+  void joins_open(int max_workers, const std::string& port_file, bool ulfm) override;
+  void join_refused(const JoinRefused& e) override;
+  void waiting_for_joins(std::int64_t global_step) override;
+  void standbys_chosen(const StandbysChosen& e) override;
+  void no_handover(const NoHandover& e) override;
   void followed(const Followed& e) override;
   void stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) override;
   void eval_skipped(std::int64_t global_step) override;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <iomanip>
@@ -78,6 +79,7 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.eval_every_steps = cfg.eval_every_steps;
   o.log_every_steps = cfg.log_every_steps;
   o.quiet = cfg.quiet;
+  o.shm_debug = std::getenv("MT_PS_SHM_DEBUG") != nullptr;
   o.synthetic_gradients = cfg.synthetic_gradients;
   o.seed = cfg.seed;
   o.worker_types = std::move(types);

@@ -82,6 +82,7 @@ struct PsOptions {
   std::int64_t eval_every_steps = 0;
   std::int64_t log_every_steps = 50;
   bool quiet = false;
+  bool shm_debug = false;  // say why a worker's pushes travel as plain messages (MT_PS_SHM_DEBUG)
   bool synthetic_gradients = false;  // benchmark: workers push a fixed gradient, no compute
   std::uint64_t seed = 1;
   std::vector<std::string> worker_types;  // instance type of each launched worker, in rank order
@@ -161,6 +162,14 @@ class SnapshotSink {
   }
 };
 
+// Why a shard's standbys changed (ps/standbys.hpp).
+enum class StandbyChange {
+  kNone,         // the same workers
+  kFirst,        // the first standbys of this shard
+  kGone,         // one of the previous standbys is no longer working
+  kLowerJoined,  // all still work, but a lower-ranked worker joined and took the place
+};
+
 // What the runtime reports. Shard 0 calls everything; the other shards only `stopping` and `log`.
 class PsEvents {
  public:
@@ -223,6 +232,39 @@ class PsEvents {
   // Shard 0: a push applied, making global step `step`, from worker `rank`, computed on version
   // `pulled`, `seconds` after the start (--push-log).
   virtual void pushed(std::int64_t /*step*/, int /*rank*/, std::int64_t /*pulled*/, double /*seconds*/) {}
+
+  // Elastic joins (PsOptions::max_workers): shard 0 takes up to `max_workers` workers through
+  // the port it published in `port_file`. `ulfm`: this build's MPI (Open MPI 5) has no
+  // ompi-server, so no joiner from another mpirun can reach it.
+  virtual void joins_open(int /*max_workers*/, const std::string& /*port_file*/, bool /*ulfm*/) {}
+  // A worker asked to join and was answered with stop: it trains another model or batch size
+  // (`rank`, its parameter count and batch), every slot is taken, the job is stopping, or the
+  // parameter server failed.
+  struct JoinRefused {
+    enum class Why { kMismatch, kFull, kStopping, kFailed };
+    Why why = Why::kFull;
+    int rank = -1;
+    std::int64_t params = 0, batch = 0;
+  };
+  virtual void join_refused(const JoinRefused& /*e*/) {}
+  // No worker is left at `global_step`; with elastic joins the job waits for workers to join.
+  virtual void waiting_for_joins(std::int64_t /*global_step*/) {}
+  // Shard 0's replicas (PsOptions::ps_standby) go to new standbys, from `global_step`.
+  struct StandbysChosen {
+    std::vector<int> ranks;
+    std::int64_t global_step = 0, interval = 0;
+    StandbyChange change = StandbyChange::kFirst;
+  };
+  virtual void standbys_chosen(const StandbysChosen& /*e*/) {}
+  // A notice (`signo`) reached shard 0 but it could not hand over (PsOptions::hand_over): it
+  // checkpoints and stops the job as on any notice. kRefused: the standby `standby` has a notice
+  // too (`their_signo`).
+  struct NoHandover {
+    enum class Why { kNoStandby, kLate, kRefused, kStandbyGone };
+    Why why = Why::kNoStandby;
+    int signo = 0, standby = -1, their_signo = 0;
+  };
+  virtual void no_handover(const NoHandover& /*e*/) {}
 
   // Shard 0 hands the parameter server over to the standby worker `standby` on a notice
   // (PsOptions::hand_over): the standby holds the state of `global_step`; this process leaves.

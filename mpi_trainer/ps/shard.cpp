@@ -217,7 +217,7 @@ void Shard::accept_segment(Member& m, const MsgHeader& h) {
   std::string why;
   auto seg = ShmSegment::open(name, shm_bytes(mine_ + stats_floats_, mine_), &why);
   if (!seg) {
-    if (std::getenv("MT_PS_SHM_DEBUG"))
+    if (opts_.shm_debug)
       events_.log("mpi_trainer: shard " + std::to_string(shard_) + ": worker rank " + std::to_string(m.rank) +
                   ": plain messages (" + why + ")");
     return;
@@ -245,10 +245,8 @@ void Shard::handle_worker(Member& m) {
       if (h.param_count != model_.param_count() || h.batch != opts_.batch_size) {
         // A worker started with another model or batch size (a `join` with other flags).
         if (lead())
-          events_.log("mpi_trainer: worker rank " + std::to_string(m.rank) + " refused: it trains a model of " +
-                      std::to_string(h.param_count) + " parameters with batch " + std::to_string(h.batch) +
-                      ", this job " + std::to_string(model_.param_count()) + " with batch " +
-                      std::to_string(opts_.batch_size) + " (give it the job's --model and --batch-size)");
+          events_.join_refused(
+              PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kMismatch, m.rank, h.param_count, h.batch});
         if (!reply(m, MsgKind::kStop)) return;
         Membership::finished(m, now);
         return;
@@ -339,8 +337,7 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
   if (live == 0 && !stop_at_) check_notice();
   if (live == 0 && step_ < opts_.train_steps && !stop_at_) {
     if (opts_.max_workers > 0)
-      events_.log("mpi_trainer: no worker left at global step " + std::to_string(step_) +
-                  ": waiting for workers to join");
+      events_.waiting_for_joins(step_);
     else
       begin_stop("every worker was revoked");
   }
@@ -358,11 +355,10 @@ void Shard::check_notice() {
     notice_ = sig;
     if ((sig == SIGTERM || sig == SIGUSR1) && opts_.hand_over && standbys_ && lead() && shards_ == 1 && !stop_at_ &&
         failure_code_ == 0 && step_ < opts_.train_steps) {
-      std::string why;
+      PsEvents::NoHandover why;
       handed_over_ = standbys_->hand_over(step_, sig, members_, [this] { return replica_content(); }, &why);
       if (handed_over_) return;
-      events_.log("mpi_trainer: parameter server: " + std::string(signal_name(sig)) + ": no handover (" + why +
-                  "): checkpointing and stopping the job");
+      events_.no_handover(why);
     }
     if (!stop_at_) begin_stop(sig == SIGCONT ? "SIGCONT (mpirun is ending the job)" : signal_name(sig));
     if (sig == SIGINT) exit_code_ = kExitInterrupted;
@@ -407,15 +403,7 @@ PsResult Shard::run() {
                                                              {"batch_size", opts_.batch_size},
                                                              {"max_workers", opts_.max_workers}}
                                           .dump());
-      if (!opts_.quiet)
-        events_.log("mpi_trainer: accepting up to " + std::to_string(opts_.max_workers) +
-                    " workers: `mpi_trainer join --port-file " + opts_.port_file +
-                    "` (under mpirun --ompi-server, docs/fault-model.md)");
-      if (ulfm_available())
-        events_.log("mpi_trainer: warning: joins from another mpirun need Open MPI 4.1's ompi-server; this ULFM build's "
-                    "Open MPI 5 has none (and its mpirun --dvm crashed when tried), so `mpi_trainer join` cannot "
-                    "reach this job: use the Debian build for elastic joins (docs/fault-model.md, \"Heartbeats and "
-                    "ULFM\")");
+      events_.joins_open(opts_.max_workers, opts_.port_file, ulfm_available());
     }
     serve();
     if (handed_over_) {

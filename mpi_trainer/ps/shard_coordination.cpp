@@ -26,12 +26,9 @@ void Shard::take_joins() {
       isend(b, 0, 0, kTagToWorker, &req, comm);
       MT_MPI(MPI_Request_free(&req));
       abandon(std::move(b));
-      events_.log(std::string("mpi_trainer: a worker asked to join, but ") +
-                  (failure_code_ != 0 ? "the parameter server failed"
-                   : stop_at_         ? "the job is stopping"
-                                      : "every slot is taken") +
-                  " (--max-workers " +
-                  std::to_string(opts_.max_workers) + ")");
+      using Why = PsEvents::JoinRefused::Why;
+      events_.join_refused(PsEvents::JoinRefused{
+          failure_code_ != 0 ? Why::kFailed : stop_at_ ? Why::kStopping : Why::kFull, -1, 0, 0});
       continue;
     }
     Member& m = members_.add(shards_ + workers_ + joined_, comm, 0, *slot, opts_.join_type, Clock::now());

@@ -43,17 +43,8 @@ bool Standbys::after_update(std::int64_t step, const Membership& members, const 
   for (const auto& d : dests)
     ranks.push_back(d.id);
   const StandbyChange change = standby_change(ranks_, ranks, members);
-  if (lead_ && change != StandbyChange::kNone && !opts_.quiet) {
-    std::string names;
-    for (const int r : ranks)
-      names += (names.empty() ? "" : ", ") + std::to_string(r);
-    events_.log("mpi_trainer: parameter server: standby replica on worker rank " + names + " at global step " +
-                std::to_string(step) + ", every " + std::to_string(opts_.replica_interval) + " updates" +
-                (change == StandbyChange::kFirst ? ""
-                 : change == StandbyChange::kGone
-                     ? " (the previous standby is gone)"
-                     : " (a lower-ranked worker joined: the lowest-ranked workers are the standbys)"));
-  }
+  if (lead_ && change != StandbyChange::kNone)
+    events_.standbys_chosen(PsEvents::StandbysChosen{ranks, step, opts_.replica_interval, change});
   ranks_ = std::move(ranks);
   send(step, dests, content, false);
   return true;
@@ -69,23 +60,17 @@ void Standbys::send(std::int64_t step, const std::vector<ReplicaSender::Dest>& d
 // Then the shard serves no more and the process leaves: the survivors find it gone (ULFM) and the
 // standby takes over from the replica, no update lost. The workers' pushes in flight are not applied.
 bool Standbys::hand_over(std::int64_t step, int signo, const Membership& members, const ContentFn& content,
-                         std::string* why) {
+                         PsEvents::NoHandover* why) {
+  using Why = PsEvents::NoHandover::Why;
+  *why = PsEvents::NoHandover{Why::kNoStandby, signo, -1, 0};
   const std::vector<ReplicaSender::Dest> dests = choose_standbys(members, opts_.ps_standby);
-  if (dests.empty()) {
-    *why = "no standby is left to take it";
-    return false;
-  }
-  const std::string late = "the standby did not take the handover within --failure-timeout";
+  if (dests.empty()) return false;
+  why->standby = dests.front().id;
+  why->why = Why::kLate;  // unless it answers in time below
   try {
     for (const auto& d : dests)
-      if (!sender_.settle(d.id, opts_.failure_timeout)) {  // the replica in flight
-        *why = late;
-        return false;
-      }
-    if (!sender_.ready(dests)) {
-      *why = late;
-      return false;
-    }
+      if (!sender_.settle(d.id, opts_.failure_timeout)) return false;  // the replica in flight
+    if (!sender_.ready(dests)) return false;
     send(step, dests, content, true);
     for (const auto& d : dests) {
       int theirs = 0;
@@ -93,14 +78,11 @@ bool Standbys::hand_over(std::int64_t step, int signo, const Membership& members
                                           ? ReplicaSender::acknowledged(d, step, opts_.failure_timeout, &theirs)
                                           : ReplicaSender::Answer::kNone;
       if (a == ReplicaSender::Answer::kTaken) continue;
-      *why = a == ReplicaSender::Answer::kNone
-                 ? late
-                 : "the standby (worker rank " + std::to_string(d.id) + ") has a notice too (" + signal_name(theirs) +
-                       "): the whole job is being stopped";
+      if (a == ReplicaSender::Answer::kRefused) *why = PsEvents::NoHandover{Why::kRefused, signo, d.id, theirs};
       return false;
     }
   } catch (const ProcessFailed&) {  // ULFM: the standby is gone
-    *why = "the standby is gone";
+    why->why = Why::kStandbyGone;
     return false;
   }
   events_.handed_over(step, dests.front().id, signo);

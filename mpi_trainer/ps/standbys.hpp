@@ -22,13 +22,7 @@ namespace mt {
 // holds every shard's part.
 std::vector<ReplicaSender::Dest> choose_standbys(const Membership& members, int count);
 
-// Why the standbys changed from `before` to `now` (ranks), for the log.
-enum class StandbyChange {
-  kNone,         // the same workers
-  kFirst,        // the first standbys of this shard
-  kGone,         // one of the previous standbys is no longer working
-  kLowerJoined,  // all still work, but a lower-ranked worker joined and took the place
-};
+// Why the standbys changed from `before` to `now` (ranks; StandbyChange in ps/ps.hpp).
 StandbyChange standby_change(const std::vector<int>& before, const std::vector<int>& now, const Membership& members);
 
 class Standbys {
@@ -48,11 +42,11 @@ class Standbys {
   // After an update that made `step`: a replica to the standbys when one is due and the previous
   // one has left (ReplicaSender). Returns whether one was sent.
   bool after_update(std::int64_t step, const Membership& members, const ContentFn& content);
-  // A notice hands the parameter server over (PsOptions::hand_over): the replica of this very
-  // step to the standby, taken whole (it acknowledges it). False, with `why`: it could not (no
-  // standby; it did not take the replica in time; it refused, having a notice too).
-  // `signo`: the notice.
-  bool hand_over(std::int64_t step, int signo, const Membership& members, const ContentFn& content, std::string* why);
+  // A notice (`signo`) hands the parameter server over (PsOptions::hand_over): the replica of this
+  // very step to the standby, taken whole (it acknowledges it). False, with `why` filled: it could
+  // not (no standby; it did not take the replica in time; it refused, having a notice too).
+  bool hand_over(std::int64_t step, int signo, const Membership& members, const ContentFn& content,
+                 PsEvents::NoHandover* why);
   // Before `rank` is told to stop: the replica in flight to it has left (or is given up).
   void settle(int rank) { sender_.settle(rank, opts_.failure_timeout); }
 
