@@ -8,17 +8,13 @@
 #   bench/ab_trajectory.sh OLD_MPI_TRAINER NEW_MPI_TRAINER [--steps 30] [--model resnet32]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-(($# >= 2)) || { echo "usage: $0 OLD_BIN NEW_BIN [--steps N] [--model M]" >&2; exit 2; }
-old=$(realpath "$1") new=$(realpath "$2")
-shift 2
-steps=30 model=resnet32
-while (($#)); do
-  case $1 in
-    --steps) steps=$2; shift 2 ;;
-    --model) model=$2; shift 2 ;;
-    *) echo "usage: $0 OLD_BIN NEW_BIN [--steps N] [--model M]" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+bench_arg old
+bench_arg new
+bench_opt --steps steps 30
+bench_opt --model model resnet32
+bench_parse "OLD_BIN NEW_BIN [--steps N] [--model M]" "$@"
+old=$(realpath "$old") new=$(realpath "$new")
 dir=$(mktemp -d /tmp/ab_trajectory.XXXXXX)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_oob_tcp_if_include=lo \
   OMPI_MCA_btl_tcp_if_include=lo OMP_WAIT_POLICY=passive

@@ -47,21 +47,16 @@
 # Exit 0 when every run that ran passed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-kill_runs=20 other_runs=3 seed=1 only="" sync="" trainer="$here/../build/release/mpi_trainer" shim=""
-while (($#)); do
-  case $1 in
-    --kill-runs) kill_runs=${2:?}; shift 2 ;;
-    --other-runs) other_runs=${2:?}; shift 2 ;;
-    --only) only=${2:?}; shift 2 ;;
-    --sync) sync="--ckpt-sync on"; shift ;;
-    --async) sync="--ckpt-sync off"; shift ;;
-    --seed) seed=${2:?}; shift 2 ;;
-    --trainer) trainer=${2:?}; shift 2 ;;
-    --shim) shim=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "chaos.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
+source "$here/lib.sh"
+bench_opt --kill-runs kill_runs 20
+bench_opt --other-runs other_runs 3
+bench_opt --only only ""
+bench_flag --sync sync "--ckpt-sync on"
+bench_flag --async sync "--ckpt-sync off"
+bench_opt --seed seed 1
+bench_opt --trainer trainer "$here/../build/release/mpi_trainer"
+bench_opt --shim shim ""
+bench_parse "[--kill-runs N] [--other-runs M] [--only S1,S2] [--sync|--async] [--seed S] [--trainer PATH] [--shim PATH]" "$@"
 [[ -x $trainer ]] || { echo "chaos.sh: no mpi_trainer at $trainer (launch/build.sh release)" >&2; exit 2; }
 trainer=$(cd "$(dirname "$trainer")" && pwd)/$(basename "$trainer")
 ulfm=0

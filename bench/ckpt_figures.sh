@@ -16,19 +16,14 @@
 # --disk: a directory on the disk to measure (default: build/ckpt-figures in this checkout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=15 repeats=3 kill_runs=20 other_runs=3 disk=build/ckpt-figures
-while (($#)); do
-  case $1 in
-    --rounds) rounds=${2:?}; shift 2 ;;
-    --repeats) repeats=${2:?}; shift 2 ;;
-    --kill-runs) kill_runs=${2:?}; shift 2 ;;
-    --other-runs) other_runs=${2:?}; shift 2 ;;
-    --disk) disk=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "ckpt_figures.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
 source bench/lib.sh
+bench_opt --rounds rounds 15
+bench_opt --repeats repeats 3
+bench_opt --kill-runs kill_runs 20
+bench_opt --other-runs other_runs 3
+bench_opt --disk disk build/ckpt-figures
+bench_parse "[--rounds R] [--repeats R] [--kill-runs K] [--other-runs M] [--disk DIR]" "$@"
+bench_env
 bench=build/release/bench/ckpt_bench
 [[ -x $bench ]] || { echo "build first: launch/build.sh release (no $bench)" >&2; exit 1; }
 mkdir -p "$disk"

@@ -14,17 +14,13 @@
 #   bench/fault_bench.sh [--kills 12] [--repeats 3] [--runs 5] [--model resnet8]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kills=12 repeats=3 runs=5 model=resnet8
-while (($#)); do
-  case $1 in
-    --kills) kills=$2; shift 2 ;;
-    --repeats) repeats=$2; shift 2 ;;
-    --runs) runs=$2; shift 2 ;;
-    --model) model=$2; shift 2 ;;
-    *) echo "usage: $0 [--kills N] [--repeats R] [--runs N] [--model M]" >&2; exit 2 ;;
-  esac
-done
 source bench/lib.sh
+bench_opt --kills kills 12
+bench_opt --repeats repeats 3
+bench_opt --runs runs 5
+bench_opt --model model resnet8
+bench_parse "[--kills N] [--repeats R] [--runs N] [--model M]" "$@"
+bench_env
 "$trainer" gen-data "$dir/data" --train 4096 --test 512 --seed 5 >/dev/null
 job() {  # job NP NAME [flags]: one mpirun --enable-recovery job; output NAME.txt, metrics NAME.jsonl
   local np=$1 name=$2; shift 2

@@ -11,8 +11,10 @@
 # Then carry OUT_DIR to the GPU machine and run `bash bench/gpu_checks.sh ...` there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build/release}
-out=${2:-.gpu}
+source bench/lib.sh
+bench_arg build build/release
+bench_arg out .gpu
+bench_parse "[BUILD_DIR] [OUT_DIR]" "$@"
 for f in mpi_trainer tests/mt_cuda_tests bench/step_bench; do
   [[ -x $build/$f ]] || { echo "gpu_bundle: $build/$f missing: build with the CUDA backend first (launch/build.sh release)" >&2; exit 1; }
 done

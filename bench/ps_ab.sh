@@ -7,20 +7,16 @@
 # Runs shorter than a few seconds are too noisy here to show a few percent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-(($# >= 2)) || { echo "usage: $0 OLD_PS_BENCH NEW_PS_BENCH [--rounds R] [--steps N] [--model M] [--configs LIST]" >&2; exit 2; }
-old=$(realpath "$1") new=$(realpath "$2")
-shift 2
-rounds=4 steps=10000 model=resnet32 configs="4/1/shm 8/1/shm 4/2/shm 4/1/messages 8/1/messages"
-while (($#)); do
-  case $1 in
-    --rounds) rounds=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --model) model=$2; shift 2 ;;
-    --configs) configs=$2; shift 2 ;;
-    *) echo "usage: $0 OLD NEW [--rounds R] [--steps N] [--model M] [--configs LIST]" >&2; exit 2 ;;
-  esac
-done
 source bench/lib.sh
+bench_arg old
+bench_arg new
+bench_opt --rounds rounds 4
+bench_opt --steps steps 10000
+bench_opt --model model resnet32
+bench_opt --configs configs "4/1/shm 8/1/shm 4/2/shm 4/1/messages 8/1/messages"
+bench_parse "OLD_PS_BENCH NEW_PS_BENCH [--rounds R] [--steps N] [--model M] [--configs LIST]" "$@"
+old=$(realpath "$old") new=$(realpath "$new")
+bench_env
 out=$dir/results.jsonl
 run() {  # which binary workers shards shm
   local bin=$old; [[ $1 == new ]] && bin=$new

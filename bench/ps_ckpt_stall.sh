@@ -6,17 +6,13 @@
 #   bench/ps_ckpt_stall.sh [--model resnet32] [--steps 60] [--every 3] [--repeats 2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=resnet32 steps=60 every=3 repeats=2
-while (($#)); do
-  case $1 in
-    --model) model=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --every) every=$2; shift 2 ;;
-    --repeats) repeats=$2; shift 2 ;;
-    *) echo "usage: $0 [--model M] [--steps N] [--every K] [--repeats R]" >&2; exit 2 ;;
-  esac
-done
 source bench/lib.sh
+bench_opt --model model resnet32
+bench_opt --steps steps 60
+bench_opt --every every 3
+bench_opt --repeats repeats 2
+bench_parse "[--model M] [--steps N] [--every K] [--repeats R]" "$@"
+bench_env
 for shards in 1 2; do
   for ((r = 0; r < repeats; ++r)); do
     mpirun -np $((shards + 1)) --oversubscribe -x OMP_WAIT_POLICY=passive "$trainer" train \

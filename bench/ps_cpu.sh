@@ -19,19 +19,16 @@
 # this build is measured. Run it on an idle machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-baseline="" rounds=3 window=8 steps=60 data=/usr/share/datasets/fashion-mnist parts=cpu,speed,updates
-while (($#)); do
-  case $1 in
-    --baseline) baseline=$(realpath "$2"); shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --window) window=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --data) data=$2; shift 2 ;;
-    --parts) parts=$2; shift 2 ;;
-    *) echo "usage: $0 [--baseline DIR] [--rounds R] [--window S] [--steps N] [--data DIR] [--parts LIST]" >&2; exit 2 ;;
-  esac
-done
 source bench/lib.sh
+bench_opt --baseline baseline ""
+bench_opt --rounds rounds 3
+bench_opt --window window 8
+bench_opt --steps steps 60
+bench_opt --data data /usr/share/datasets/fashion-mnist
+bench_opt --parts parts cpu,speed,updates
+bench_parse "[--baseline DIR] [--rounds R] [--window S] [--steps N] [--data DIR] [--parts LIST]" "$@"
+[[ -z $baseline ]] || baseline=$(realpath "$baseline")
+bench_env
 [[ -z $baseline || (-x $baseline/mpi_trainer && -x $baseline/ps_bench) ]] ||
   { echo "--baseline $baseline: needs mpi_trainer and ps_bench there" >&2; exit 2; }
 builds=(new) ; [[ -n $baseline ]] && builds=(old new)

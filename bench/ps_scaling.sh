@@ -7,16 +7,12 @@
 #   bench/ps_scaling.sh [--steps 60] [--repeats 2] [--model resnet32]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=60 repeats=2 model=resnet32
-while (($#)); do
-  case $1 in
-    --steps) steps=$2; shift 2 ;;
-    --repeats) repeats=$2; shift 2 ;;
-    --model) model=$2; shift 2 ;;
-    *) echo "usage: $0 [--steps N] [--repeats R] [--model M]" >&2; exit 2 ;;
-  esac
-done
 source bench/lib.sh
+bench_opt --steps steps 60
+bench_opt --repeats repeats 2
+bench_opt --model model resnet32
+bench_parse "[--steps N] [--repeats R] [--model M]" "$@"
+bench_env
 args=(train --model "$model" --train-steps "$steps" --quiet)
 for ((r = 0; r < repeats; ++r)); do
   "$trainer" "${args[@]}" --metrics "$dir/single-$r.jsonl"

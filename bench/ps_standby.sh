@@ -12,21 +12,16 @@
 #                       [--replica-interval 10] [--replica-budget 0.01] [--kills 10]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=resnet32 workers=4 steps=2000 repeats=5 interval=10 budget=0.01 kills=10
-while (($#)); do
-  case $1 in
-    --model) model=$2; shift 2 ;;
-    --workers) workers=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --repeats) repeats=$2; shift 2 ;;
-    --replica-interval) interval=$2; shift 2 ;;
-    --replica-budget) budget=$2; shift 2 ;;
-    --kills) kills=$2; shift 2 ;;
-    *) echo "usage: $0 [--model M] [--workers N] [--steps N] [--repeats R] [--replica-interval K] [--replica-budget B] [--kills K]" >&2
-       exit 2 ;;
-  esac
-done
 source bench/lib.sh
+bench_opt --model model resnet32
+bench_opt --workers workers 4
+bench_opt --steps steps 2000
+bench_opt --repeats repeats 5
+bench_opt --replica-interval interval 10
+bench_opt --replica-budget budget 0.01
+bench_opt --kills kills 10
+bench_parse "[--model M] [--workers N] [--steps N] [--repeats R] [--replica-interval K] [--replica-budget B] [--kills K]" "$@"
+bench_env
 "$trainer" gen-data "$dir/data" --train 1024 --test 256 --seed 1 >/dev/null
 for ((r = 0; r < repeats; ++r)); do
   for standby in 0 1; do

@@ -16,18 +16,14 @@
 #   bench/ps_takeover.sh [--kills 10] [--replica-interval 10] [--num-ps 1] [--ulfm-trainer PATH] [--trainer PATH]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kills=10 interval=10 shards=1 ulfm_trainer=build/ulfm/mpi_trainer
-while (($#)); do
-  case $1 in
-    --kills) kills=$2; shift 2 ;;
-    --replica-interval) interval=$2; shift 2 ;;
-    --num-ps) shards=$2; shift 2 ;;
-    --ulfm-trainer) ulfm_trainer=$2; shift 2 ;;
-    --trainer) trainer_arg=$2; shift 2 ;;
-    *) echo "usage: $0 [--kills K] [--replica-interval N] [--num-ps S] [--ulfm-trainer PATH] [--trainer PATH]" >&2; exit 2 ;;
-  esac
-done
 source bench/lib.sh
+bench_opt --kills kills 10
+bench_opt --replica-interval interval 10
+bench_opt --num-ps shards 1
+bench_opt --ulfm-trainer ulfm_trainer build/ulfm/mpi_trainer
+bench_opt --trainer trainer_arg ""
+bench_parse "[--kills K] [--replica-interval N] [--num-ps S] [--ulfm-trainer PATH] [--trainer PATH]" "$@"
+bench_env
 trainer=${trainer_arg:-$trainer}
 source launch/mpi_lib.sh
 [[ -x $ulfm_trainer ]] || { echo "no ULFM build at $ulfm_trainer: launch/setup.sh --mpi ulfm, then cmake --preset ulfm && cmake --build --preset ulfm" >&2; exit 1; }

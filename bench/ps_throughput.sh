@@ -7,16 +7,12 @@
 #   bench/ps_throughput.sh [--model resnet32] [--steps 2000] [--repeats 3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=resnet32 steps=2000 repeats=3
-while (($#)); do
-  case $1 in
-    --model) model=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --repeats) repeats=$2; shift 2 ;;
-    *) echo "usage: $0 [--model M] [--steps N] [--repeats R]" >&2; exit 2 ;;
-  esac
-done
 source bench/lib.sh
+bench_opt --model model resnet32
+bench_opt --steps steps 2000
+bench_opt --repeats repeats 3
+bench_parse "[--model M] [--steps N] [--repeats R]" "$@"
+bench_env
 bench=build/release/bench/ps_bench
 out=$dir/results.jsonl
 for workers in 4 8; do

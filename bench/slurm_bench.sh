@@ -12,7 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-rounds=${1:-3}
+bench_arg rounds 3
+bench_parse "[ROUNDS]" "$@"
+bench_env
 for ((r = 1; r <= rounds; r++)); do
   for how in reclaim down kill-ps; do
     template=train.sbatch; [[ $how == down ]] && template=hetjob.sbatch

@@ -22,26 +22,21 @@
 # steps instead of --epochs (a smoke test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seeds=3 epochs=20 workers="1 2 4 8" jobs=2 model=resnet8 batch=128 data=/usr/share/datasets/fashion-mnist
-out=bench/results/time_to_accuracy policy="" trainer_arg="" steps=""
-while (($#)); do
-  case $1 in
-    --seeds) seeds=${2:?}; shift 2 ;;
-    --epochs) epochs=${2:?}; shift 2 ;;
-    --workers) workers=${2:?}; shift 2 ;;
-    --jobs) jobs=${2:?}; shift 2 ;;
-    --model) model=${2:?}; shift 2 ;;
-    --batch-size) batch=${2:?}; shift 2 ;;
-    --data) data=${2:?}; shift 2 ;;
-    --out) out=${2:?}; shift 2 ;;
-    --policy) policy=$2; shift 2 ;;
-    --steps) steps=${2:?}; shift 2 ;;
-    --trainer) trainer_arg=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "time_to_accuracy.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
 source bench/lib.sh
+bench_opt --seeds seeds 3
+bench_opt --epochs epochs 20
+bench_opt --workers workers "1 2 4 8"
+bench_opt --jobs jobs 2
+bench_opt --model model resnet8
+bench_opt --batch-size batch 128
+bench_opt --data data /usr/share/datasets/fashion-mnist
+bench_opt --out out bench/results/time_to_accuracy
+bench_opt --policy policy ""
+bench_opt --steps steps ""
+bench_opt --trainer trainer_arg ""
+bench_parse "[--seeds N] [--epochs N] [--workers LIST] [--jobs N] [--model M] [--batch-size B] [--data DIR] \
+[--out DIR] [--policy FLAGS] [--steps N] [--trainer PATH]" "$@"
+bench_env
 [[ -n $trainer_arg ]] && trainer=$trainer_arg
 mkdir -p "$out"
 # Training images: Fashion-MNIST 60000, CIFAR-10 50000.

@@ -14,16 +14,11 @@
 # Needs both builds: launch/build.sh release; launch/setup.sh --mpi ulfm && launch/build.sh ulfm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kills=10 rounds=3
-while (($#)); do
-  case $1 in
-    --kills) kills=${2:?}; shift 2 ;;
-    --rounds) rounds=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "ulfm_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
 source bench/lib.sh
+bench_opt --kills kills 10
+bench_opt --rounds rounds 3
+bench_parse "[--kills N] [--rounds R]" "$@"
+bench_env
 source launch/mpi_lib.sh
 builds=(release ulfm)
 for b in "${builds[@]}"; do

@@ -14,21 +14,16 @@
 # accuracy is noise). Exit 1 when a goal checked is missed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seeds=3 steps=300 scale=1 trainer_arg="" data=/usr/share/datasets/fashion-mnist check=all
-while (($#)); do
-  case $1 in
-    --seeds) seeds=${2:?}; shift 2 ;;
-    --steps) steps=${2:?}; shift 2 ;;
-    --scale) scale=${2:?}; shift 2 ;;
-    --trainer) trainer_arg=${2:?}; shift 2 ;;
-    --data) data=${2:?}; shift 2 ;;
-    --check) check=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "virtual_vs_real.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
-[[ $check == staleness || $check == all ]] || { echo "virtual_vs_real.sh: --check staleness or all" >&2; exit 2; }
 source bench/lib.sh
+bench_opt --seeds seeds 3
+bench_opt --steps steps 300
+bench_opt --scale scale 1
+bench_opt --trainer trainer_arg ""
+bench_opt --data data /usr/share/datasets/fashion-mnist
+bench_opt --check check all
+bench_parse "[--seeds N] [--steps N] [--scale X] [--trainer PATH] [--data DIR] [--check staleness|all]" "$@"
+[[ $check == staleness || $check == all ]] || bench_usage_error "--check staleness or all"
+bench_env
 [[ -n $trainer_arg ]] && trainer=$trainer_arg
 source launch/mpi_lib.sh
 mt_mpirun_for "$trainer" --loopback
