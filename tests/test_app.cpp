@@ -142,10 +142,10 @@ TEST_CASE("a checkpoint records its job and input; a resume of another job is re
   job.data = "cifar10 train=512 test=64 fingerprint=0123456789abcdef";
   job.batch_size = 8;
   job.lr_schedule = "step 0.1 x0.1 at 32000 48000";
-  job.normalization = "channel-stats";
-  job.stats.mean = {0.5f, 0.25f, 0.125f};
-  job.stats.std = {0.2f, 0.3f, 0.4f};
-  job.labels = label_names("cifar10");
+  job.input_normalization = "channel-stats";
+  job.input_mean = {0.5f, 0.25f, 0.125f};
+  job.input_std = {0.2f, 0.3f, 0.4f};
+  job.label_names = label_names("cifar10");
   TrainProgress p;
   p.global_step = 20;
   p.position = 20;
@@ -160,22 +160,24 @@ TEST_CASE("a checkpoint records its job and input; a resume of another job is re
   CHECK(nlohmann::json::parse(back.strings.at("label_names")).at(9) == "truck");
 
   std::ostringstream log;
-  CHECK_NOTHROW(check_same_job(back, "f.h5", job, {}, log));
+  const ckpt::CheckpointState state = ckpt::decode(back);
+  CHECK(state.job == job);
+  CHECK_NOTHROW(check_same_job(state, "f.h5", job, {}, log));
   CHECK(log.str().empty());
   for (const std::string field : {"data", "batch_size", "lr_schedule"}) {
     JobIdentity other = job;
     if (field == "data") other.data = "fashion-mnist train=60000 test=10000 fingerprint=7e94c8c7de2bab3f";
     if (field == "batch_size") other.batch_size = 32;
     if (field == "lr_schedule") other.lr_schedule = "cosine 0.1 over 200 steps";
-    CHECK_THROWS_WITH(check_same_job(back, "f.h5", other, {}, log),
+    CHECK_THROWS_WITH(check_same_job(state, "f.h5", other, {}, log),
                       Catch::Contains("f.h5 is of another job: its " + field) &&
                           Catch::Contains("--resume-override " + field));
     try {
-      check_same_job(back, "f.h5", other, {}, log);
+      check_same_job(state, "f.h5", other, {}, log);
     } catch (const Error& e) {
       CHECK(e.exit_code() == kExitCheckpoint);
     }
-    CHECK_NOTHROW(check_same_job(back, "f.h5", other, {field}, log));
+    CHECK_NOTHROW(check_same_job(state, "f.h5", other, {field}, log));
     CHECK_THAT(log.str(), Catch::Contains("as --resume-override asks"));
   }
   // Written before these attributes existed: not checked, and said.
@@ -184,7 +186,7 @@ TEST_CASE("a checkpoint records its job and input; a resume of another job is re
   old.ints.erase("batch_size");
   old.strings.erase("lr_schedule");
   std::ostringstream old_log;
-  CHECK_NOTHROW(check_same_job(old, "old.h5", job, {}, old_log));
+  CHECK_NOTHROW(check_same_job(ckpt::decode(old), "old.h5", job, {}, old_log));
   CHECK_THAT(old_log.str(), Catch::Contains("does not record its data, batch_size, lr_schedule"));
 
   CHECK(parse_resume_override("data,batch_size") == std::vector<std::string>{"data", "batch_size"});
@@ -200,8 +202,9 @@ TEST_CASE("a checkpoint records its job and input; a resume of another job is re
   MetricsWriter none;
   const auto found = find_resume_checkpoint(cfg, model, bigger, none, log);
   REQUIRE(found);
-  CHECK(found->checkpoint.ints.at("data_cursor_position") == 5);
-  CHECK(found->checkpoint.strings.at("data_cursors") == "[[0,3],[1,1]]");
+  CHECK(found->state.progress.position == 5);
+  CHECK(found->state.progress.worker_cursors == std::vector<std::array<std::int64_t, 2>>{{0, 3}, {1, 1}});
+  CHECK(found->state.job.batch_size == 32);
   cfg.resume_override.clear();
   CHECK_THROWS_AS(find_resume_checkpoint(cfg, model, bigger, none, log), CheckpointError);
 }

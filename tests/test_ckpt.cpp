@@ -11,6 +11,7 @@
 #include "app/train.hpp"
 #include "ckpt/async_writer.hpp"
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/state.hpp"
 #include "ps/snapshot.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
@@ -365,19 +366,20 @@ TEST_CASE("dana's momentum per data slot is checkpointed and resumed exactly, or
   p.global_step = 11;
   const auto file = ckpt::publish(dir.path(), make_checkpoint(model, params, mean, stats, p, "{}", {}, {}, ExtraOptimizerState{slots}), 0);
   const ckpt::Checkpoint c = ckpt::read(file);
-  CHECK(c.find(array_path("optimizer/slot_momentum/1", model.params().entries().front().name)) != nullptr);
+  CHECK(c.find(ckpt::array_path("optimizer/slot_momentum/1", model.params().entries().front().name)) != nullptr);
   // As many slots: each its own, to the bit.
+  const ckpt::CheckpointState s = ckpt::decode(c);
   FlatTensors rp(model.params()), rm(model.params()), rs(model.stats());
-  restore_checkpoint(c, model, rp, rm, rs);
+  restore_checkpoint(s, model, rp, rm, rs);
   std::vector<FlatTensors> back;
   for (int j = 0; j < 2; ++j) back.emplace_back(model.params());
-  restore_slot_momenta(c, rm, back);
+  restore_slot_momenta(s, rm, back);
   for (int j = 0; j < 2; ++j)
     CHECK(std::equal(back[j].span().begin(), back[j].span().end(), slots[static_cast<std::size_t>(j)].span().begin()));
   // Another number of slots (a resume with more workers): every slot starts from the mean.
   std::vector<FlatTensors> three;
   for (int j = 0; j < 3; ++j) three.emplace_back(model.params());
-  restore_slot_momenta(c, rm, three);
+  restore_slot_momenta(s, rm, three);
   for (const auto& t : three) CHECK(std::equal(t.span().begin(), t.span().end(), mean.span().begin()));
   CHECK(c.ints.at("slot_momenta") == 2);
 }
@@ -403,7 +405,7 @@ TEST_CASE("a dana checkpoint with a slot momentum missing or misshapen is refuse
   };
   const auto refused = [&](const std::string& needle) {
     try {
-      restore_slot_momenta(c, mean, back);
+      restore_slot_momenta(ckpt::decode(c), mean, back);
       FAIL("restored a damaged checkpoint");
     } catch (const CheckpointError& e) {
       INFO(e.what());
@@ -411,16 +413,16 @@ TEST_CASE("a dana checkpoint with a slot momentum missing or misshapen is refuse
     }
   };
   SECTION("one layer of slot 1 missing") {
-    erase(array_path("optimizer/slot_momentum/1", entries.back().name));
-    refused("lacks /" + array_path("optimizer/slot_momentum/1", entries.back().name));
+    erase(ckpt::array_path("optimizer/slot_momentum/1", entries.back().name));
+    refused("lacks /" + ckpt::array_path("optimizer/slot_momentum/1", entries.back().name));
   }
   SECTION("slot 1 missing entirely") {
-    for (const auto& e : entries) erase(array_path("optimizer/slot_momentum/1", e.name));
+    for (const auto& e : entries) erase(ckpt::array_path("optimizer/slot_momentum/1", e.name));
     refused("records 2 slot momenta (--momentum-correction dana) but holds 1");
   }
   SECTION("a layer of slot 0 with another shape") {
     for (auto& a : c.arrays)
-      if (a.path == array_path("optimizer/slot_momentum/0", entries.front().name)) a.dims = {a.dims.front()};
+      if (a.path == ckpt::array_path("optimizer/slot_momentum/0", entries.front().name)) a.dims = {a.dims.front()};
     refused("has shape");
   }
 }
@@ -441,19 +443,19 @@ TEST_CASE("the gap-aware mean steps are checkpointed and resumed exactly, start 
   CHECK(c.ints.at("gap_mean_step") == 1);
   CHECK(c.ints.count("slot_momenta") == 0);
   FlatTensors back(model.params());
-  CHECK(restore_gap_mean_step(c, back));
+  CHECK(restore_gap_mean_step(ckpt::decode(c), back));
   CHECK(std::equal(back.span().begin(), back.span().end(), gap.span().begin()));
   // Written under another policy: nothing to restore, every mean step zero (no history).
   const ckpt::Checkpoint plain = make_checkpoint(model, params, mom, stats, p, "{}", {});
-  CHECK_FALSE(restore_gap_mean_step(plain, back));
+  CHECK_FALSE(restore_gap_mean_step(ckpt::decode(plain), back));
   CHECK(std::all_of(back.span().begin(), back.span().end(), [](float x) { return x == 0.f; }));
   // Recorded but a layer missing: damage, named.
-  const std::string path = array_path("optimizer/gap_mean_step", model.params().entries().back().name);
+  const std::string path = ckpt::array_path("optimizer/gap_mean_step", model.params().entries().back().name);
   const auto it = std::find_if(c.arrays.begin(), c.arrays.end(), [&](const ckpt::Array& a) { return a.path == path; });
   REQUIRE(it != c.arrays.end());
   c.arrays.erase(it);
   try {
-    restore_gap_mean_step(c, back);
+    restore_gap_mean_step(ckpt::decode(c), back);
     FAIL("restored a damaged checkpoint");
   } catch (const CheckpointError& e) {
     INFO(e.what());
@@ -475,7 +477,7 @@ TEST_CASE("a checkpoint of another model is refused and the previous one used", 
   ckpt::publish(dir.path(), make_checkpoint(other, op, om, os, p, "{}", {}), 0);
   std::vector<std::string> skipped;
   const auto found = ckpt::load_latest_valid(
-      dir.path(), [&](const ckpt::Checkpoint& c) { check_compatible(c, model); }, &skipped);
+      dir.path(), [&](const ckpt::Checkpoint& c) { check_compatible(ckpt::decode(c), model); }, &skipped);
   REQUIRE(found);
   CHECK(found->checkpoint.global_step == 5);
   REQUIRE(skipped.size() == 1);

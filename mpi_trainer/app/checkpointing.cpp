@@ -18,123 +18,99 @@ namespace mt {
 
 namespace {
 
-constexpr const char* kParams = "params";
-constexpr const char* kMomentum = "optimizer/momentum";
-// --momentum-correction dana: data slot j's momentum under kSlotMomentum/j (kMomentum: their mean).
-constexpr const char* kSlotMomentum = "optimizer/slot_momentum";
-std::string slot_group(std::size_t j) { return std::string(kSlotMomentum) + "/" + std::to_string(j); }
-// --lr-scaling gap: each parameter's running mean step (GapPenalty).
-constexpr const char* kGapMeanStep = "optimizer/gap_mean_step";
-constexpr const char* kBnStats = "bn_stats";
-
-// Appends the group's arrays at c.arrays[*next...], or overwrites them in place when the
-// arrays there already have these paths (a reused checkpoint).
-void add_group(ckpt::Checkpoint& c, std::size_t* next, const std::string& group, const FlatTensors& flat) {
-  for (const auto& e : flat.layout().entries()) {
-    const float* src = flat.flat().data() + e.offset;
-    if (*next < c.arrays.size()) {
-      c.arrays[*next].data.assign(src, src + e.size);  // same path and size: checked by the caller
-    } else {
-      ckpt::Array a;
-      a.path = array_path(group, e.name);
-      a.dims = e.dims;
-      a.data.assign(src, src + e.size);
-      c.arrays.push_back(std::move(a));
-    }
-    ++*next;
-  }
+// The arrays of `flat`, as views, in its layout's order.
+ckpt::ArrayGroup arrays_of(const FlatTensors& flat) {
+  ckpt::ArrayGroup g;
+  g.reserve(flat.layout().entries().size());
+  for (const auto& e : flat.layout().entries())
+    g.push_back({e.name, e.dims, {flat.flat().data() + e.offset, static_cast<std::size_t>(e.size)}});
+  return g;
 }
 
-// True when `c`'s arrays are exactly these groups' arrays, in order.
-bool same_arrays(const ckpt::Checkpoint& c, const std::vector<std::pair<std::string, const FlatTensors*>>& groups) {
-  std::size_t i = 0;
-  for (const auto& [group, flat] : groups)
-    for (const auto& e : flat->layout().entries()) {
-      if (i >= c.arrays.size() || c.arrays[i].dims != e.dims ||
-          c.arrays[i].path != array_path(group, e.name))
-        return false;
-      ++i;
-    }
-  return i == c.arrays.size();
-}
-
-void check_group(const ckpt::Checkpoint& c, const std::string& group, const ParamLayout& layout,
-                 const std::string& model) {
+// Throws unless `saved` (the checkpoint's group at `path`) holds each of the layout's arrays with
+// its shape.
+void check_group(const ckpt::ArrayGroup& saved, std::string_view path, const ParamLayout& layout,
+                 const std::string& saved_model, const std::string& model) {
   for (const auto& e : layout.entries()) {
-    const std::string path = array_path(group, e.name);
-    const ckpt::Array* a = c.find(path);
+    const ckpt::NamedArray* a = ckpt::find(saved, e.name);
     if (!a)
-      throw CheckpointError("checkpoint of model '" + c.model + "' lacks /" + path + " of model '" +
-                            model + "'");
+      throw CheckpointError("checkpoint of model '" + saved_model + "' lacks /" + ckpt::array_path(path, e.name) +
+                            " of model '" + model + "'");
     if (a->dims != e.dims)
-      throw CheckpointError("checkpoint array /" + path + " has shape " + dims_to_string(a->dims) +
-                            ", model '" + model + "' needs " + dims_to_string(e.dims));
+      throw CheckpointError("checkpoint array /" + ckpt::array_path(path, e.name) + " has shape " +
+                            dims_to_string(a->dims) + ", model '" + model + "' needs " + dims_to_string(e.dims));
   }
 }
 
-void restore_group(const ckpt::Checkpoint& c, const std::string& group, FlatTensors& flat) {
+// After check_group.
+void restore_group(const ckpt::ArrayGroup& saved, FlatTensors& flat) {
   for (const auto& e : flat.layout().entries()) {
-    const ckpt::Array* a = c.find(array_path(group, e.name));
-    std::memcpy(flat.flat().data() + e.offset, a->data.data(), a->data.size() * sizeof(float));
+    const ckpt::NamedArray* a = ckpt::find(saved, e.name);
+    std::memcpy(flat.flat().data() + e.offset, a->values.data(), a->values.size() * sizeof(float));
   }
 }
 
 // A resume at another batch size (--resume-override batch_size): the data cursors count batches
 // of the checkpoint's size; each becomes the batch of the new size that holds the same image.
-void rescale_cursors(ckpt::Checkpoint& c, std::int64_t batch_size) {
-  const auto saved = c.ints.find("batch_size");
-  if (saved == c.ints.end() || saved->second <= 0 || saved->second == batch_size || batch_size <= 0) return;
-  const std::int64_t from = saved->second;
+void rescale_cursors(ckpt::CheckpointState& s, std::int64_t batch_size) {
+  const std::int64_t from = s.job.batch_size;
+  if (from <= 0 || from == batch_size || batch_size <= 0) return;
   const auto rescale = [&](std::int64_t position) { return position * from / batch_size; };
-  if (auto p = c.ints.find("data_cursor_position"); p != c.ints.end()) p->second = rescale(p->second);
-  if (auto it = c.strings.find("data_cursors"); it != c.strings.end()) {
-    auto cursors = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-    if (cursors.is_array()) {
-      for (auto& cur : cursors)
-        if (cur.is_array() && cur.size() == 2 && cur[1].is_number_integer())
-          cur[1] = rescale(cur[1].get<std::int64_t>());
-      it->second = cursors.dump();
-    }
-  }
-  saved->second = batch_size;
+  s.progress.position = rescale(s.progress.position);
+  for (auto& cursor : s.progress.worker_cursors) cursor[1] = rescale(cursor[1]);
+  s.job.batch_size = batch_size;
 }
 
 }  // namespace
 
-void restore_slot_momenta(const ckpt::Checkpoint& c, const FlatTensors& momentum, std::span<FlatTensors> slots) {
-  std::size_t saved = 0;
-  while (!slots.empty() && c.find(array_path(slot_group(saved), slots[0].layout().entries().front().name))) ++saved;
-  // The writer records how many it wrote: fewer found means a damaged checkpoint, not another policy.
-  if (const auto it = c.ints.find("slot_momenta"); it != c.ints.end() && it->second != static_cast<std::int64_t>(saved))
-    throw CheckpointError("checkpoint at global step " + std::to_string(c.global_step) + " records " +
-                          std::to_string(it->second) + " slot momenta (--momentum-correction dana) but holds " +
-                          std::to_string(saved) + " under /" + kSlotMomentum);
+void restore_slot_momenta(const ckpt::CheckpointState& s, const FlatTensors& momentum, std::span<FlatTensors> slots) {
+  // ckpt::decode checked that the checkpoint holds as many as it records.
+  const bool each_own = s.slot_momenta.size() == slots.size();
   for (std::size_t j = 0; j < slots.size(); ++j) {
-    if (saved == slots.size()) {
-      check_group(c, slot_group(j), slots[j].layout(), c.model);
-      restore_group(c, slot_group(j), slots[j]);
+    if (each_own) {
+      check_group(s.slot_momenta[j], ckpt::slot_momentum_group(j), slots[j].layout(), s.model, s.model);
+      restore_group(s.slot_momenta[j], slots[j]);
     } else {
       std::copy_n(momentum.flat().data(), momentum.flat().numel(), slots[j].flat().data());
     }
   }
 }
 
-bool restore_gap_mean_step(const ckpt::Checkpoint& c, FlatTensors& out) {
-  const bool recorded = c.ints.count("gap_mean_step") != 0 && c.ints.at("gap_mean_step") != 0;
-  if (!recorded && !c.find(array_path(kGapMeanStep, out.layout().entries().front().name))) {
+bool restore_gap_mean_step(const ckpt::CheckpointState& s, FlatTensors& out) {
+  if (!s.gap_mean_step) {
     std::fill_n(out.flat().data(), out.flat().numel(), 0.f);
     return false;
   }
   // The writer records that it wrote them: a missing or misshapen array is damage, not another policy.
-  check_group(c, kGapMeanStep, out.layout(), c.model);
-  restore_group(c, kGapMeanStep, out);
+  check_group(*s.gap_mean_step, ckpt::kGapMeanStepGroup, out.layout(), s.model, s.model);
+  restore_group(*s.gap_mean_step, out);
   return true;
 }
 
-std::string array_path(const std::string& group, const std::string& dotted_name) {
-  std::string p = dotted_name;
-  std::replace(p.begin(), p.end(), '.', '/');
-  return group + "/" + p;
+ckpt::CheckpointState checkpoint_state(const Model& model, const FlatTensors& params, const FlatTensors& momentum,
+                                       const FlatTensors& bn_stats, const TrainProgress& progress,
+                                       const std::string& config_json, const JobIdentity& job,
+                                       const ExtraOptimizerState& extra) {
+  ckpt::CheckpointState s;
+  s.model = model.spec().name;
+  s.param_count = model.param_count();
+  s.progress = progress;
+  s.job = job;
+  s.config_json = config_json;
+  s.params = arrays_of(params);
+  s.momentum = arrays_of(momentum);
+  s.bn_stats = arrays_of(bn_stats);
+  for (const auto& slot : extra.slot_momenta) s.slot_momenta.push_back(arrays_of(slot));
+  if (extra.gap_mean_step) s.gap_mean_step = arrays_of(*extra.gap_mean_step);
+  // A checkpoint never holds non-finite state: it would be resumed as the newest valid one.
+  ckpt::for_each_group(s, [&](const std::string& path, const ckpt::ArrayGroup& group) {
+    for (const auto& a : group)
+      if (!std::all_of(a.values.begin(), a.values.end(), [](float v) { return std::isfinite(v); }))
+        throw DataError("training diverged by global step " + std::to_string(progress.global_step) + ": /" + path +
+                        " holds a value that is not finite; not checkpointed (the newest "
+                        "checkpoint holds the last good state): lower --lr, then rerun");
+  });
+  return s;
 }
 
 ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
@@ -142,54 +118,8 @@ ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
                                  const TrainProgress& p, const std::string& config_json,
                                  const JobIdentity& job, ckpt::Checkpoint&& reuse,
                                  const ExtraOptimizerState& extra) {
-  std::vector<std::pair<std::string, const FlatTensors*>> groups = {
-      {kParams, &params}, {kMomentum, &momentum}, {kBnStats, &bn_stats}};
-  for (std::size_t j = 0; j < extra.slot_momenta.size(); ++j) groups.emplace_back(slot_group(j), &extra.slot_momenta[j]);
-  if (extra.gap_mean_step) groups.emplace_back(kGapMeanStep, extra.gap_mean_step);
-  ckpt::Checkpoint c;
-  if (same_arrays(reuse, groups)) c.arrays = std::move(reuse.arrays);
-  c.global_step = p.global_step;
-  c.model = model.spec().name;
-  c.param_count = model.param_count();
-  c.epoch = p.epoch;
-  c.config_json = config_json;
-  c.ints["data_cursor_epoch"] = p.epoch;
-  c.ints["data_cursor_position"] = p.position;
-  if (!p.worker_cursors.empty()) {
-    c.ints["workers"] = static_cast<std::int64_t>(p.worker_cursors.size());
-    c.strings["data_cursors"] = nlohmann::json(p.worker_cursors).dump();
-  }
-  if (!extra.slot_momenta.empty()) c.ints["slot_momenta"] = static_cast<std::int64_t>(extra.slot_momenta.size());
-  if (extra.gap_mean_step) c.ints["gap_mean_step"] = 1;
-  c.ints["attempts"] = p.attempts;
-  c.reals["train_seconds"] = p.train_seconds;
-  c.reals["cost_usd"] = p.cost_usd;
-  c.reals["lr"] = p.lr;
-  c.strings["data"] = job.data;
-  c.ints["batch_size"] = job.batch_size;
-  c.strings["lr_schedule"] = job.lr_schedule;
-  c.strings["input_normalization"] = job.normalization;
-  c.strings["input_mean"] = nlohmann::json(job.stats.mean).dump();
-  c.strings["input_std"] = nlohmann::json(job.stats.std).dump();
-  c.strings["label_names"] = nlohmann::json(job.labels).dump();
-  // A checkpoint never holds non-finite state: it would be resumed as the newest valid one.
-  for (const auto& [group, flat] : groups) {
-    const float* v = flat->flat().data();
-    const std::int64_t n = flat->flat().numel();
-    for (std::int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(v[i]))
-        throw DataError("training diverged by global step " + std::to_string(p.global_step) + ": /" +
-                        group + " holds a value that is not finite; not checkpointed (the newest "
-                        "checkpoint holds the last good state): lower --lr, then rerun");
-  }
-  std::size_t next = 0;
-  for (const auto& [group, flat] : groups) add_group(c, &next, group, *flat);
-  return c;
-}
-
-std::optional<std::string> recorded(const ckpt::Checkpoint& c, const char* key) {
-  if (const auto it = c.strings.find(key); it != c.strings.end() && !it->second.empty()) return it->second;
-  return std::nullopt;
+  return ckpt::encode(checkpoint_state(model, params, momentum, bn_stats, p, config_json, job, extra),
+                      std::move(reuse));
 }
 
 std::vector<std::string> parse_resume_override(const std::string& text) {
@@ -209,15 +139,15 @@ std::vector<std::string> parse_resume_override(const std::string& text) {
   return fields;
 }
 
-void check_same_job(const ckpt::Checkpoint& c, const std::string& file, const JobIdentity& now,
+void check_same_job(const ckpt::CheckpointState& s, const std::string& file, const JobIdentity& now,
                     const std::vector<std::string>& overrides, std::ostream& log) {
-  const auto batch = c.ints.find("batch_size");
-  const std::optional<std::string> saved_batch =
-      batch == c.ints.end() || batch->second <= 0 ? std::nullopt : std::optional(std::to_string(batch->second));
+  // Empty (0 for the batch size): not recorded, written before these attributes existed.
+  const auto saved = [](const std::string& v) { return v.empty() ? std::nullopt : std::optional(v); };
   const std::vector<std::tuple<const char*, std::optional<std::string>, std::string>> fields = {
-      {"data", recorded(c, "data"), now.data},
-      {"batch_size", saved_batch, std::to_string(now.batch_size)},
-      {"lr_schedule", recorded(c, "lr_schedule"), now.lr_schedule}};
+      {"data", saved(s.job.data), now.data},
+      {"batch_size", saved(s.job.batch_size > 0 ? std::to_string(s.job.batch_size) : ""),
+       std::to_string(now.batch_size)},
+      {"lr_schedule", saved(s.job.lr_schedule), now.lr_schedule}};
   std::vector<std::string> unrecorded;
   for (const auto& [name, saved, here] : fields) {
     if (!saved) {
@@ -241,45 +171,25 @@ void check_same_job(const ckpt::Checkpoint& c, const std::string& file, const Jo
   }
 }
 
-void check_compatible(const ckpt::Checkpoint& c, const Model& model) {
+void check_compatible(const ckpt::CheckpointState& s, const Model& model) {
   const std::string& name = model.spec().name;
-  if (c.model != name)
-    throw CheckpointError("checkpoint is of model '" + c.model + "', this run trains '" + name + "'");
-  if (c.param_count != model.param_count())
-    throw CheckpointError("checkpoint has " + std::to_string(c.param_count) + " parameters, model '" +
+  if (s.model != name)
+    throw CheckpointError("checkpoint is of model '" + s.model + "', this run trains '" + name + "'");
+  if (s.param_count != model.param_count())
+    throw CheckpointError("checkpoint has " + std::to_string(s.param_count) + " parameters, model '" +
                           name + "' has " + std::to_string(model.param_count()));
-  check_group(c, kParams, model.params(), name);
-  check_group(c, kMomentum, model.params(), name);
-  check_group(c, kBnStats, model.stats(), name);
-  for (const char* key : {"data_cursor_epoch", "data_cursor_position"})
-    if (!c.ints.count(key)) throw CheckpointError(std::string("checkpoint lacks attribute ") + key);
+  check_group(s.params, ckpt::kParamsGroup, model.params(), s.model, name);
+  check_group(s.momentum, ckpt::kMomentumGroup, model.params(), s.model, name);
+  check_group(s.bn_stats, ckpt::kBnStatsGroup, model.stats(), s.model, name);
 }
 
-TrainProgress restore_checkpoint(const ckpt::Checkpoint& c, const Model& model, FlatTensors& params,
+TrainProgress restore_checkpoint(const ckpt::CheckpointState& s, const Model& model, FlatTensors& params,
                                  FlatTensors& momentum, FlatTensors& bn_stats) {
-  check_compatible(c, model);
-  restore_group(c, kParams, params);
-  restore_group(c, kMomentum, momentum);
-  restore_group(c, kBnStats, bn_stats);
-  TrainProgress p;
-  p.global_step = c.global_step;
-  p.epoch = c.ints.at("data_cursor_epoch");
-  p.position = c.ints.at("data_cursor_position");
-  auto real = [&](const char* k) { const auto i = c.reals.find(k); return i == c.reals.end() ? 0.0 : i->second; };
-  p.train_seconds = real("train_seconds");
-  p.cost_usd = real("cost_usd");
-  p.lr = real("lr");
-  if (const auto it = c.strings.find("data_cursors"); it != c.strings.end()) {
-    try {
-      p.worker_cursors = nlohmann::json::parse(it->second).get<std::vector<std::array<std::int64_t, 2>>>();
-    } catch (const std::exception& e) {
-      throw CheckpointError("checkpoint attribute data_cursors is not a list of [epoch, position]: " +
-                            std::string(e.what()));
-    }
-  }
-  const auto a = c.ints.find("attempts");
-  p.attempts = a == c.ints.end() ? 1 : a->second;
-  return p;
+  check_compatible(s, model);
+  restore_group(s.params, params);
+  restore_group(s.momentum, momentum);
+  restore_group(s.bn_stats, bn_stats);
+  return s.progress;
 }
 
 std::vector<LoaderCursor> start_cursors(const TrainProgress& p, int workers) {
@@ -338,6 +248,11 @@ ckpt::Loaded load_named_checkpoint(const std::string& path) {
   return std::move(*found);
 }
 
+LoadedState load_named_state(const std::string& path) {
+  ckpt::Loaded loaded = load_named_checkpoint(path);
+  return LoadedState{ckpt::decode(std::move(loaded.checkpoint)), std::move(loaded.file)};
+}
+
 double ckpt_sync_bound(const TrainConfig& cfg) { return std::min(1.0, cfg.failure_timeout / 4); }
 
 bool wait_until_durable(ckpt::AsyncWriter& writer, const TrainConfig& cfg) {
@@ -355,13 +270,16 @@ void check_checkpoint_dir(const TrainConfig& cfg) {
     throw DataError("--ckpt-dir: checkpoints cannot be written: " + why);
 }
 
-std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
-                                                   MetricsWriter& metrics, std::ostream& log) {
+std::optional<LoadedState> find_resume_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
+                                                  MetricsWriter& metrics, std::ostream& log) {
   namespace fs = std::filesystem;
   // The checkpoint found is of this job, its data cursors in batches of this run's size.
-  const auto same_job = [&](ckpt::Checkpoint& c, const std::string& file) {
-    check_same_job(c, file, job, parse_resume_override(cfg.resume_override), log);
-    rescale_cursors(c, job.batch_size);
+  const auto of_this_job = [&](ckpt::Checkpoint&& c, const fs::path& file) {
+    LoadedState found{ckpt::decode(std::move(c)), file};
+    check_compatible(found.state, model);
+    check_same_job(found.state, file.string(), job, parse_resume_override(cfg.resume_override), log);
+    rescale_cursors(found.state, job.batch_size);
+    return found;
   };
   const bool have_dir = !cfg.ckpt_dir.empty() && fs::is_directory(cfg.ckpt_dir);
   if (cfg.resume == "never") {
@@ -371,16 +289,11 @@ std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const
                             "--ckpt-dir");
     return std::nullopt;
   }
-  if (cfg.resume != "auto") {
-    ckpt::Checkpoint c = ckpt::read(cfg.resume);
-    check_compatible(c, model);
-    same_job(c, cfg.resume);
-    return ckpt::Loaded{std::move(c), cfg.resume};
-  }
+  if (cfg.resume != "auto") return of_this_job(ckpt::read(cfg.resume), cfg.resume);
   if (!have_dir) return std::nullopt;
   std::vector<std::string> skipped;
   auto found = ckpt::load_latest_valid(
-      cfg.ckpt_dir, [&](const ckpt::Checkpoint& c) { check_compatible(c, model); }, &skipped);
+      cfg.ckpt_dir, [&](const ckpt::Checkpoint& c) { check_compatible(ckpt::decode(c), model); }, &skipped);
   for (const auto& why : skipped) {
     if (!cfg.quiet) log << "mpi_trainer: skipping checkpoint: " << why << '\n';
     metrics.write(nlohmann::ordered_json{{"event", "checkpoint_skipped"}, {"reason", why}});
@@ -390,8 +303,8 @@ std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const
     throw CheckpointError(cfg.ckpt_dir + ": none of its " + std::to_string(skipped.size()) +
                           " checkpoints can be resumed (reasons above); use another "
                           "--ckpt-dir, or move them away to start fresh");
-  if (found) same_job(found->checkpoint, found->file.string());
-  return found;
+  if (!found) return std::nullopt;
+  return of_this_job(std::move(found->checkpoint), found->file);
 }
 
 }  // namespace mt
@@ -420,11 +333,6 @@ int replica_revocations(const std::string& record) {
   }
 }
 
-std::string replica_writer(const ckpt::Checkpoint& c) {
-  const auto it = c.strings.find("written_by");
-  return it == c.strings.end() ? "" : it->second;
-}
-
 ReplicaWritten write_replica_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
                                         const ReplicaState& r, const std::string& label) {
   const auto t0 = Clock::now();
@@ -450,10 +358,11 @@ ReplicaWritten write_replica_checkpoint(const TrainConfig& cfg, const Model& mod
   if (momenta < 1) throw CheckpointError("the replica holds no momentum");
   FlatTensors mean(model.params());
   const StateView state = view_state(r.state, momenta, gap, mean);
-  ckpt::Checkpoint c = make_checkpoint(model, r.params, state.momentum, r.bn_stats, p, config_json, job, {}, state.extra);
-  c.strings["written_by"] = label;
+  ckpt::CheckpointState s =
+      checkpoint_state(model, r.params, state.momentum, r.bn_stats, p, config_json, job, state.extra);
+  s.written_by = label;
   ReplicaWritten w;
-  w.file = ckpt::publish(cfg.ckpt_dir, c, cfg.ckpt_keep);
+  w.file = ckpt::publish(cfg.ckpt_dir, ckpt::encode(s), cfg.ckpt_keep);
   w.seconds = since(t0);
   return w;
 }

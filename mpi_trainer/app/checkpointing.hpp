@@ -1,13 +1,14 @@
-// The bridge between the trainer's state and the checkpoint library: what a checkpoint holds
-// and how it is put back. Parameter `stage2.block3.conv1.weight` is stored at
-// /params/stage2/block3/conv1/weight, its momentum at /optimizer/momentum/..., BatchNorm
-// running statistics at /bn_stats/...
+// The bridge between the trainer's state and the checkpoint: the trainer's buffers as a
+// ckpt::CheckpointState (ckpt/state.hpp, which names every array and attribute) and back, and what
+// the app decides about checkpoints: which one a run resumes, whether it is of the same job, how
+// a resume's data cursors continue, how long training waits for a write.
 #pragma once
 
-#include <array>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "app/metrics.hpp"
 #include "ckpt/async_writer.hpp"
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/state.hpp"
 #include "data/loader.hpp"
 #include "nn/params.hpp"
 #include "nn/resnet.hpp"
@@ -22,47 +24,28 @@
 
 namespace mt {
 
-// What a checkpoint records of the job that wrote it, so that a resume can check it is the same
-// job (data, batch size, learning-rate schedule; the model is checked by its arrays), and of its
-// input, so that the checkpoint alone is enough to use the model (docs/checkpoint-format.md):
-// attributes data, batch_size, lr_schedule, input_normalization, input_mean, input_std (JSON
-// lists, per channel), label_names (JSON list, labels 0..9).
-struct JobIdentity {
-  std::string data;  // dataset_identity(): format, sizes, fingerprint
-  std::int64_t batch_size = 0;
-  std::string lr_schedule;    // LrSchedule::describe()
-  std::string normalization;  // normalization_name()
-  ChannelStats stats;         // per channel, of pixel / 255 (channel-stats normalization)
-  std::vector<std::string> labels;
-};
+// What a checkpoint records of the job that wrote it and of its input (a resume checks data,
+// batch_size and lr_schedule), and where training stands: defined with the checkpoint's schema.
+using ckpt::JobIdentity;
+using ckpt::TrainProgress;
 
-// A string attribute of `c`, or nothing when it is missing or empty (written by an older version).
-std::optional<std::string> recorded(const ckpt::Checkpoint& c, const char* key);
+// A checkpoint read from `file` and decoded (the state keeps the file's arrays).
+struct LoadedState {
+  ckpt::CheckpointState state;
+  std::filesystem::path file;
+};
 
 // The fields a resume may be told to accept when they differ (--resume-override).
 inline constexpr const char* kOverridableFields[] = {"data", "batch_size", "lr_schedule"};
 // Parses "data,batch_size"; throws UsageError naming the flag and the valid fields.
 std::vector<std::string> parse_resume_override(const std::string& text);
 
-// Throws CheckpointError (exit 4) when `c` (read from `file`) was written by another job: the
+// Throws CheckpointError (exit 4) when `s` (read from `file`) was written by another job: the
 // first field that differs and its two values, unless `overrides` names it (then a warning on
 // `log`). A checkpoint without these attributes (written before they existed) is not checked,
 // and says so on `log`.
-void check_same_job(const ckpt::Checkpoint& c, const std::string& file, const JobIdentity& now,
+void check_same_job(const ckpt::CheckpointState& s, const std::string& file, const JobIdentity& now,
                     const std::vector<std::string>& overrides, std::ostream& log);
-
-struct TrainProgress {
-  std::int64_t global_step = 0;
-  std::int64_t epoch = 0;             // data cursor
-  std::int64_t position = 0;          // batches consumed in the epoch
-  double train_seconds = 0;           // over every attempt so far
-  double cost_usd = 0;                // over every attempt so far
-  std::int64_t attempts = 1;          // runs that contributed (1 + resumes)
-  double lr = 0;                      // at the last step (informational)
-  // Parameter server: each worker's data cursor (epoch, position) after its last applied push,
-  // in worker order. Empty for the single process (epoch/position above are its cursor).
-  std::vector<std::array<std::int64_t, 2>> worker_cursors;
-};
 
 // Where each of `workers` data shards starts after restoring `p`: the saved cursors when the
 // worker count is unchanged; otherwise every worker starts the epoch after the furthest saved
@@ -75,12 +58,15 @@ std::vector<LoaderCursor> start_cursors(const TrainProgress& p, int workers);
 // `log` and as a checkpoint_skipped event); never refuses a directory that already holds
 // checkpoints; a PATH is read and checked. Empty: start fresh. Throws CheckpointError.
 // The checkpoint found must be of this job (check_same_job against `job`, --resume-override).
-std::optional<ckpt::Loaded> find_resume_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
-                                                   MetricsWriter& metrics, std::ostream& log);
+// Its data cursors are in batches of this run's size (--resume-override batch_size).
+std::optional<LoadedState> find_resume_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
+                                                  MetricsWriter& metrics, std::ostream& log);
 
 // A checkpoint named on the command line: a file (read and verified), or a directory (its newest
 // valid checkpoint). Throws CheckpointError ("not found", damaged, none valid).
 ckpt::Loaded load_named_checkpoint(const std::string& path);
+// The same, decoded (ckpt::decode's errors too).
+LoadedState load_named_state(const std::string& path);
 
 // --ckpt-dir must take durable files before any work is done (a read-only or full mount would
 // otherwise be found at the first checkpoint, after training). Throws DataError (exit 3).
@@ -109,31 +95,36 @@ struct CheckpointTally {
   void summarize(const TrainConfig& cfg, std::ostream& log) const;
 };
 
-// Copies the state into a checkpoint (the in-memory snapshot). `reuse`, a checkpoint made by an
-// earlier call for the same model (ckpt::AsyncWriter::take_spare), is filled in place without
-// allocating; anything else is rebuilt. `extra`: each data slot's momentum under
-// --momentum-correction dana, written as /optimizer/slot_momentum/<slot>/... (`momentum`: their
-// mean), and the gap-aware penalty's mean steps under --lr-scaling gap, as
-// /optimizer/gap_mean_step/...
+// The trainer's state as a checkpoint's (views of these buffers, valid while they are). `extra`:
+// each data slot's momentum under --momentum-correction dana (`momentum`: their mean), and the
+// gap-aware penalty's mean steps under --lr-scaling gap. Throws DataError when a value is not
+// finite (training diverged: such a state is never checkpointed).
+ckpt::CheckpointState checkpoint_state(const Model& model, const FlatTensors& params, const FlatTensors& momentum,
+                                       const FlatTensors& bn_stats, const TrainProgress& progress,
+                                       const std::string& config_json, const JobIdentity& job,
+                                       const ExtraOptimizerState& extra = {});
+// Copies the state into a checkpoint (the in-memory snapshot): checkpoint_state, then
+// ckpt::encode. `reuse`, a checkpoint made by an earlier call for the same model
+// (ckpt::AsyncWriter::take_spare), is filled in place without allocating; anything else is rebuilt.
 ckpt::Checkpoint make_checkpoint(const Model& model, const FlatTensors& params,
                                  const FlatTensors& momentum, const FlatTensors& bn_stats,
                                  const TrainProgress& progress, const std::string& config_json,
                                  const JobIdentity& job, ckpt::Checkpoint&& reuse = {},
                                  const ExtraOptimizerState& extra = {});
 
-// Throws CheckpointError unless `c` holds exactly this model's arrays.
-void check_compatible(const ckpt::Checkpoint& c, const Model& model);
+// Throws CheckpointError unless `s` holds exactly this model's arrays.
+void check_compatible(const ckpt::CheckpointState& s, const Model& model);
 
 // Puts a compatible checkpoint's state back; returns its progress.
-TrainProgress restore_checkpoint(const ckpt::Checkpoint& c, const Model& model, FlatTensors& params,
+TrainProgress restore_checkpoint(const ckpt::CheckpointState& s, const Model& model, FlatTensors& params,
                                  FlatTensors& momentum, FlatTensors& bn_stats);
 // After restore_checkpoint, under dana: each data slot's momentum from the checkpoint when it
 // holds one per slot for as many slots, else every slot starts from its /optimizer/momentum.
-void restore_slot_momenta(const ckpt::Checkpoint& c, const FlatTensors& momentum, std::span<FlatTensors> slots);
+void restore_slot_momenta(const ckpt::CheckpointState& s, const FlatTensors& momentum, std::span<FlatTensors> slots);
 // After restore_checkpoint, under --lr-scaling gap: the penalty's mean steps into `out`. False
 // when the checkpoint holds none (written under another policy: they start afresh, from zero);
 // throws CheckpointError when it records them but they are missing or misshapen (damaged).
-bool restore_gap_mean_step(const ckpt::Checkpoint& c, FlatTensors& out);
+bool restore_gap_mean_step(const ckpt::CheckpointState& s, FlatTensors& out);
 
 // A standby's replica of the parameter server (--ps-standby, ps/replica.hpp) as a checkpoint. The
 // parameter server's progress and configuration travel in each replica as this record.
@@ -153,10 +144,5 @@ struct ReplicaWritten {
 // resume says it resumed from a replica.
 ReplicaWritten write_replica_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
                                         const ReplicaState& r, const std::string& label);
-// Who wrote `c` when a standby did ("worker rank 1"), else "".
-std::string replica_writer(const ckpt::Checkpoint& c);
-
-// "stage2.block3.conv1.weight" -> "params/stage2/block3/conv1/weight" (group "params").
-std::string array_path(const std::string& group, const std::string& dotted_name);
 
 }  // namespace mt

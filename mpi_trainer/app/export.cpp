@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/checkpointing.hpp"
-#include "ckpt/checkpoint.hpp"
+#include "ckpt/state.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
@@ -70,8 +70,8 @@ std::string torch_name(const std::string& param_name) {
 int export_checkpoint(const ExportConfig& cfg, std::ostream& log) {
   if (cfg.format != "safetensors")
     throw UsageError("export: --format must be safetensors, not '" + cfg.format + "'");
-  const ckpt::Loaded loaded = load_named_checkpoint(cfg.ckpt);
-  const ckpt::Checkpoint& c = loaded.checkpoint;
+  const LoadedState loaded = load_named_state(cfg.ckpt);
+  const ckpt::CheckpointState& c = loaded.state;
   const Model model(parse_model(c.model));
   FlatTensors params(model.params()), momentum(model.params()), stats(model.stats());
   restore_checkpoint(c, model, params, momentum, stats);
@@ -88,21 +88,28 @@ int export_checkpoint(const ExportConfig& cfg, std::ostream& log) {
     if (ends_with(e.name, ".running_mean")) {
       const std::string counter = e.name.substr(0, e.name.size() - 13) + ".num_batches_tracked";
       Entry n{"I64", {}, std::string(sizeof(std::int64_t), '\0')};
-      const std::int64_t step = c.global_step;
+      const std::int64_t step = c.progress.global_step;
       std::memcpy(n.bytes.data(), &step, sizeof step);
       tensors[counter] = n;
     }
   }
   std::map<std::string, std::string> meta{{"format", "pt"},
                                           {"model", c.model},
-                                          {"global_step", std::to_string(c.global_step)},
+                                          {"global_step", std::to_string(c.progress.global_step)},
                                           {"source", loaded.file.string()},
                                           {"module", "ckpt/pytorch_model.py: ResNet(\"" + c.model + "\")"}};
-  for (const char* key : {"input_normalization", "input_mean", "input_std", "label_names", "data"})
-    if (const auto value = recorded(c, key)) meta[key] = *value;
+  // The job's identity and input, as the checkpoint records them (those it records).
+  const ckpt::JobIdentity& job = c.job;
+  if (!job.data.empty()) meta["data"] = job.data;
+  if (!job.input_normalization.empty()) {
+    meta["input_normalization"] = job.input_normalization;
+    meta["input_mean"] = nlohmann::json(job.input_mean).dump();
+    meta["input_std"] = nlohmann::json(job.input_std).dump();
+    meta["label_names"] = nlohmann::json(job.label_names).dump();
+  }
   write_file_atomically(cfg.out, safetensors(tensors, meta));
   log << "wrote " << cfg.out << ": " << tensors.size() << " tensors of " << c.model << " at global step "
-      << c.global_step << " (safetensors; PyTorch: ckpt/pytorch_model.py)\n";
+      << c.progress.global_step << " (safetensors; PyTorch: ckpt/pytorch_model.py)\n";
   return kExitOk;
 }
 

@@ -88,22 +88,22 @@ PsStart PsReport::restore(FlatTensors& params, std::span<FlatTensors> momenta, F
   if (per_slot) mean.emplace(model_.params());
   FlatTensors& momentum = per_slot ? *mean : momenta[0];
   // A takeover starts from the replica it just wrote; a run from the newest checkpoint, if any.
-  std::optional<ckpt::Loaded> found;
+  std::optional<LoadedState> found;
   if (takeover_) {
-    found = load_named_checkpoint(takeover_->file);  // checked against the model as it is restored
+    found = load_named_state(takeover_->file);  // checked against the model as it is restored
   } else {
     found = find_resume_checkpoint(cfg_, model_, setup_.job, metrics_, log_);
   }
   if (found) {
-    prev_ = restore_checkpoint(found->checkpoint, model_, params, momentum, bn_stats);
-    if (per_slot) restore_slot_momenta(found->checkpoint, momentum, momenta);
-    if (gap_mean_step && !restore_gap_mean_step(found->checkpoint, *gap_mean_step) && !cfg_.quiet)
+    prev_ = restore_checkpoint(found->state, model_, params, momentum, bn_stats);
+    if (per_slot) restore_slot_momenta(found->state, momentum, momenta);
+    if (gap_mean_step && !restore_gap_mean_step(found->state, *gap_mean_step) && !cfg_.quiet)
       log_ << "mpi_trainer: the checkpoint holds no gap-aware mean steps (written under another --lr-scaling): "
               "they start afresh, each parameter's first updates penalized by the staleness\n";
   }
   if (found && !takeover_) {
     prev_.attempts += 1;
-    const std::string by = replica_writer(found->checkpoint);
+    const std::string& by = found->state.written_by;
     if (!cfg_.quiet)
       log_ << "mpi_trainer: resumed from " << found->file.string() << " at global step " << prev_.global_step
            << " (attempt " << prev_.attempts << ")"

@@ -143,9 +143,12 @@ RunSetup prepare_run(const TrainConfig& cfg) {
   r.job.data = dataset_identity(r.data);
   r.job.batch_size = cfg.batch_size;
   r.job.lr_schedule = r.schedule.describe();
-  r.job.normalization = normalization_name(r.loader.normalization);
-  if (r.loader.normalization == Normalization::kChannelStats) r.job.stats = r.loader.stats;
-  r.job.labels = label_names(r.data.format);
+  r.job.input_normalization = normalization_name(r.loader.normalization);
+  if (r.loader.normalization == Normalization::kChannelStats) {
+    r.job.input_mean = r.loader.stats.mean;
+    r.job.input_std = r.loader.stats.std;
+  }
+  r.job.label_names = label_names(r.data.format);
   if (r.data.train.count < cfg.batch_size)
     throw DataError(r.data_dir + ": " + std::to_string(r.data.train.count) +
                     " training images is fewer than one batch of " + std::to_string(cfg.batch_size));

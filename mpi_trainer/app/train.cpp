@@ -197,7 +197,7 @@ void SingleRun::write_config() {
 // loader from its cursor, the checkpoint writer and the first batch.
 void SingleRun::resume() {
   if (auto found = find_resume_checkpoint(cfg_, model_, setup_.job, metrics_, log_)) {
-    prev_ = restore_checkpoint(found->checkpoint, model_, params_, sgd_.velocity(), stats_);
+    prev_ = restore_checkpoint(found->state, model_, params_, sgd_.velocity(), stats_);
     prev_.attempts += 1;
     const std::string resumed_from = found->file.string();
     if (!cfg_.quiet)
