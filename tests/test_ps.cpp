@@ -68,6 +68,10 @@ TEST_CASE("membership: a lost worker never comes back as the same member", "[uni
   CHECK(b.state == MemberState::kJoining);
   CHECK(ms.members().size() == 3);
   CHECK_FALSE(ms.free_slot());
+  // Stale pushes dropped stay counted after their worker is lost.
+  a.dropped = 2;
+  b.dropped = 1;
+  CHECK(ms.dropped_stale() == 3);
 }
 
 TEST_CASE("membership: a notice drains the workers; one that left is billed until it left", "[unit][ps]") {

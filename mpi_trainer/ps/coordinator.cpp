@@ -72,10 +72,8 @@ void Coordinator::report_progress(std::int64_t step, double lr) {
   p.momentum = policy_.momentum(p.active_workers);
   p.images_per_second = double(window_images_) / std::max(dt, 1e-9);
   double staleness = 0;
-  for (const auto& m : members_.members()) {
-    staleness += m.window_staleness;
-    p.dropped_stale_pushes += m.dropped;
-  }
+  for (const auto& m : members_.members()) staleness += m.window_staleness;
+  p.dropped_stale_pushes = members_.dropped_stale();
   p.mean_staleness = staleness / double(std::max<std::int64_t>(window_pushes_, 1));
   p.elapsed_seconds = since(t0_);
   const double done_fraction =

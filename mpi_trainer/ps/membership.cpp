@@ -33,6 +33,12 @@ int Membership::live() const {
   return static_cast<int>(std::count_if(members_.begin(), members_.end(), [](const Member& m) { return m.live(); }));
 }
 
+std::int64_t Membership::dropped_stale() const {
+  std::int64_t n = 0;
+  for (const auto& m : members_) n += m.dropped;
+  return n;
+}
+
 std::optional<int> Membership::free_slot() const {
   std::vector<bool> used(static_cast<std::size_t>(slots_), false);
   for (const auto& m : members_)

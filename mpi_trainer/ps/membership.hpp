@@ -74,6 +74,8 @@ class Membership {
   int live() const;
   int lost() const { return count(MemberState::kLost); }
   int left() const { return count(MemberState::kLeft); }
+  // Pushes dropped as too stale, over every member the shard has had.
+  std::int64_t dropped_stale() const;
   // A data slot no live member holds (lowest first), or none.
   std::optional<int> free_slot() const;
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <csignal>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -271,7 +270,6 @@ void Shard::handle_worker(Member& m) {
         // may have applied this one, and every shard must count the same pushes or their steps
         // drift apart and the run ends short of --train-steps.
         ++m.dropped;
-        ++dropped_;
         ++step_;
         if (!reply(m, MsgKind::kParams)) return;
         if (coord_) coord_->after_step(part(), policy_.lr(step_ - 1, members_.live(), 0), stop_at_.has_value());

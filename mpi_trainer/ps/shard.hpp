@@ -137,7 +137,6 @@ class Shard {
   std::int64_t start_step_ = 0, step_ = 0;
   Clock::time_point t0_;
   std::int64_t total_images_ = 0;
-  std::int64_t dropped_ = 0;
   double max_staleness_ = 0;
 };
 

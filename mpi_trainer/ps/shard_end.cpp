@@ -90,7 +90,7 @@ PsResult Shard::finish() {
                              state.extra};
   PsEvents::Finished done{final_state, start_step_, coord_->last_snapshot_step(), res.images_per_second,
                           shards_,     workers_,      joined_,             members_.lost(),
-                          members_.left(), shm_workers_, max_staleness_,  dropped_,
+                          members_.left(), shm_workers_, max_staleness_,  members_.dropped_stale(),
                           stop_at_.has_value(), stop_reason_, exit_code_};
   if (standbys_) {
     done.standbys = opts_.ps_standby;
