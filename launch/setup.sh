@@ -6,6 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
+  ccache                           # compiler cache: a second build of any clone compiles almost nothing
   libdnnl-dev ocl-icd-opencl-dev   # oneDNN: CPU kernels (its CMake config asks for OpenCL)
   libopenmpi-dev openmpi-bin       # MPI (Open MPI 4.1)
   libhdf5-dev hdf5-tools           # checkpoints
