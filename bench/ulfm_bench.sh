@@ -64,7 +64,10 @@ for ((r = 0; r < kills; r++)); do
   for b in "${builds[@]}"; do
     rm -rf "$dir/ck"
     t0=$(date +%s.%N)
-    job "$b" 4 "$dir/o.txt" "${common[@]}" --train-steps 100000 --ckpt-dir "$dir/ck" --revoke "rank=0@step=$a" || true
+    # No standby: the workers detect the loss and exit 10 (under ULFM a standby would take the
+    # parameter server over and training would go on; that is bench/ps_takeover.sh's figure).
+    job "$b" 4 "$dir/o.txt" "${common[@]}" --train-steps 100000 --ckpt-dir "$dir/ck" --ps-standby 0 \
+      --revoke "rank=0@step=$a" || true
     t1=$(date +%s.%N)
     /usr/bin/python3 - "$b" "$dir/o.txt" "$t1" >>"$out" <<'PY'
 import json, re, sys
