@@ -6,17 +6,29 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 launch/setup.sh
 jobs=$(nproc)
+# Each leg's build and test seconds, and every test's time (CTest's JUnit files), are printed at
+# the end: tests/README.md keeps the budget they are checked against.
+times=()
+leg() {  # leg NAME SECONDS_BUILD SECONDS_TESTS
+  times+=("$(printf '%-8s build %4d s, tests %4d s' "$1" "$2" "$3")")
+}
 
 echo "== release build and full suite"
+t=$SECONDS
 launch/build.sh release
-ctest --preset release -j "$jobs"
+b=$((SECONDS - t)); t=$SECONDS
+ctest --preset release -j "$jobs" --output-junit "$PWD/build/release/junit.xml"
+leg release $b $((SECONDS - t))
 
 echo "== AddressSanitizer + UBSan build and unit suite"
 # Only what its tests run (the unit suite and the trainer; no benchmarks): CI's time limit.
+t=$SECONDS
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs" --target mt_unit_tests mpi_trainer
+b=$((SECONDS - t)); t=$SECONDS
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  ctest --preset asan -j "$jobs"
+  ctest --preset asan -j "$jobs" --output-junit "$PWD/build/asan/junit.xml"
+leg asan $b $((SECONDS - t))
 
 echo "== ULFM build (Open MPI 5 with --with-ft ulfm, launch/setup.sh --mpi ulfm): the fault, chaos and launcher suites again"
 # The same test scripts and assertions as above, against the MPI that reports failed processes
@@ -24,7 +36,14 @@ echo "== ULFM build (Open MPI 5 with --with-ft ulfm, launch/setup.sh --mpi ulfm)
 # only ULFM can meet where a test sees a ULFM build (detection far below --failure-timeout), and
 # slurm_ulfm: train.sbatch starting this build with mpirun inside a Slurm allocation. CUDA is left
 # out of this build: these suites run on the CPU.
+t=$SECONDS
 launch/setup.sh --mpi ulfm
 cmake --preset ulfm -DMT_WITH_CUDA=OFF >/dev/null
 cmake --build --preset ulfm -j "$jobs" --target mpi_trainer mt_fsync_fault
-ctest --preset ulfm -L 'fault|chaos|launcher' -j "$jobs"
+b=$((SECONDS - t)); t=$SECONDS
+ctest --preset ulfm -L 'fault|chaos|launcher' -j "$jobs" --output-junit "$PWD/build/ulfm/junit.xml"
+leg ulfm $b $((SECONDS - t))
+
+echo "== times (the budget: tests/README.md)"
+printf "%s\n" "${times[@]}" "total    $SECONDS s"
+/usr/bin/python3 tests/ctest_times.py build/release build/asan build/ulfm

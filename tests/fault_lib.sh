@@ -36,12 +36,7 @@ rank_pid() {
 wait_for_step() {
   local n=$1 t=${2:-120} i
   for ((i = 0; i < t * 10; i++)); do
-    if [[ -f "$dir/m.jsonl" ]] && /usr/bin/python3 -c '
-import json, sys
-steps = [json.loads(l).get("global_step", -1) for l in open(sys.argv[1]) if "\"progress\"" in l]
-sys.exit(0 if steps and max(steps) >= int(sys.argv[2]) else 1)' "$dir/m.jsonl" "$n" 2>/dev/null; then
-      return 0
-    fi
+    [[ -f "$dir/m.jsonl" ]] && (($(awk -f "$here/max_step.awk" "$dir/m.jsonl") >= n)) && return 0
     sleep 0.1
   done
   echo "timed out waiting for global step $n"; return 1

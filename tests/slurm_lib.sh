@@ -46,11 +46,7 @@ wait_job() {
 
 # metrics_max_step FILE: the highest global step in the progress events so far (0 if none).
 metrics_max_step() {
-  /usr/bin/python3 - "$1" <<'PY' 2>/dev/null || echo 0
-import json, sys
-steps = [json.loads(l).get("global_step", 0) for l in open(sys.argv[1]) if '"progress"' in l]
-print(max(steps, default=0))
-PY
+  awk -f "$(dirname "${BASH_SOURCE[0]}")/max_step.awk" "$1" 2>/dev/null || echo 0
 }
 
 # wait_step FILE N TIMEOUT: until the metrics in FILE show global step >= N.

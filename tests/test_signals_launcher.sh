@@ -27,8 +27,10 @@ except Exception: print("")' "$dir/ck/run-status.json" "$1"; }
 wait_running() {  # until attempt $1 trains (its status says running, a progress line after it)
   local i
   for ((i = 0; i < 600; i++)); do
-    if [[ $(grep -c "attempt $1/" "$dir/out" 2>/dev/null) -ge 1 && $(field state) == running ]] &&
-       grep -A1000 "attempt $1/" "$dir/out" | grep -q "^step "; then return 0; fi
+    # (the status last: reading it starts python)
+    if grep -A1000 "attempt $1/" "$dir/out" 2>/dev/null | grep -q "^step " && [[ $(field state) == running ]]; then
+      return 0
+    fi
     sleep 0.1
   done
   fail "attempt $1 did not start training"
@@ -39,7 +41,7 @@ deliver() {  # deliver WHERE SIGNAL EXPECTED_EXIT (rerun: the loop must start at
   local where=$1 sig=$2 expect=$3 launcher mp ranks ps0 p t0 rc=0 ck durable
   rm -rf "$dir/ck" "$dir/out"
   "${launch[@]}" -- --data "$dir/data" --model resnet8 --batch-size 32 --train-steps 1000000 \
-    --ckpt-dir "$dir/ck" --ckpt-every-steps 1000000 --log-every-steps 50 >"$dir/out" 2>&1 &
+    --ckpt-dir "$dir/ck" --ckpt-every-steps 1000000 --log-every-steps 5 >"$dir/out" 2>&1 &
   launcher=$!
   wait_running 1
   # (|| true: a search that finds nothing must reach fail() below, not end the script silently
