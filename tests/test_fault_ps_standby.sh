@@ -131,6 +131,7 @@ fi
 if [[ $cases == *" both "* ]]; then
   # One kill(1) for both: under ULFM the PS learns of a dead standby within milliseconds and
   # streams to another at its next replica, so only a simultaneous loss falls back.
+  rm -f "$dir/m.jsonl"  # the earlier cases' (case_run removes it too, but in the background)
   case_run both 4 "" &
   loop=$!
   wait_for_step 160
