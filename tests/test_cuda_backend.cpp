@@ -305,7 +305,7 @@ TEST_CASE("cuda: memory contract and misuse", "[cuda]") {
 TEST_CASE("cuda: whole networks train like the CPU backend and the golden trajectory", "[cuda]") {
   auto cpu = make_cpu_backend(0);
   SECTION("resnet8 matches the committed golden trajectory") {
-    std::ifstream in(std::string(MT_SOURCE_DIR) + "/tests/golden/loss_trajectory_resnet8.txt");
+    std::ifstream in(std::string(mt::test::source_dir()) + "/tests/golden/loss_trajectory_resnet8.txt");
     REQUIRE(in);
     std::vector<double> golden;
     for (std::string line; std::getline(in, line);)

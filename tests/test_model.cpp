@@ -85,7 +85,7 @@ TEST_CASE("learning-rate schedules follow the recipes", "[unit][model]") {
 namespace {
 
 std::vector<double> read_golden(const std::string& file) {
-  std::ifstream in(std::string(MT_SOURCE_DIR) + "/tests/golden/" + file);
+  std::ifstream in(std::string(mt::test::source_dir()) + "/tests/golden/" + file);
   REQUIRE(in);
   std::vector<double> v;
   std::string line;

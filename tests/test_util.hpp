@@ -15,10 +15,10 @@
 #include "backend/backend.hpp"
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
+#include "test_paths.hpp"
 
 namespace mt::test {
 
-#ifdef MT_TRAINER_EXE
 // The mpi_trainer executable run as a user runs it: its exit code, stdout and stderr together.
 struct Run {
   int code = -1;
@@ -26,7 +26,7 @@ struct Run {
 };
 
 inline Run run(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " + MT_TRAINER_EXE + " " + args + " 2>&1";
+  const std::string cmd = env + " " + trainer_exe() + " " + args + " 2>&1";
   Run r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -45,7 +45,6 @@ inline Backend& cpu() {
 }
 
 inline bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
-#endif
 
 inline void fill_random(Tensor& t, Rng& rng, float scale = 1.0f) {
   if (t.rank() == 4 && t.layout() != Layout::kPlain) {
