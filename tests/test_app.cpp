@@ -1,10 +1,12 @@
 // App-level pieces without a process boundary: the price table, where workers' data cursors
 // start after a resume, snapshots that reuse the checkpoint writer's memory, and the fault
-// injection's parsers (--revoke, revocation models), whole output lines.
+// injection's parsers (--revoke, revocation models), whole output lines, the progress line and
+// the warning of a run that learned nothing.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,8 @@
 
 #include "app/checkpointing.hpp"
 #include "app/cost.hpp"
+#include "app/learning_check.hpp"
+#include "app/metrics.hpp"
 #include "ckpt/async_writer.hpp"
 #include "data/dataset.hpp"
 #include "core/error.hpp"
@@ -343,4 +347,35 @@ TEST_CASE("output lines leave in one write each, whichever thread builds them in
   CHECK(next['a'] == kLines);
   CHECK(next['b'] == kLines);
   CHECK(unfinished >= 1);  // "a: unfinishedb: unfinished" or two lines: both whole
+}
+
+TEST_CASE("a final evaluation at chance level is a warning naming the causes; a run that learned is not",
+          "[unit][app]") {
+  TrainConfig c;
+  c.train_steps = 200;
+  // The dead network of issue 42: 8.3% with 4 asynchronous workers.
+  const std::string w = learned_nothing_warning(0.083, 2.3026, 10, c, 4);
+  CHECK(w.find("test accuracy 8.3% is chance level for 10 classes") != std::string::npos);
+  CHECK(w.find("learned nothing") != std::string::npos);
+  CHECK(w.find("4 asynchronous workers") != std::string::npos);
+  CHECK(w.find("--lr-warmup-steps") != std::string::npos);
+  CHECK(w.find("--train-steps 200") != std::string::npos);
+  CHECK(learned_nothing_warning(0.1, 2.3, 10, c, 1).find("asynchronous") == std::string::npos);
+  CHECK(!learned_nothing_warning(0.149, 2.2, 10, c, 1).empty());  // below 1.5 x chance
+  CHECK(learned_nothing_warning(0.15, 2.2, 10, c, 1).empty());
+  CHECK(learned_nothing_warning(0.749, 0.68, 10, c, 3).empty());   // the quickstart
+  CHECK(learned_nothing_warning(std::nan(""), 0, 10, c, 3).empty());  // not evaluated
+  // The summary always has the list; an entry only when there is a warning.
+  nlohmann::ordered_json summary{{"event", "summary"}};
+  add_warnings(summary, "");
+  CHECK(summary["warnings"] == nlohmann::ordered_json::array());
+  add_warnings(summary, w);
+  REQUIRE(summary["warnings"].size() == 1);
+  CHECK(summary["warnings"][0] == w);
+}
+
+TEST_CASE("a progress line carries one time estimate: the caller's live prediction", "[unit][app]") {
+  const std::string line = format_progress(ProgressLine{200, 2000, 0.6123, 0.781, 0.1, 420.3, 1, 0.0});
+  CHECK(line == "step 200/2000  loss 0.6123  train_acc 0.781  lr 0.1000  img/s 420.3  workers 1  staleness 0.0");
+  CHECK(format_eta(310) == "0:05:10");
 }

@@ -49,3 +49,6 @@ print(f"ok: np={np_} S={shards}: rank {victim} lost at step {r['global_step']}, 
 PY
 status=$(cat "$dir/ck/run-status.json")
 [[ $status == *'"state":"done"'* ]] || { echo "status file: $status"; exit 1; }
+# After the loss no rank calls MPI_Finalize, whose fence could wait for the dead rank: the
+# watchdog that bounds it must never have fired (docs/fault-model.md, "Ending after a loss").
+if grep -q "MPI_Finalize did not return" "$dir/out.txt"; then echo "a rank waited in MPI_Finalize"; exit 1; fi

@@ -18,9 +18,11 @@
 #include "app/export.hpp"
 #include "app/plan.hpp"
 #include "app/ps_report.hpp"
+#include "app/report_command.hpp"
 #include "app/train.hpp"
 #include "app/train_dist.hpp"
 #include "app/train_virtual.hpp"
+#include "app/version.hpp"
 #include "ps/ps.hpp"
 #include "ps/mpi_env.hpp"
 #include "ckpt/checkpoint.hpp"
@@ -36,8 +38,6 @@ using cli::env_default;
 using cli::kNonNegative;
 using cli::kPositive;
 using cli::name_the_variable;
-
-constexpr const char* kVersion = "0.1.0";
 
 // The version, and which MPI and failure detection this build uses (launch/mpirun.sh reads the
 // `failure detection:` and `mpirun:` lines to start this build's mpirun, with --with-ft ulfm for a
@@ -189,6 +189,8 @@ void model_info(const std::string& name, std::ostream& out) {
 }  // namespace
 
 int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  // `report` is the Python script's: every argument after it, --help too, goes there.
+  if (argc > 1 && std::string(argv[1]) == "report") return report_command(argc, argv, err);
   cli::begin_parse(argc, argv);
   CLI::App app{
       "mpi_trainer: ResNet training for preemptible (spot) servers.\n"
@@ -253,6 +255,12 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       "export", "Write a checkpoint's model for PyTorch: safetensors with the state_dict of the module in "
                 "ckpt/pytorch_model.py (BN running statistics included; normalization and labels in its metadata)");
   cli::add_export_options(*export_cmd, export_cfg);
+
+  // Listed for --help only: run_cli hands `report` to the script before parsing.
+  app.add_subcommand("report",
+                     "Turn runs' --metrics files into one HTML page with charts: curves, the timeline of revocations "
+                     "and joins, throughput, cost against the prediction, a summary, and a plan's forecast scored "
+                     "(mpi_trainer report --help; docs/user-guide.md, \"See a run\")");
 
   auto* ckpt_cmd = app.add_subcommand("ckpt", "Check or describe checkpoints");
   ckpt_cmd->require_subcommand(1);

@@ -1,11 +1,15 @@
 // The runs' "config" event (app/config_event.hpp).
 #include "app/config_event.hpp"
 
+#include "app/version.hpp"
+
 namespace mt {
 
 nlohmann::ordered_json config_event(const TrainConfig& c, const RunSetup& s, std::int64_t parameters,
                                     const std::vector<Emulation>& emulated) {
   return nlohmann::ordered_json{{"event", "config"},
+                                {"version", kVersion},
+                                {"metrics_schema", kMetricsSchema},
                                 {"model", s.spec.name},
                                 {"parameters", parameters},
                                 {"data", s.data_dir},

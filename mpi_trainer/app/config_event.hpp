@@ -16,7 +16,7 @@
 
 namespace mt {
 
-// event, model, parameters, data, data_format, train_steps, batch_size, lr_schedule, momentum,
+// event, version, metrics_schema, model, parameters, data, data_format, train_steps, batch_size, lr_schedule, momentum,
 // nesterov, weight_decay, seed, pricing, prices, emulation.
 nlohmann::ordered_json config_event(const TrainConfig& c, const RunSetup& s, std::int64_t parameters,
                                     const std::vector<Emulation>& emulated);

@@ -21,9 +21,9 @@ std::string format_eta(double seconds) {
 
 std::string format_progress(const ProgressLine& p) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "step %lld/%lld  loss %.4f  train_acc %.3f  lr %.4f  img/s %.1f  workers %d  staleness %.1f  eta %s",
+  std::snprintf(buf, sizeof buf, "step %lld/%lld  loss %.4f  train_acc %.3f  lr %.4f  img/s %.1f  workers %d  staleness %.1f",
                 static_cast<long long>(p.step), static_cast<long long>(p.train_steps), p.loss, p.train_accuracy, p.lr,
-                p.images_per_second, p.workers, p.staleness, format_eta(p.eta_seconds).c_str());
+                p.images_per_second, p.workers, p.staleness);
   return buf;
 }
 

@@ -12,14 +12,16 @@ namespace mt {
 // "1:02:03" (hours:minutes:seconds), "?" when unknown (negative or not finite).
 std::string format_eta(double seconds);
 
-// One progress line, the same for the single process and the parameter server:
-// "step 200/1000  loss 1.2345  train_acc 0.512  lr 0.1000  img/s 812.3  workers 3  staleness 1.9  eta 0:01:40"
+// The start of a progress line, the same for every kind of run:
+// "step 200/1000  loss 1.2345  train_acc 0.512  lr 0.1000  img/s 812.3  workers 3  staleness 1.9".
+// The caller appends one time estimate: the live prediction (format_prediction, "finish ~0:01:40
+// $0.123"), which follows the workers running now and their revocation odds; the plain
+// rate-based estimate goes to the metrics only, as "eta_seconds" (docs/user-guide.md, "Progress").
 struct ProgressLine {
   std::int64_t step = 0, train_steps = 0;
   double loss = 0, train_accuracy = 0, lr = 0, images_per_second = 0;
   int workers = 1;
   double staleness = 0;
-  double eta_seconds = -1;
 };
 std::string format_progress(const ProgressLine& p);
 

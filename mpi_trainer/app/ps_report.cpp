@@ -13,6 +13,7 @@
 #include "app/config_event.hpp"
 #include "app/device.hpp"
 #include "app/emulation.hpp"
+#include "app/learning_check.hpp"
 #include "core/atomic_file.hpp"
 #include "ps/ps.hpp"
 #include "ps/update_policy.hpp"
@@ -227,7 +228,7 @@ void PsReport::progress(const Progress& e) {
   const LivePrediction predicted = predict(e);
   if (!cfg_.quiet) {
     log_ << format_progress(ProgressLine{e.global_step, cfg_.train_steps, e.loss, e.train_accuracy, e.lr,
-                                         e.images_per_second, e.active_workers, e.mean_staleness, e.eta_seconds})
+                                         e.images_per_second, e.active_workers, e.mean_staleness})
          << format_prediction(predicted) << '\n'
          << std::flush;
   }
@@ -251,6 +252,7 @@ void PsReport::progress(const Progress& e) {
                                         {"mean_staleness", e.mean_staleness},
                                         {"dropped_stale_pushes", e.dropped_stale_pushes},
                                         {"elapsed_seconds", e.elapsed_seconds},
+                                        {"eta_seconds", e.eta_seconds < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(e.eta_seconds)},
                                         {"predicted_seconds_left", prediction_seconds_json(predicted)},
                                         {"predicted_cost_usd", prediction_cost_json(predicted)},
                                         {"workers", per_worker}});
@@ -545,6 +547,11 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
     summary["ps_takeover"] = t;
   }
   if (cfg_.synthetic_gradients) summary["synthetic_gradients"] = true;
+  // Synthetic gradients learn nothing by design.
+  add_warnings(summary, ev && !cfg_.synthetic_gradients
+                            ? learned_nothing_warning(ev->accuracy, ev->loss, int(label_names(setup_.data.format).size()),
+                                                      cfg_, e.workers_start + e.joined)
+                            : std::string());
   metrics_.write(summary);
   if (!cfg_.quiet) {
     log_ << (e.stopped_early ? "stopped: " : "done: ") << s.global_step << " global steps in " << std::fixed

@@ -4,9 +4,14 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <ostream>
 #include <filesystem>
+#include <iostream>
+#include <string>
+#include <thread>
 
 #include "app/checkpointing.hpp"
 #include "app/cost.hpp"
@@ -17,6 +22,7 @@
 #include "data/loader.hpp"
 #include "nn/resnet.hpp"
 #include "optim/schedule.hpp"
+#include "ps/mpi_env.hpp"
 
 namespace mt {
 
@@ -73,6 +79,28 @@ int usable_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+namespace {
+
+// The warning for --threads above the cores this process may use: who pinned it, and how to
+// lift the pin (mpirun binds each rank to one core when it starts 2 processes or fewer).
+std::string threads_warning(int threads, int cores) {
+  std::string cure;
+  if (cores >= static_cast<int>(std::thread::hardware_concurrency()))
+    cure = "this machine has " + std::to_string(cores) + " core(s)";
+  else if (std::getenv("SLURM_JOB_ID"))
+    cure = "Slurm gave this task " + std::to_string(cores) +
+           " core(s): ask for more with --cpus-per-task (slurm/README.md)";
+  else if (launcher_world_size() > 1)
+    cure = "mpirun pinned this rank (Open MPI binds each rank to one core when it starts 2 processes or fewer): "
+           "start the job with `mpirun --bind-to none`, or with launch/mpirun.sh, which does";
+  else
+    cure = "the process's CPU affinity allows no more (taskset, cgroups)";
+  return "mpi_trainer: warning: --threads " + std::to_string(threads) + " is more than the " + std::to_string(cores) +
+         " core(s) this process may use: using " + std::to_string(cores) + "; " + cure + '\n';
+}
+
+}  // namespace
+
 // "k80,k80,p100" -> one type per worker; a single type applies to every worker. Every type must
 // be priced.
 std::vector<std::string> worker_types(const TrainConfig& cfg, const PriceTable& prices, int workers) {
@@ -127,9 +155,9 @@ RunSetup prepare_run(const TrainConfig& cfg) {
   const int cores = usable_cores();
   r.threads = cfg.threads > 0 ? cfg.threads : cores;
   if (r.threads > cores) {
-    // More threads than cores only makes OpenMP's barriers wait on each other.
-    std::cerr << "mpi_trainer: warning: --threads " << r.threads << " is more than the " << cores
-              << " core(s) this process may use: using " << cores << '\n';
+    // More threads than cores only makes OpenMP's barriers wait on each other. Said once per
+    // process (a run prepares once), with the cause and the cure.
+    std::cerr << threads_warning(r.threads, cores) << std::flush;
     r.threads = cores;
   }
   r.data_dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;

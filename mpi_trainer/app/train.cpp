@@ -16,6 +16,7 @@
 #include "app/config_event.hpp"
 #include "app/cost.hpp"
 #include "app/emulation.hpp"
+#include "app/learning_check.hpp"
 #include "app/metrics.hpp"
 #include "app/plan.hpp"
 #include "app/run_setup.hpp"
@@ -285,7 +286,7 @@ void SingleRun::report_progress(std::int64_t step, float lr) {
       {LiveWorker{cfg_.instance_type, double(window_steps_) / std::max(window_seconds_, 1e-9), train_seconds_}},
       predict_models_, cfg_.time_scale, setup_.prices, setup_.transient, cost_usd(train_seconds_), 0);
   if (!cfg_.quiet) {
-    log_ << format_progress(ProgressLine{step + 1, cfg_.train_steps, mean_loss, acc, lr, ips, 1, 0.0, eta})
+    log_ << format_progress(ProgressLine{step + 1, cfg_.train_steps, mean_loss, acc, lr, ips, 1, 0.0})
          << format_prediction(predicted) << '\n'
          << std::flush;
   }
@@ -293,6 +294,7 @@ void SingleRun::report_progress(std::int64_t step, float lr) {
                                         {"train_accuracy", acc}, {"lr", lr}, {"images_per_second", ips},
                                         {"active_workers", 1}, {"step_seconds", window_seconds_ / double(window_steps_)},
                                         {"elapsed_seconds", train_seconds_},
+                                        {"eta_seconds", eta},
                                         {"predicted_seconds_left", prediction_seconds_json(predicted)},
                                         {"predicted_cost_usd", prediction_cost_json(predicted)}});
   window_loss_ = window_seconds_ = 0;
@@ -341,12 +343,13 @@ TrainResult SingleRun::stopped(const std::string& stop_reason) {
                                                : kExitRequeue;
   res_.train_seconds = prev_.train_seconds + train_seconds_;
   res_.cost_usd = cost_usd(train_seconds_);
-  const nlohmann::ordered_json summary{
+  nlohmann::ordered_json summary{
       {"event", "summary"}, {"global_step", res_.global_step}, {"train_seconds", res_.train_seconds},
       {"test_accuracy", nullptr}, {"cost_usd", res_.cost_usd}, {"revocations", 0}, {"workers_start", 1},
       {"workers_end", 1}, {"model", setup_.spec.name}, {"instance_type", cfg_.instance_type},
       {"pricing", cfg_.pricing}, {"attempts", prev_.attempts}, {"resumed_from_step", prev_.global_step},
       {"stopped_by", stop_reason}, {"checkpoint_failures", tally_.failures}, {"exit_code", res_.exit_code}};
+  add_warnings(summary, "");
   metrics_.write(summary);
   tally_.summarize(cfg_, log_);
   if (!cfg_.quiet)
@@ -374,7 +377,7 @@ TrainResult SingleRun::finished() {
   metrics_.write(nlohmann::ordered_json{{"event", "eval"}, {"global_step", res_.global_step},
                                         {"test_accuracy", ev.accuracy}, {"test_loss", ev.loss},
                                         {"eval_seconds", eval_seconds}});
-  const nlohmann::ordered_json summary{
+  nlohmann::ordered_json summary{
       {"event", "summary"},          {"global_step", res_.global_step},
       {"train_seconds", res_.train_seconds}, {"test_accuracy", res_.test_accuracy},
       {"cost_usd", res_.cost_usd},    {"revocations", 0},
@@ -384,6 +387,8 @@ TrainResult SingleRun::finished() {
       {"instance_type", cfg_.instance_type}, {"pricing", cfg_.pricing},
       {"attempts", prev_.attempts},   {"resumed_from_step", prev_.global_step},
       {"checkpoint_failures", tally_.failures}, {"exit_code", tally_.failures > 0 ? kExitCheckpoint : kExitOk}};
+  add_warnings(summary, learned_nothing_warning(ev.accuracy, ev.loss, int(label_names(setup_.data.format).size()),
+                                                cfg_, 1));
   metrics_.write(summary);
   if (tally_.failures > 0) res_.exit_code = kExitCheckpoint;
   tally_.summarize(cfg_, log_);

@@ -184,12 +184,12 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   res.global_step = w.pushes;
   res.exit_code = w.exit_code;  // non-zero: the parameter server failed (its message says why)
   // The end of a clean run may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
-  // Not after a takeover: Open MPI 5's MPI_Finalize then waits for the dead parameter server now
-  // and then (its PMIx fence: 2 of 6 runs, seen with gdb) or reports an error, and under ULFM a
-  // rank that ends without it is one more failure the others outlive: every rank leaves without
-  // it (docs/fault-model.md, "Takeover under ULFM").
+  // Not after a rank died (a worker lost, a takeover): MPI_Finalize's PMIx fence then waits for
+  // the dead rank now and then (Open MPI 4.1 and 5: 2 of 6 runs, seen with gdb) or reports an
+  // error, and a rank that ends without it is one more failure the others outlive: it leaves
+  // without it (docs/fault-model.md, "Ending after a loss").
   if (w.clean_end) res.finalize_timeout_s = kCleanEndFinalizeSeconds;
-  res.skip_finalize = w.takeovers > 0 || w.ps_lost;
+  res.skip_finalize = w.takeovers > 0 || w.ps_lost || w.peer_lost;
   return res;
 }
 
@@ -221,8 +221,9 @@ TrainResult ps_role(const RunSetup& setup, const Model& model, PsReport& report,
     res.test_loss = r.evaluated->loss;
   }
   if (r.clean_end) res.finalize_timeout_s = kCleanEndFinalizeSeconds;
-  // A shard that followed a takeover leaves as every rank after one (worker_role).
-  res.skip_finalize = r.takeovers > 0;
+  // After a worker's loss or a takeover it leaves without MPI_Finalize, as the workers do
+  // (worker_role): the summary, checkpoint and status are written by now.
+  res.skip_finalize = r.takeovers > 0 || r.peer_lost;
   return res;
 }
 

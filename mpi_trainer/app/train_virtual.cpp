@@ -14,6 +14,7 @@
 #include "app/cluster_sim.hpp"
 #include "app/config_event.hpp"
 #include "app/emulation.hpp"
+#include "app/learning_check.hpp"
 #include "app/metrics.hpp"
 #include "app/plan.hpp"
 #include "app/run_setup.hpp"
@@ -353,12 +354,13 @@ void VirtualRun::report_progress() {
   const LivePrediction predicted =
       predict_finish(c_.train_steps - done_steps, live, lifetimes_by_type_, 1.0, setup_.prices, setup_.transient, spent,
                      setup_.prices.cost_usd(c_.ps_type, setup_.ps_transient, 1.0));
+  const double real_left = real * (1 - done) / std::max(done, 1e-9);  // of this process, in real time
   if (!c_.quiet)
     log_ << format_progress(ProgressLine{done_steps, c_.train_steps, window_loss_ / double(window_pushes_),
                                          double(window_correct_) / double(window_images_), last_lr_,
-                                         double(window_images_) / dt, sim_.active(), mean_staleness,
-                                         real * (1 - done) / std::max(done, 1e-9)})
-         << "  vtime " << format_eta(now) << format_prediction(predicted, "vfinish") << '\n'
+                                         double(window_images_) / dt, sim_.active(), mean_staleness})
+         << "  vtime " << format_eta(now) << format_prediction(predicted, "vfinish")
+         << "  (simulation: " << format_eta(real_left) << " left)\n"
          << std::flush;
   nlohmann::ordered_json per = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < trainees_.size(); ++i) {
@@ -388,6 +390,7 @@ void VirtualRun::report_progress() {
                                         {"dropped_stale_pushes", dropped_},
                                         {"virtual_seconds", now},
                                         {"elapsed_seconds", real},
+                                        {"eta_seconds", real_left},
                                         {"predicted_seconds_left", prediction_seconds_json(predicted)},
                                         {"predicted_cost_usd", prediction_cost_json(predicted)},
                                         {"workers", per}});
@@ -445,7 +448,7 @@ TrainResult VirtualRun::finish(const std::string& stopped_by) {
                                          {"test_loss", ev.loss},
                                          {"virtual_seconds", now}});
   }
-  const nlohmann::ordered_json summary{
+  nlohmann::ordered_json summary{
       {"event", "summary"},
       {"global_step", step},
       {"train_seconds", res_.train_seconds},
@@ -474,6 +477,9 @@ TrainResult VirtualRun::finish(const std::string& stopped_by) {
       {"evidence", "E"},
       {"stopped_by", stopped_by.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(stopped_by)},
       {"exit_code", res_.exit_code}};
+  add_warnings(summary, notice ? std::string()
+                               : learned_nothing_warning(res_.test_accuracy, res_.test_loss,
+                                                         int(label_names(setup_.data.format).size()), c_, n0_));
   metrics_.write(summary);
   if (!c_.quiet) {
     if (!notice)

@@ -323,6 +323,7 @@ struct PsResult {
   std::optional<PsEvents::Evaluated> evaluated;
   int exit_code = 0;       // 0, or 75 after a notice (checkpointed: rerun)
   bool clean_end = false;  // training ended and no rank is known lost (a long MPI_Finalize is safe)
+  bool peer_lost = false;  // a worker of this shard was lost: MPI_Finalize could wait for it (leave without)
   bool handed_over = false;  // handed over to the standby on a notice: leave without MPI_Finalize
   int takeovers = 0;         // this shard survived the loss of another and followed its takeover (leave so too)
 };
@@ -398,6 +399,7 @@ struct Takeover {
 struct WorkerResult {
   std::int64_t pushes = 0;
   bool clean_end = false;  // stopped by shards that knew of no lost rank
+  bool peer_lost = false;  // the stop said a rank of the job was lost: MPI_Finalize could wait for it
   int exit_code = 0;       // non-zero: the parameter server failed with this code (kFailedEnd)
   std::optional<Takeover> takeover;  // this worker took over as the parameter server: run it on takeover->comm
   int takeovers = 0;                 // the parameter server was taken over while this worker trained

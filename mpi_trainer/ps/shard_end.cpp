@@ -67,6 +67,7 @@ PsResult Shard::finish() {
   res.run_seconds = since(t0_);
   res.images_per_second = double(total_images_) / std::max(res.run_seconds, 1e-9);
   res.exit_code = exit_code_;
+  res.peer_lost = members_.lost() > 0;
   if (!coord_) {
     const std::int32_t end = answer_->finish(step_, current(), velocity_);
     res.clean_end = end == kCleanEnd && members_.lost() == 0;

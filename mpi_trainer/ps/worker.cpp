@@ -77,6 +77,7 @@ class Worker {
         // The end: a clean one may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
         res_.clean_end = client_->clean_end();
         res_.exit_code = client_->failed_code();
+        res_.peer_lost = !res_.clean_end && res_.exit_code == 0;
         break;
       }
       if (leave_if_noticed()) break;
