@@ -6,7 +6,9 @@
 # each time), billing the workers as transient K80s. Worker rank 3 is revoked at global step 120
 # (it SIGKILLs itself, as a preempted server dies): the parameter server notices within
 # --failure-timeout, drops it (its momentum stays with its data slot) and finishes with the two others; the
-# summary counts the revocation. The learning rate follows a cosine over the run's own length
+# summary counts the revocation; `mpi_trainer report` then draws the run into
+# runs/quickstart-report/index.html (curves, the revocation on the timeline, cost) and prints its
+# path. The learning rate follows a cosine over the run's own length
 # (base 0.1): the paper's step schedule first decays at step 32,000, and a 200-step run evaluated
 # at a still-large rate ends anywhere between 20% and 65% (measured; with the cosine, 74%). The job runs through launch/mpirun.sh (the ad-hoc cluster
 # launcher: mpirun --enable-recovery under launch/restart_loop.sh), as production jobs do, so a
@@ -29,7 +31,7 @@ esac
 launch/setup.sh --mpi "${MT_MPI:-debian}"
 launch/build.sh "$preset"
 mkdir -p runs
-rm -rf runs/quickstart-ck runs/quickstart.jsonl
+rm -rf runs/quickstart-ck runs/quickstart.jsonl runs/quickstart-report
 root=()
 [[ $(id -u) -eq 0 ]] && root=(--allow-root)
 np=${MT_QUICKSTART_NP:-4}
@@ -48,3 +50,5 @@ launch/mpirun.sh --trainer "build/$preset/mpi_trainer" --np "$np" --loopback --o
   --metrics runs/quickstart.jsonl ${revoke:+--revoke "$revoke"} "$@"
 echo "checkpoints:"
 "build/$preset/mpi_trainer" ckpt verify runs/quickstart-ck
+# The run's story in one page: curves, the revocation on the timeline, cost against the prediction.
+"build/$preset/mpi_trainer" report runs/quickstart.jsonl -o runs/quickstart-report

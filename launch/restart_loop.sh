@@ -3,7 +3,8 @@
 # and reruns it, resuming from the newest valid checkpoint (`--resume auto`, the default), when
 # the parameter server stopped on a notice (exit 75) or was lost, up to N attempts.
 #
-#   launch/restart_loop.sh [--attempts N] [--status FILE] [--delay S] [--grace S] [--start-timeout S] -- COMMAND...
+#   launch/restart_loop.sh [--attempts N] [--status FILE] [--delay S] [--grace S] [--start-timeout S]
+#                          [--report DIR] -- COMMAND...
 #
 # COMMAND is the whole launch line, e.g.
 #   launch/restart_loop.sh --attempts 5 -- mpirun --enable-recovery -np 5 \
@@ -33,13 +34,17 @@
 # rank at once (a TERM or INT to mpirun reaches the ranks only 30 s later); the parameter server
 # checkpoints and stops, and the loop ends with 75 (Slurm --requeue resubmits), or 130 after a
 # SIGINT (a user's Ctrl-C: not restarted). A second SIGINT is passed on as SIGINT.
+# --report DIR (or MT_REPORT_DIR; off by default: it takes a few seconds of matplotlib): when the
+# loop ends, however it ends, `mpi_trainer report` turns COMMAND's --metrics file (every attempt's
+# events) into DIR/index.html; the trainer is COMMAND's word ending in mpi_trainer. A report that
+# cannot be written is logged and changes no exit code.
 # Exit: 0 done; 75 attempts used up after a requeue/loss (rerun later to continue), or stopped
 # on a notice; 130 interrupted; 3 the status directory cannot take a file; else the failing
 # attempt's code.
 set -uo pipefail
 
-attempts=3 status="" delay=1 grace=30 start_timeout=300
-usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
+attempts=3 status="" delay=1 grace=30 start_timeout=300 report_dir=${MT_REPORT_DIR:-}
+usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --attempts) attempts="${2:?}"; shift 2 ;;
@@ -47,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --delay) delay="${2:?}"; shift 2 ;;
     --grace) grace="${2:?}"; shift 2 ;;
     --start-timeout) start_timeout="${2:?}"; shift 2 ;;
+    --report) report_dir="${2:?}"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) echo "restart_loop: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -57,6 +63,17 @@ done
 for v in delay grace start_timeout; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "restart_loop: --${v/_/-} must be a whole number of seconds, not '${!v}'" >&2; exit 2; }
 done
+
+# The trainer and its --metrics file in COMMAND, for --report.
+trainer="" metrics=${MT_METRICS:-}
+for ((i = 1; i <= $#; i++)); do
+  case "${!i}" in
+    *mpi_trainer) [[ -z $trainer ]] && trainer=${!i} ;;
+    --metrics) j=$((i + 1)); metrics=${!j:-} ;;
+    --metrics=*) metrics=${!i#--metrics=} ;;
+  esac
+done
+[[ -z $trainer ]] && trainer=$(command -v mpi_trainer || true)
 
 if [[ -z "$status" ]]; then
   # The status file the trainer writes: --status-file, else <--ckpt-dir>/run-status.json.
@@ -90,8 +107,18 @@ EOF
 }
 
 pmix_noise='PMIX ERROR: BAD-PARAM in file ../../../src/event/pmix_event_notification.c'
+report() {  # --report: the run's report, whatever the exit (its own failure changes no exit code)
+  [[ -n $report_dir ]] || return 0
+  if [[ -z $metrics || -z $trainer ]]; then
+    log "--report: no report (the command has no --metrics file, or no mpi_trainer was found in it)"
+  elif "$trainer" report "$metrics" -o "$report_dir" >/dev/null; then
+    log "report: $report_dir/index.html"
+  else
+    log "--report: $trainer report $metrics failed (see above)"
+  fi
+}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/restart_loop.XXXXXX") || { echo "restart_loop: cannot create a temporary directory" >&2; exit 1; }
-trap 'rm -rf "$tmp"' EXIT
+trap 'report; rm -rf "$tmp"' EXIT
 child=0 stop_signal="" interrupts=0
 # Every notice reaches the command as SIGUSR1: mpirun forwards it to every rank at once (a TERM
 # or INT to mpirun reaches the ranks only after odls_base_sigkill_timeout; docs/fault-model.md),

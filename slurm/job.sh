@@ -37,6 +37,8 @@ case $role in
 esac
 mkdir -p "$ckpt"
 status=$ckpt/run-status.json
+# MT_REPORT=1: the loop writes the run's report when it ends (the parameter server's metrics).
+[[ ${MT_REPORT:-0} == 1 && $role != worker ]] && export MT_REPORT_DIR=${MT_REPORT_DIR:-$ckpt/report}
 # This job for scontrol: an array task by its own name (the array's id would requeue every task).
 self=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-}}
 self=${self:-$SLURM_JOB_ID}
