@@ -180,11 +180,15 @@ def main():
     return 1 if RESULTS["failed"] else 0
 
 
-def quickstart(tmp, quick):
-    out = os.path.join(tmp, "quick")
-    p = report(quick, "-o", out)
+def clean_report(out, *runs):
+    """The report of `runs` (files and flags) into `out`: exit 0, nothing on stderr; (report.json, page)."""
+    p = report(*runs, "-o", out)
     assert p.returncode == 0 and p.stderr == "", (p.returncode, p.stderr)
-    rep, page = check_out(out, p.stdout)
+    return check_out(out, p.stdout)
+
+
+def quickstart(tmp, quick):
+    rep, page = clean_report(os.path.join(tmp, "quick"), quick)
     check_summary(rep, page, "quickstart", quick)
     check_timeline(rep, "quickstart", quick, "elapsed_seconds")
     assert not page.flags and rep["exit_code"] == 0 and rep["runs"][0]["metrics_schema"] == 1
@@ -201,10 +205,7 @@ def virtual_run(tmp, exe, path):
                    check=True, capture_output=True, timeout=300)
     kinds = [e["event"] for e in events(path)]
     assert kinds.count("revocation") == 2 and kinds.count("join") == 1, kinds
-    out = os.path.join(tmp, "virtual")
-    p = report(path, "-o", out)
-    assert p.returncode == 0 and p.stderr == "", (p.returncode, p.stderr)
-    rep, page = check_out(out, p.stdout)
+    rep, page = clean_report(os.path.join(tmp, "virtual"), path)
     check_summary(rep, page, "virtual", path)
     check_timeline(rep, "virtual", path, "virtual_seconds")
     assert rep["runs"][0]["virtual"] is True
@@ -213,10 +214,7 @@ def virtual_run(tmp, exe, path):
 
 
 def overlay(tmp, quick, virtual):
-    out = os.path.join(tmp, "overlay")
-    p = report(virtual, quick, "--label", "3 virtual workers", "-o", out)
-    assert p.returncode == 0 and p.stderr == "", (p.returncode, p.stderr)
-    rep, page = check_out(out, p.stdout)
+    rep, page = clean_report(os.path.join(tmp, "overlay"), virtual, quick, "--label", "3 virtual workers")
     assert [r["label"] for r in rep["runs"]] == ["3 virtual workers", "quickstart"]
     check_summary(rep, page, "3 virtual workers", virtual)
     check_summary(rep, page, "quickstart", quick)
@@ -227,10 +225,7 @@ def overlay(tmp, quick, virtual):
 
 
 def restarted(tmp, path):
-    out = os.path.join(tmp, "restart")
-    p = report(path, "-o", out)
-    assert p.returncode == 0 and p.stderr == "", (p.returncode, p.stderr)
-    rep, page = check_out(out, p.stdout)
+    rep, page = clean_report(os.path.join(tmp, "restart"), path)
     check_summary(rep, page, "restart", path)
     marks = rep["runs"][0]["timeline"]
     restarts = [m for m in marks if m["kind"] == "restart"]
@@ -245,9 +240,7 @@ def with_plan(tmp, exe, virtual, quick, plan):
         subprocess.run([exe, "plan", "--workers", "3", "--worker-types", "k80", "--steps", "60", "--model",
                         "resnet8", "--json", "--per-draw", "--draws", "40"], stdout=f, check=True, timeout=120)
     out = os.path.join(tmp, "plan")
-    p = report(virtual, quick, "--plan", plan, "-o", out)
-    assert p.returncode == 0 and p.stderr == "", (p.returncode, p.stderr)
-    rep, page = check_out(out, p.stdout)
+    rep, page = clean_report(out, virtual, quick, "--plan", plan)
     assert "forecast" in page.tables
     rows = [r for r in page.rows if r["table"] == "forecast"]
     assert len(rows) == 6, len(rows)

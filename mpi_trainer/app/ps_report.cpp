@@ -549,7 +549,7 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
   if (cfg_.synthetic_gradients) summary["synthetic_gradients"] = true;
   // Synthetic gradients learn nothing by design.
   add_warnings(summary, ev && !cfg_.synthetic_gradients
-                            ? learned_nothing_warning(ev->accuracy, ev->loss, int(label_names(setup_.data.format).size()),
+                            ? learned_nothing_warning(ev->accuracy, ev->loss, setup_.spec.classes,
                                                       cfg_, e.workers_start + e.joined)
                             : std::string());
   metrics_.write(summary);

@@ -22,8 +22,9 @@ bool is_file(const fs::path& p) {
   return fs::is_regular_file(p, ec);
 }
 
-}  // namespace
-
+// The report script this binary runs: $MT_REPORT_SCRIPT, else the installed copy
+// (<prefix>/share/mpi_trainer/report/report.py beside <prefix>/bin), else the source tree's.
+// Empty when none exists.
 std::string report_script(const char* argv0) {
   if (const char* s = std::getenv("MT_REPORT_SCRIPT"); s && *s) return is_file(s) ? s : "";
   std::error_code ec;
@@ -38,13 +39,11 @@ std::string report_script(const char* argv0) {
   return "";
 }
 
-namespace {
-
 [[noreturn]] void exec_report(int argc, char** argv) {
   const std::string script = report_script(argc > 0 ? argv[0] : "mpi_trainer");
   if (script.empty())
     throw DataError("report.py not found beside this binary (share/mpi_trainer/report) "
-                      "nor in its source tree; set MT_REPORT_SCRIPT to mpi_trainer/report/report.py");
+                    "nor in its source tree; set MT_REPORT_SCRIPT to mpi_trainer/report/report.py");
   const char* env_python = std::getenv("MT_PYTHON");
   const std::string python = env_python && *env_python ? env_python : "/usr/bin/python3";
   std::vector<std::string> args{python, script};
@@ -54,8 +53,8 @@ namespace {
   raw.push_back(nullptr);
   execv(python.c_str(), raw.data());
   throw DataError("report: cannot start " + python + " (" + std::strerror(errno) +
-                    "): it needs Python 3 with matplotlib (launch/setup.sh installs Debian's python3-matplotlib; "
-                    "MT_PYTHON names another interpreter)");
+                  "): it needs Python 3 with matplotlib (launch/setup.sh installs Debian's python3-matplotlib; "
+                  "MT_PYTHON names another interpreter)");
 }
 
 }  // namespace

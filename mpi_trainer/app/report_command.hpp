@@ -4,14 +4,8 @@
 #pragma once
 
 #include <ostream>
-#include <string>
 
 namespace mt {
-
-// The report script this binary runs: $MT_REPORT_SCRIPT, else the installed copy
-// (<prefix>/share/mpi_trainer/report/report.py beside <prefix>/bin), else the source tree's.
-// Empty when none exists.
-std::string report_script(const char* argv0);
 
 // `mpi_trainer report ARGS...`: replaces this process with `PYTHON report.py ARGS...` (PYTHON:
 // $MT_PYTHON, else /usr/bin/python3, Debian's with matplotlib). Returns only when that cannot

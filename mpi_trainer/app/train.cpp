@@ -387,7 +387,7 @@ TrainResult SingleRun::finished() {
       {"instance_type", cfg_.instance_type}, {"pricing", cfg_.pricing},
       {"attempts", prev_.attempts},   {"resumed_from_step", prev_.global_step},
       {"checkpoint_failures", tally_.failures}, {"exit_code", tally_.failures > 0 ? kExitCheckpoint : kExitOk}};
-  add_warnings(summary, learned_nothing_warning(ev.accuracy, ev.loss, int(label_names(setup_.data.format).size()),
+  add_warnings(summary, learned_nothing_warning(ev.accuracy, ev.loss, setup_.spec.classes,
                                                 cfg_, 1));
   metrics_.write(summary);
   if (tally_.failures > 0) res_.exit_code = kExitCheckpoint;

@@ -479,7 +479,7 @@ TrainResult VirtualRun::finish(const std::string& stopped_by) {
       {"exit_code", res_.exit_code}};
   add_warnings(summary, notice ? std::string()
                                : learned_nothing_warning(res_.test_accuracy, res_.test_loss,
-                                                         int(label_names(setup_.data.format).size()), c_, n0_));
+                                                         setup_.spec.classes, c_, n0_));
   metrics_.write(summary);
   if (!c_.quiet) {
     if (!notice)
