@@ -32,7 +32,7 @@ import series  # noqa: E402
 CHARTS_ALL = ("curves-time", "curves-steps")
 CHARTS_RUN = ("timeline", "throughput", "cost")
 # summary-table column: the summary field it shows
-TABLE_FIELDS = ("global_step", "cost_usd", "test_accuracy", "revocations", "checkpoint_failures", "attempts",
+TABLE_FIELDS = ("global_step", "cost_usd", "test_accuracy", "revocations", "checkpoint_failures", "lr_cuts", "attempts",
                 "exit_code")
 RESULTS = {"passed": 0, "failed": 0}
 

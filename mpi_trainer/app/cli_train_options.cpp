@@ -120,6 +120,14 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40)),
       "MT_MAX_STALENESS");
+  env(cmd.add_option("--spike-guard", c.spike_guard,
+                     "Parameter server: when the training loss jumps (its last few pushes above 1.5 "
+                     "times and 0.2 above its usual level), halve the learning rate, then give it back "
+                     "over about 700 pushes; each cut is logged and counted (lr_cuts). Asynchronous "
+                     "SGD at the synchronous rate blows up now and then without it (docs/user-guide.md)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"on", "off"})),
+      "MT_SPIKE_GUARD");
   env(cmd.add_option("--max-loss", c.max_loss,
                      "A step whose training loss is not finite or above this has diverged: the run stops "
                      "with exit 3 before anything of that state is checkpointed (cross-entropy over 10 "
@@ -153,8 +161,8 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
       "MT_LR");
   env(cmd.add_option("--lr-warmup-steps", c.lr_warmup_steps,
                      "Linear warm-up of the learning rate over the first N global steps (-1: the "
-                     "schedule's own: 100 for cosine, none otherwise); asynchronous workers "
-                     "profit from a few hundred")
+                     "schedule's own, 100 for cosine and none otherwise, lengthened to 50 steps per "
+                     "worker when several workers train asynchronously)")
           ->capture_default_str()
           ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40)),
       "MT_LR_WARMUP_STEPS");

@@ -31,6 +31,7 @@ void add_policy_fields(nlohmann::ordered_json& event, const TrainConfig& c, cons
   event["lr_scaling"] = c.lr_scaling;
   event["momentum_correction"] = c.momentum_correction;
   event["join_warmup"] = c.join_warmup;
+  event["spike_guard"] = c.spike_guard;
   event["max_staleness"] = c.max_staleness;
   event["worker_types"] = types;
   event["ps_type"] = c.ps_type;

@@ -67,6 +67,8 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.weight_decay = cfg.weight_decay;
   o.nesterov = setup.nesterov;
   o.join_warmup = cfg.join_warmup;
+  o.start_warmup = start_warmup(cfg, static_cast<int>(types.size()));
+  o.spike_guard = cfg.spike_guard == "on";
   o.max_staleness = cfg.max_staleness;
   o.max_loss = cfg.max_loss;
   o.failure_timeout = cfg.failure_timeout;

@@ -79,6 +79,7 @@ class VirtualRun {
 
  private:
   std::vector<SimWorker> sim_workers() const;
+  UpdatePolicy::Stability stability() const { return {start_warmup(c_, n0_), c_.spike_guard == "on"}; }
   ClusterSim make_sim();
   // A worker's training state once it starts: its data shard, the parameters it was sent, its
   // own momentum under dana.
@@ -169,6 +170,7 @@ VirtualRun::VirtualRun(const TrainConfig& cfg, std::ostream& log)
       trainees_(static_cast<std::size_t>(total_)),
       sim_(make_sim()) {
   model_.init_params(params_, stats_, c_.seed);
+  policy_.stabilize(stability());
   if (policy_.gap_aware()) {
     gap_mean_step_.assign(params_.span().size(), 0.f);
     gap_.emplace(gap_mean_step_);
@@ -244,7 +246,8 @@ void VirtualRun::write_config() {
          << (joins_.empty() ? std::string() : " + " + std::to_string(joins_.size()) + " joining")
          << " and 1 parameter server on a virtual clock, " << setup_.spec.name << " (" << model_.param_count()
          << " parameters) on " << setup_.data.format << ", " << c_.train_steps << " global steps of " << c_.batch_size
-         << ", lr " << setup_.schedule.describe() << ", lr scaling " << c_.lr_scaling
+         << ", lr " << setup_.schedule.describe() << describe_stability(stability(), setup_.schedule)
+         << ", lr scaling " << c_.lr_scaling
          << describe_momentum(parse_momentum_correction(c_.momentum_correction), c_.momentum, n0_,
                               policy_.momentum(n0_))
          << emulating_note(c_, emulated_) << "\n"
@@ -299,6 +302,7 @@ void VirtualRun::arrived(const ClusterSim::Event& ev) {
     ++dropped_;
   } else {
     check_divergence(st.loss, c_.max_loss, step + 1);
+    if (policy_.observe_loss(step, st.loss, active)) log_ << describe_cut(step + 1, policy_.guard().last_cut()) << '\n';
     const double lr = policy_.lr(step, active, staleness);
     if (gap_) {
       gap_->penalize(grads_.span(), params_.span(), w.snapshot.span(), staleness);
@@ -463,6 +467,7 @@ TrainResult VirtualRun::finish(const std::string& stopped_by) {
       {"mean_staleness", step > 0 ? staleness_sum_ / double(step) : 0.0},
       {"max_staleness", max_staleness_},
       {"dropped_stale_pushes", dropped_},
+      {"lr_cuts", policy_.guard().cuts()},
       {"num_ps", 1},
       {"model", setup_.spec.name},
       {"worker_types", types_},

@@ -68,6 +68,8 @@ struct PsOptions {
   double weight_decay = 1e-4;
   bool nesterov = false;
   std::int64_t join_warmup = 0;     // rate ramp after a join (UpdatePolicy::joined)
+  std::int64_t start_warmup = 0;    // UpdatePolicy::Stability
+  bool spike_guard = false;
   std::int64_t max_staleness = -1;  // pushes staler than this are not applied (-1: no bound)
   double max_loss = 1000;           // a push whose loss is not finite or above this: diverged (0: non-finite only)
   // Fault tolerance (docs/fault-model.md).
@@ -298,6 +300,7 @@ class PsEvents {
     bool stopped_early = false;
     std::string stop_reason;
     int exit_code = 0;
+    std::int64_t lr_cuts = 0;  // the spike guard's (shard 0's)
     // Shard 0's replicas to its standbys (--ps-standby): how many, the mean updates between two,
     // the mean seconds each took the shard (the copy and the send's start).
     int standbys = 0;

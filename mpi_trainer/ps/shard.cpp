@@ -93,6 +93,7 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
     gap_.emplace(velocity(static_cast<std::size_t>(momenta_)));
     gap_before_.resize(static_cast<std::size_t>(mine_));
   }
+  policy_.stabilize({opts.start_warmup, opts.spike_guard});
   if (opts.ps_standby > 0) standbys_.emplace(opts, lead(), state_buffers(), events, plan_, self_);
   if (lead())
     coord_.emplace(opts, model, part_, momenta_, gap_aware_, shard_deadline(opts), policy_, members_, events, sink);
@@ -162,6 +163,7 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   const float* g = m.recv.payload();
   const double staleness = double(step_ - h.model_version);
   const int live = members_.live();
+  if (policy_.observe_loss(step_, h.loss, live) && lead()) events_.log(describe_cut(step_ + 1, policy_.guard().last_cut()));
   const double lr = policy_.lr(step_, live, staleness);
   const double momentum = policy_.momentum(live);
   // The worker's previous reply is complete (it pushed again), so its buffer takes the update.

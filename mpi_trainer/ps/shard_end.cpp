@@ -93,6 +93,7 @@ PsResult Shard::finish() {
                           shards_,     workers_,      joined_,             members_.lost(),
                           members_.left(), shm_workers_, max_staleness_,  members_.dropped_stale(),
                           stop_at_.has_value(), stop_reason_, exit_code_};
+  done.lr_cuts = policy_.guard().cuts();
   if (standbys_) {
     done.standbys = opts_.ps_standby;
     done.replicas = standbys_->sent();

@@ -44,6 +44,24 @@ const char* to_string(MomentumCorrection m) {
   return "?";
 }
 
+std::string describe_cut(std::int64_t step, const SpikeGuard::Cut& cut) {
+  char buf[240];
+  std::snprintf(buf, sizeof buf,
+                "mpi_trainer: step %lld: the training loss jumped to %.3g (usual %.3g): learning rate capped at "
+                "%.3g, half the rate it jumped at; the cap doubles over ~700 steps (--spike-guard)",
+                static_cast<long long>(step), cut.recent_loss, cut.usual_loss, cut.cap);
+  return buf;
+}
+
+std::string describe_stability(const UpdatePolicy::Stability& s, const LrSchedule& schedule) {
+  std::string out;
+  if (s.start_warmup > schedule.warmup_steps)
+    out += (schedule.warmup_steps > 0 ? ", warm-up lengthened to " : ", warm-up ") + std::to_string(s.start_warmup) +
+           " steps (50 per worker)";
+  if (s.spike_guard) out += ", spike guard";
+  return out;
+}
+
 std::string describe_momentum(MomentumCorrection correction, double momentum, int workers, double applied) {
   char buf[160];
   if (correction == MomentumCorrection::kDana && applied != momentum)  // --momentum auto raised it

@@ -11,8 +11,12 @@
 
 #include "optim/schedule.hpp"
 #include "ps/ps.hpp"
+#include "ps/spike_guard.hpp"
 
 namespace mt {
+
+// The job log's line when the spike guard halved the rate at global step `step`.
+std::string describe_cut(std::int64_t step, const SpikeGuard::Cut& cut);
 
 // The start-up line's words for the momentum: ", momentum 0.9 (applied with 4 workers: 0.150)",
 // ", Nesterov momentum 0.9 per worker (dana)", ", Nesterov momentum 0.95 per worker (dana;
@@ -37,10 +41,10 @@ class UpdatePolicy {
 
   // The rate for a push applied at `step` by one of `active` workers, computed on parameters
   // `staleness` updates old: the schedule's rate divided by the active workers (active-workers)
-  // or by 1 + staleness (staleness) or its square root (sqrt-staleness), times the warm-up after a
-  // join.
+  // or by 1 + staleness (staleness) or its square root (sqrt-staleness), times the start-up
+  // warm-up and the warm-up after a join, at most the spike guard's cap (Stability).
   double lr(std::int64_t step, int active, double staleness) const {
-    double lr = schedule_.lr_at(step) * join_factor(step);
+    double lr = std::min(unguarded_lr(step), guard_.cap());
     if (scaling_ == LrScaling::kActiveWorkers)
       lr /= std::max(1, active);
     else if (scaling_ == LrScaling::kStaleness)
@@ -76,6 +80,31 @@ class UpdatePolicy {
   bool nesterov(bool configured) const { return configured || per_slot_momentum(); }
   const LrSchedule& schedule() const { return schedule_; }
 
+  // What keeps an asynchronous run stable (docs/user-guide.md, "Defaults that learn"):
+  // `start_warmup`: the rate rises linearly over the first N global steps (the schedule's own
+  // warm-up, if longer, stays); `spike_guard`: SpikeGuard.
+  struct Stability {
+    std::int64_t start_warmup = 0;
+    bool spike_guard = false;
+  };
+  void stabilize(const Stability& s) {
+    start_warmup_ = s.start_warmup;
+    guard_ = SpikeGuard(s.spike_guard);
+  }
+  // Each applied push's training loss, before the push at `step` is applied: true when the spike
+  // guard capped the rate.
+  bool observe_loss(std::int64_t step, double loss, int active) {
+    return guard_.observe(loss, active, std::min(unguarded_lr(step), guard_.cap()));
+  }
+  const SpikeGuard& guard() const { return guard_; }
+  double unguarded_lr(std::int64_t step) const { return schedule_.lr_at(step) * start_factor(step) * join_factor(step); }
+  // The start-up warm-up's factor at `step`, over what the schedule's own warm-up applies.
+  double start_factor(std::int64_t step) const {
+    if (start_warmup_ <= schedule_.warmup_steps) return 1.0;
+    const auto ramp = [step](std::int64_t n) { return n > 0 ? std::min(1.0, double(step + 1) / double(n)) : 1.0; };
+    return ramp(start_warmup_) / ramp(schedule_.warmup_steps);
+  }
+
   // --join-warmup: the active workers grew from `before` to `after` at global step `step`. For the
   // next join_warmup steps the rate is multiplied by a factor that rises linearly from
   // before/after to 1 (the grown cluster starts at the rate per worker it had; a join during a
@@ -100,7 +129,13 @@ class UpdatePolicy {
   bool by_workers_;
   std::int64_t ramp_start_ = -1;
   double ramp_from_ = 1.0;
+  std::int64_t start_warmup_ = 0;
+  SpikeGuard guard_;
 };
+
+// The start-up line's words for what keeps an asynchronous run stable: ", warm-up 200 steps (50
+// per worker), spike guard" (the warm-up only where it lengthens the schedule's own).
+std::string describe_stability(const UpdatePolicy::Stability& s, const LrSchedule& schedule);
 
 // --lr-scaling gap (Barkai, Hakimi and Schuster, "Gap-Aware Mitigation of Gradient Staleness",
 // ICLR 2020): instead of dividing the rate by the staleness, each element of a gradient is divided

@@ -142,7 +142,8 @@ def cell(field, v, title=None):
 
 COLUMNS = (("global_step", "global steps"), ("time_seconds", "time"), ("cost_usd", "cost"),
            ("test_accuracy", "test accuracy"), ("revocations", "revocations"), ("steps_lost", "steps lost"),
-           ("checkpoint_failures", "checkpoint failures"), ("attempts", "attempts"), ("exit_code", "exit code"))
+           ("checkpoint_failures", "checkpoint failures"), ("lr_cuts", "rate caps"), ("attempts", "attempts"),
+           ("exit_code", "exit code"))
 
 
 def summary_table(records):
@@ -153,7 +154,8 @@ def summary_table(records):
         tips = {"revocations": f"lost {s['revoked_lost']}, notice {s['revoked_notice']}",
                 "steps_lost": f"revoked workers' {s['work_lost_steps']}, takeovers' {s['takeover_lost_updates']}, "
                               f"restarts' {s['restart_lost_steps']}",
-                "time_seconds": "virtual seconds" if r["virtual"] else "train_seconds"}
+                "time_seconds": "virtual seconds" if r["virtual"] else "train_seconds",
+                "lr_cuts": "times --spike-guard capped the learning rate"}
         cells = "".join(cell(f, s[f], tips.get(f)) for f, _ in COLUMNS)
         status = "warnings" if s["warnings"] else ("summary" if s["from_summary"] else "no summary")
         rows.append(f'<tr data-run="{esc(r["label"])}" data-status="{status}"><td class="l">{esc(r["label"])}</td>'

@@ -276,7 +276,7 @@ def _restart_lost_steps(run):
 SUMMARY_FIELDS = ("global_step", "train_seconds", "virtual_seconds", "cost_usd", "test_accuracy",
                   "test_loss", "revocations", "lost_workers", "left_workers", "joined_workers",
                   "workers_start", "workers_end", "checkpoint_failures", "attempts",
-                  "resumed_from_step", "exit_code", "stopped_by")
+                  "resumed_from_step", "exit_code", "stopped_by", "lr_cuts")
 
 
 def summary_row(run):
