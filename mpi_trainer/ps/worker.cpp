@@ -143,6 +143,7 @@ class Worker {
   Exchange exchange(MsgKind kind);
   Recovered recover();
   WorkerResult end_lost();
+  WorkerResult end_dropped(double suspended);
 
   const WorkerOptions& opts_;
   const Model& model_;
@@ -284,6 +285,9 @@ Worker::Recovered Worker::recover() {
 // a dead peer): heartbeats, replica receives and exchange buffers in flight are abandoned, kept to
 // the end of the process, whose main leaves without MPI_Finalize.
 WorkerResult Worker::end_lost() {
+  // The process was suspended longer than --failure-timeout (a gap in the heartbeat thread's ticks
+  // or in a wait's polls): the silence was its own.
+  const double suspended = std::max(client_->longest_gap(), agent_ ? agent_->longest_gap() : 0.0);
   if (agent_) {
     agent_->ps_lost();
     agent_.reset();
@@ -291,6 +295,7 @@ WorkerResult Worker::end_lost() {
   const std::lock_guard<std::mutex> lock(mpi_lock_);
   unlink_pending_segments();
   std::cout << std::flush;
+  if (suspended > opts_.failure_timeout) return end_dropped(suspended);
   std::cerr << loss_line(rank_, *lost_) << std::flush;
   if (opts_.on_ps_lost) {
     try {
@@ -310,6 +315,23 @@ WorkerResult Worker::end_lost() {
   client_->abandon_in_flight();
   res_.exit_code = kExitPsLost;
   res_.ps_lost = true;
+  return std::move(res_);
+}
+
+// This process was suspended longer than --failure-timeout (SIGSTOP, a debugger, a frozen VM):
+// the silence was its own, the parameter server dropped it and the job went on without it (or
+// has finished). It exits 0, so that plain mpirun reports the job's outcome, not this worker's
+// absence; a standby's replica is as old as the suspension and is not written. With the MPI lock.
+WorkerResult Worker::end_dropped(double suspended) {
+  std::ostringstream line;
+  line << "mpi_trainer: " << worker_label(rank_) << ": this process was suspended for " << std::fixed
+       << std::setprecision(1) << suspended << " s, longer than --failure-timeout " << std::defaultfloat << std::setprecision(3)
+       << opts_.failure_timeout << " s: the parameter server dropped it and the job went on without it; exit 0\n";
+  std::cerr << line.str() << std::flush;
+  replicas_->abandon_receives();
+  client_->abandon_in_flight();
+  res_.exit_code = kExitOk;
+  res_.peer_lost = true;  // its requests to the parameter server are abandoned: no MPI_Finalize
   return std::move(res_);
 }
 

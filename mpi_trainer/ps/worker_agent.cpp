@@ -51,6 +51,7 @@ void WorkerAgent::send_leave(MPI_Comm ps, int shards, int signo, double timeout)
 
 void WorkerAgent::run() {
   const auto interval = std::chrono::duration<double>(opts_.failure_timeout / 5);
+  auto last = Clock::now();
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(stop_mutex_);
@@ -58,6 +59,9 @@ void WorkerAgent::run() {
                        [this] { return stop_; }))
         return;
     }
+    const auto now = Clock::now();
+    longest_gap_ = std::max(longest_gap_.load(), seconds_between(last, now));
+    last = now;
     beat();
     plan_.at_time(rank_);
     if (const int sig = notice_signal()) {

@@ -43,6 +43,12 @@ class WorkerAgent {
   bool left() const { return leaving_; }
   // The parameter server is lost: the destructor abandons heartbeats in flight without waiting.
   void ps_lost() { ps_lost_ = true; }
+  // The longest time between two of this thread's heartbeats (seconds): longer than
+  // --failure-timeout, the whole process was suspended and the parameter server heard nothing. A
+  // suspension during a step is seen here: the main thread's verdict on the parameter server comes
+  // a --failure-timeout after the step, this thread ticks 5 times in it. One during a wait for a
+  // reply, the main thread sees itself (PsLoss::suspended).
+  double longest_gap() const { return longest_gap_; }
 
   // LEAVE to every shard (with `mpi` held), each send waited for briefly: a shard that does not
   // take it will notice the silence instead.
@@ -64,6 +70,7 @@ class WorkerAgent {
   std::vector<MPI_Request> hbreq_;
   std::atomic<bool> leaving_{false};
   std::atomic<bool> ps_lost_{false};
+  std::atomic<double> longest_gap_{0};
   Clock::time_point notice_at_{};
   std::mutex stop_mutex_;
   std::condition_variable cv_;

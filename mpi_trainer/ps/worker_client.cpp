@@ -137,7 +137,11 @@ void WorkerClient::post(MsgKind kind) {
 WorkerClient::Reply WorkerClient::wait_replies(double deadline) {
   backoff_.restart();
   const auto t0 = Clock::now();
+  auto polled = t0;
   for (;;) {
+    const auto now = Clock::now();
+    longest_gap_ = std::max(longest_gap_, seconds_between(polled, now));
+    polled = now;
     if (ps_failed_) return Reply::kFailed;  // the heartbeat thread heard it first
     int done = 0;
     int rc = MPI_SUCCESS;
@@ -163,6 +167,8 @@ WorkerClient::Reply WorkerClient::wait_replies(double deadline) {
     }
     if (done) break;
     if (since(t0) > deadline) {
+      // A suspension inside this round of the loop counts too.
+      longest_gap_ = std::max(longest_gap_, seconds_between(polled, Clock::now()));
       int silent = 0;
       for (int s = 0; s < shards_; ++s)
         if (reqs_[static_cast<std::size_t>(2 * s)] != MPI_REQUEST_NULL) silent = s;

@@ -67,6 +67,10 @@ class WorkerClient {
   bool clean_end() const { return clean_end_ && failed_code_ == 0; }  // every stop said no rank was lost
   int failed_code() const { return failed_code_; }  // a shard said it failed, with this exit code
   const PsLoss& loss() const { return loss_; }
+  // The longest this process went without polling while it waited for replies (seconds): longer
+  // than --failure-timeout, it was suspended (SIGSTOP, a debugger, a frozen VM) and the parameter
+  // server has dropped it, not the other way round.
+  double longest_gap() const { return longest_gap_; }
 
   // The communicator was revoked (a takeover): MPI may still hold the buffers of the exchange the
   // loss interrupted: they are kept to the end, fresh ones taken (no shared memory: the new
@@ -109,6 +113,7 @@ class WorkerClient {
   int failed_code_ = 0;
   bool packed_ = false;  // a synthetic gradient in the send buffers
   PsLoss loss_;
+  double longest_gap_ = 0;
 };
 
 }  // namespace mt
