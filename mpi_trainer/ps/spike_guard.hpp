@@ -1,11 +1,12 @@
 // --spike-guard: when the training loss jumps, the parameter server caps the learning rate at half
-// the rate it jumped at, and lifts the cap slowly. Asynchronous SGD at the synchronous rate is close to its stability limit:
-// stale gradients lower the rate at which an oscillation grows instead of dying out, and as
-// training sharpens the loss surface a run at loss 0.01 can blow up to 2.8 within ten steps and end
-// at a fraction of its accuracy (docs/user-guide.md, "Defaults that learn"). A jump in the loss is
-// the first sign; halving the rate stops the growth. The cap holds whatever the schedule does next
-// (a warm-up still rising would climb straight back into the limit) and doubles back over about 700
-// pushes, so a false alarm costs little and a real limit is found again if the rate reaches it.
+// the rate it jumped at, and lifts the cap slowly. Asynchronous SGD at the synchronous rate is
+// close to its stability limit: stale gradients lower the learning rate above which an
+// oscillation grows instead of dying out, and as training sharpens the loss surface a run at loss
+// 0.01 can blow up to 2.8 within ten steps and end at a fraction of its accuracy
+// (docs/user-guide.md, "Defaults that learn"). A jump in the loss is the first sign; halving the
+// rate stops the growth. The cap holds whatever the schedule does next (a warm-up still rising
+// would climb straight back into the limit) and doubles back over about 700 pushes, so a false
+// alarm costs little and a real limit is found again if the rate reaches it.
 #pragma once
 
 #include <algorithm>
@@ -22,8 +23,8 @@ class SpikeGuard {
 
   explicit SpikeGuard(bool on = false) : on_(on) {}
 
-  // One push's training loss, with `active` workers, applied at learning rate `lr` (before any
-  // cap). True when this push set a cap (`last_cut()` says why).
+  // One push's training loss, with `active` workers; `lr`: the rate pushes are applied at now
+  // (the cap included). True when this push set a cap (`last_cut()` says why).
   bool observe(double loss, int active, double lr) {
     if (!on_ || !(loss >= 0)) return false;  // a NaN is --max-loss's to handle
     if (seen_++ == 0) recent_ = usual_ = loss;
