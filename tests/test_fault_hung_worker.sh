@@ -10,7 +10,7 @@
 # Usage: test_fault_hung_worker.sh MPIEXEC MPI_TRAINER
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
-steps=300 rc=0
+steps=160 rc=0
 "$mpiexec" --enable-recovery -np 4 --oversubscribe -x OMP_WAIT_POLICY=passive "$trainer" train --model resnet8 \
   --batch-size 32 --lr-schedule constant --lr 0.05 --augment off --log-every-steps 40 --data "$dir/data" \
   --metrics "$dir/m.jsonl" --train-steps $steps --failure-timeout 1 > "$dir/out.txt" 2>&1 &
@@ -19,7 +19,7 @@ wait_for_step 40
 early=$(rank_pid 2) late=$(rank_pid 3)
 [[ -n $early && -n $late ]] || { echo "FAIL: no pids for ranks 2 and 3"; exit 1; }
 kill -STOP "$early" "$late"
-sleep 4
+sleep 2.5
 grep -q '"event":"summary"' "$dir/m.jsonl" && { echo "FAIL: the job ended before worker 2 woke"; exit 1; }
 kill -CONT "$early"
 for ((i = 0; i < 1200; i++)); do grep -q '"event":"summary"' "$dir/m.jsonl" && break; sleep 0.1; done
