@@ -1,11 +1,11 @@
 // What keeps an asynchronous run stable: the start-up warm-up that follows the worker count and
-// the spike guard (ps/spike_guard.hpp, UpdatePolicy::Stability).
+// the spike guard (ps/spike_guard.hpp, RateStability, chosen by app/run_setup.hpp's rate_stability).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <limits>
 
-#include "app/config.hpp"
+#include "app/run_setup.hpp"
 #include "core/rng.hpp"
 #include "ps/spike_guard.hpp"
 #include "ps/update_policy.hpp"
@@ -84,11 +84,14 @@ TEST_CASE("spike guard: off, or a non-finite loss, changes nothing", "[unit][ps]
 
 TEST_CASE("update policy: the start-up warm-up follows the worker count, over the schedule's own", "[unit][ps]") {
   TrainConfig c;
-  CHECK(start_warmup(c, 4) == 200);
-  CHECK(start_warmup(c, 8) == 400);
-  CHECK(start_warmup(c, 1) == 0);  // one worker: no asynchrony
-  c.lr_warmup_steps = 0;           // the user's choice wins, none included
-  CHECK(start_warmup(c, 4) == 0);
+  CHECK(rate_stability(c, 4).start_warmup == 200);
+  CHECK(rate_stability(c, 8).start_warmup == 400);
+  CHECK(rate_stability(c, 1).start_warmup == 0);  // one worker: no asynchrony
+  CHECK(rate_stability(c, 4).spike_guard);
+  c.lr_warmup_steps = 0;  // the user's choice wins, none included
+  c.spike_guard = "off";
+  CHECK(rate_stability(c, 4).start_warmup == 0);
+  CHECK_FALSE(rate_stability(c, 4).spike_guard);
 
   const LrSchedule constant = constant_schedule();
   UpdatePolicy p(constant, LrScaling::kNone, MomentumCorrection::kNone, 0.9);

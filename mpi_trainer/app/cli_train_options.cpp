@@ -122,8 +122,9 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
       "MT_MAX_STALENESS");
   env(cmd.add_option("--spike-guard", c.spike_guard,
                      "Parameter server: when the training loss jumps (its last few pushes above 1.5 "
-                     "times and 0.2 above its usual level), halve the learning rate, then give it back "
-                     "over about 700 pushes; each cut is logged and counted (lr_cuts). Asynchronous "
+                     "times and 0.2 above its usual level), cap the learning rate at half the rate it "
+                     "jumped at; the cap doubles over about 700 pushes; each cap is logged and counted "
+                     "(lr_cuts). Asynchronous "
                      "SGD at the synchronous rate blows up now and then without it (docs/user-guide.md)")
           ->capture_default_str()
           ->check(CLI::IsMember({"on", "off"})),

@@ -25,7 +25,7 @@ struct TrainConfig {
   std::string lr_schedule = "default";
   double lr = 0;                // 0: the schedule's own base rate
   std::int64_t lr_warmup_steps = -1;  // -1: the schedule's own (cosine 100, others 0), at least
-                                      // 50 steps per worker when asynchronous (start_warmup)
+                                      // 50 steps per worker when asynchronous (rate_stability)
   std::string spike_guard = "on";     // on | off: the parameter server's SpikeGuard
   double momentum = 0.9;
   // --momentum auto (the command line's default): 0.9, raised by the parameter server with more
@@ -83,13 +83,6 @@ struct TrainConfig {
 // TrainConfig themselves (bench/ps_bench.cpp).
 inline void resolve_policy(TrainConfig& c) {
   if (c.lr_scaling == "auto") c.lr_scaling = c.momentum_correction == "dana" ? "gap" : "none";
-}
-
-// The warm-up an asynchronous run of `workers` starts with when --lr-warmup-steps is left at -1:
-// 50 global steps per worker (UpdatePolicy::Stability; docs/user-guide.md, "Defaults that
-// learn"). A function of the global step, so a resume continues it where it was.
-inline std::int64_t start_warmup(const TrainConfig& c, int workers) {
-  return c.lr_warmup_steps < 0 && workers > 1 ? 50 * std::int64_t{workers} : 0;
 }
 
 }  // namespace mt

@@ -161,7 +161,7 @@ void PsReport::started(const Started& e) {
     log_ << "mpi_trainer: parameter server: " << e.shards << " shard(s), " << e.workers << " worker(s), "
          << setup_.spec.name << " (" << model_.param_count() << " parameters) on " << setup_.data.format << ", "
          << cfg_.train_steps << " global steps of " << cfg_.batch_size << ", lr " << setup_.schedule.describe()
-         << describe_stability({start_warmup(cfg_, static_cast<int>(types_.size())), cfg_.spike_guard == "on"}, setup_.schedule)
+         << describe_stability(rate_stability(cfg_, static_cast<int>(types_.size())), setup_.schedule)
          << ", lr scaling " << cfg_.lr_scaling << emulating_note(cfg_, emulated)
          << describe_momentum(parse_momentum_correction(cfg_.momentum_correction), cfg_.momentum, e.workers,
                               e.momentum_applied)

@@ -123,6 +123,10 @@ std::vector<std::string> worker_types(const TrainConfig& cfg, const PriceTable& 
   return types;
 }
 
+RateStability rate_stability(const TrainConfig& cfg, int workers) {
+  return {cfg.lr_warmup_steps < 0 && workers > 1 ? 50 * std::int64_t{workers} : 0, cfg.spike_guard == "on"};
+}
+
 RunSetup prepare_run(const TrainConfig& cfg) {
   // Checkpoint flags do nothing without a directory: say so instead of silently training unsaved.
   if (cfg.ckpt_dir.empty()) {

@@ -13,6 +13,7 @@
 #include "data/loader.hpp"
 #include "nn/resnet.hpp"
 #include "optim/schedule.hpp"
+#include "ps/ps.hpp"
 
 namespace mt {
 
@@ -41,6 +42,12 @@ Normalization parse_normalization(const std::string& value, bool t2t);
 int usable_cores();
 
 // Validates the recipe flags and loads the data. Throws UsageError / DataError.
+// What keeps a run of `workers` (data slots) stable: --spike-guard, and when --lr-warmup-steps is
+// left at -1 and several workers train asynchronously, a start-up warm-up of 50 global steps per
+// worker (docs/user-guide.md, "Defaults that learn"). A function of the global step, so a resume
+// continues it where it was.
+RateStability rate_stability(const TrainConfig& cfg, int workers);
+
 RunSetup prepare_run(const TrainConfig& cfg);
 
 // "k80,k80,p100" -> one instance type per worker (a single type: every worker; none:

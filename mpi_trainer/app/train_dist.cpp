@@ -67,8 +67,7 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.weight_decay = cfg.weight_decay;
   o.nesterov = setup.nesterov;
   o.join_warmup = cfg.join_warmup;
-  o.start_warmup = start_warmup(cfg, static_cast<int>(types.size()));
-  o.spike_guard = cfg.spike_guard == "on";
+  o.stability = rate_stability(cfg, static_cast<int>(types.size()));
   o.max_staleness = cfg.max_staleness;
   o.max_loss = cfg.max_loss;
   o.failure_timeout = cfg.failure_timeout;

@@ -79,7 +79,6 @@ class VirtualRun {
 
  private:
   std::vector<SimWorker> sim_workers() const;
-  UpdatePolicy::Stability stability() const { return {start_warmup(c_, n0_), c_.spike_guard == "on"}; }
   ClusterSim make_sim();
   // A worker's training state once it starts: its data shard, the parameters it was sent, its
   // own momentum under dana.
@@ -170,7 +169,7 @@ VirtualRun::VirtualRun(const TrainConfig& cfg, std::ostream& log)
       trainees_(static_cast<std::size_t>(total_)),
       sim_(make_sim()) {
   model_.init_params(params_, stats_, c_.seed);
-  policy_.stabilize(stability());
+  policy_.stabilize(rate_stability(c_, n0_));
   if (policy_.gap_aware()) {
     gap_mean_step_.assign(params_.span().size(), 0.f);
     gap_.emplace(gap_mean_step_);
@@ -246,7 +245,7 @@ void VirtualRun::write_config() {
          << (joins_.empty() ? std::string() : " + " + std::to_string(joins_.size()) + " joining")
          << " and 1 parameter server on a virtual clock, " << setup_.spec.name << " (" << model_.param_count()
          << " parameters) on " << setup_.data.format << ", " << c_.train_steps << " global steps of " << c_.batch_size
-         << ", lr " << setup_.schedule.describe() << describe_stability(stability(), setup_.schedule)
+         << ", lr " << setup_.schedule.describe() << describe_stability(rate_stability(c_, n0_), setup_.schedule)
          << ", lr scaling " << c_.lr_scaling
          << describe_momentum(parse_momentum_correction(c_.momentum_correction), c_.momentum, n0_,
                               policy_.momentum(n0_))

@@ -36,6 +36,14 @@ MomentumCorrection parse_momentum_correction(const std::string& text);
 const char* to_string(LrScaling s);
 const char* to_string(MomentumCorrection m);
 
+// What keeps an asynchronous run stable (docs/user-guide.md, "Defaults that learn"), applied by
+// UpdatePolicy: `start_warmup`, the rate rises linearly over the first N global steps (the
+// schedule's own warm-up, if longer, stays); `spike_guard`, ps/spike_guard.hpp.
+struct RateStability {
+  std::int64_t start_warmup = 0;
+  bool spike_guard = false;
+};
+
 // What the runtime is told, typed (the app translates its flags).
 struct PsOptions {
   std::int64_t train_steps = 0;  // global steps in all, over every attempt
@@ -68,8 +76,7 @@ struct PsOptions {
   double weight_decay = 1e-4;
   bool nesterov = false;
   std::int64_t join_warmup = 0;     // rate ramp after a join (UpdatePolicy::joined)
-  std::int64_t start_warmup = 0;    // UpdatePolicy::Stability
-  bool spike_guard = false;
+  RateStability stability;          // the start-up warm-up and the spike guard
   std::int64_t max_staleness = -1;  // pushes staler than this are not applied (-1: no bound)
   double max_loss = 1000;           // a push whose loss is not finite or above this: diverged (0: non-finite only)
   // Fault tolerance (docs/fault-model.md).

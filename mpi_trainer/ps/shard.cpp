@@ -93,7 +93,7 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
     gap_.emplace(velocity(static_cast<std::size_t>(momenta_)));
     gap_before_.resize(static_cast<std::size_t>(mine_));
   }
-  policy_.stabilize({opts.start_warmup, opts.spike_guard});
+  policy_.stabilize(opts.stability);
   if (opts.ps_standby > 0) standbys_.emplace(opts, lead(), state_buffers(), events, plan_, self_);
   if (lead())
     coord_.emplace(opts, model, part_, momenta_, gap_aware_, shard_deadline(opts), policy_, members_, events, sink);

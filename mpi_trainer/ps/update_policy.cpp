@@ -53,7 +53,7 @@ std::string describe_cut(std::int64_t step, const SpikeGuard::Cut& cut) {
   return buf;
 }
 
-std::string describe_stability(const UpdatePolicy::Stability& s, const LrSchedule& schedule) {
+std::string describe_stability(const RateStability& s, const LrSchedule& schedule) {
   std::string out;
   if (s.start_warmup > schedule.warmup_steps)
     out += (schedule.warmup_steps > 0 ? ", warm-up lengthened to " : ", warm-up ") + std::to_string(s.start_warmup) +

@@ -15,7 +15,7 @@
 
 namespace mt {
 
-// The job log's line when the spike guard halved the rate at global step `step`.
+// The job log's line when the spike guard capped the rate at global step `step`.
 std::string describe_cut(std::int64_t step, const SpikeGuard::Cut& cut);
 
 // The start-up line's words for the momentum: ", momentum 0.9 (applied with 4 workers: 0.150)",
@@ -42,9 +42,9 @@ class UpdatePolicy {
   // The rate for a push applied at `step` by one of `active` workers, computed on parameters
   // `staleness` updates old: the schedule's rate divided by the active workers (active-workers)
   // or by 1 + staleness (staleness) or its square root (sqrt-staleness), times the start-up
-  // warm-up and the warm-up after a join, at most the spike guard's cap (Stability).
+  // warm-up and the warm-up after a join, at most the spike guard's cap (RateStability).
   double lr(std::int64_t step, int active, double staleness) const {
-    double lr = std::min(unguarded_lr(step), guard_.cap());
+    double lr = capped_lr(step);
     if (scaling_ == LrScaling::kActiveWorkers)
       lr /= std::max(1, active);
     else if (scaling_ == LrScaling::kStaleness)
@@ -80,24 +80,21 @@ class UpdatePolicy {
   bool nesterov(bool configured) const { return configured || per_slot_momentum(); }
   const LrSchedule& schedule() const { return schedule_; }
 
-  // What keeps an asynchronous run stable (docs/user-guide.md, "Defaults that learn"):
-  // `start_warmup`: the rate rises linearly over the first N global steps (the schedule's own
-  // warm-up, if longer, stays); `spike_guard`: SpikeGuard.
-  struct Stability {
-    std::int64_t start_warmup = 0;
-    bool spike_guard = false;
-  };
-  void stabilize(const Stability& s) {
+  void stabilize(const RateStability& s) {
     start_warmup_ = s.start_warmup;
     guard_ = SpikeGuard(s.spike_guard);
   }
   // Each applied push's training loss, before the push at `step` is applied: true when the spike
   // guard capped the rate.
   bool observe_loss(std::int64_t step, double loss, int active) {
-    return guard_.observe(loss, active, std::min(unguarded_lr(step), guard_.cap()));
+    return guard_.observe(loss, active, capped_lr(step));
   }
   const SpikeGuard& guard() const { return guard_; }
-  double unguarded_lr(std::int64_t step) const { return schedule_.lr_at(step) * start_factor(step) * join_factor(step); }
+  // The schedule's rate at `step` times the start-up and join warm-ups, at most the guard's cap:
+  // before any scaling for the workers or the staleness.
+  double capped_lr(std::int64_t step) const {
+    return std::min(schedule_.lr_at(step) * start_factor(step) * join_factor(step), guard_.cap());
+  }
   // The start-up warm-up's factor at `step`, over what the schedule's own warm-up applies.
   double start_factor(std::int64_t step) const {
     if (start_warmup_ <= schedule_.warmup_steps) return 1.0;
@@ -135,7 +132,7 @@ class UpdatePolicy {
 
 // The start-up line's words for what keeps an asynchronous run stable: ", warm-up 200 steps (50
 // per worker), spike guard" (the warm-up only where it lengthens the schedule's own).
-std::string describe_stability(const UpdatePolicy::Stability& s, const LrSchedule& schedule);
+std::string describe_stability(const RateStability& s, const LrSchedule& schedule);
 
 // --lr-scaling gap (Barkai, Hakimi and Schuster, "Gap-Aware Mitigation of Gradient Staleness",
 // ICLR 2020): instead of dividing the rate by the staleness, each element of a gradient is divided

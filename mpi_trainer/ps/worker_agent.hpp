@@ -47,7 +47,7 @@ class WorkerAgent {
   // --failure-timeout, the whole process was suspended and the parameter server heard nothing. A
   // suspension during a step is seen here: the main thread's verdict on the parameter server comes
   // a --failure-timeout after the step, this thread ticks 5 times in it. One during a wait for a
-  // reply, the main thread sees itself (PsLoss::suspended).
+  // reply, the main thread sees itself (WorkerClient::longest_gap).
   double longest_gap() const { return longest_gap_; }
 
   // LEAVE to every shard (with `mpi` held), each send waited for briefly: a shard that does not
