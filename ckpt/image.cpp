@@ -18,6 +18,7 @@
 #include <string>
 
 #include "ckpt/hdf5_util.hpp"
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 
 namespace mt::ckpt {
@@ -303,7 +304,8 @@ void write_durably(const fs::path& tmp, const std::vector<char>& image, std::int
     return CheckpointError(tmp.string() + ": " + what + ": " + std::strerror(err) + " (checkpoint of global step " +
                            std::to_string(global_step) + ")");
   };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ::unlink(tmp.c_str());  // a leftover would keep its own mode through O_TRUNC
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, kPrivateFileMode);
   if (fd < 0) throw fail("create", errno, -1);
   const std::size_t half = image.size() / 2;
   for (std::size_t done = 0; done < image.size();) {

@@ -82,8 +82,7 @@ fs::path publish(const fs::path& dir, const Checkpoint& c, int keep, PublishStat
   quiet_hdf5();
   const auto t0 = Clock::now();
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw CheckpointError(dir.string() + ": cannot create checkpoint directory: " + ec.message());
+  if (!create_private_directories(dir, ec)) throw CheckpointError(dir.string() + ": cannot create checkpoint directory: " + ec.message());
   // Not a copy of the checkpoint with the time set (a few MB copied on every write).
   const double created_unix = c.created_unix != 0 ? c.created_unix : unix_now();
   const fs::path final_path = dir / file_name(c.global_step);

@@ -1,6 +1,7 @@
 // HDF5 checkpoints: round trip, atomic publish, retention, every kind of damage, fallback to the
 // previous good checkpoint, refusing to overwrite, and bit-exact resume of training.
 #include <hdf5.h>
+#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "ckpt/async_writer.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/state.hpp"
+#include "core/atomic_file.hpp"
 #include "ps/snapshot.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
@@ -539,4 +541,47 @@ TEST_CASE("a run never overwrites checkpoints it cannot resume", "[unit][ckpt]")
   cfg.model = "resnet8-t2t";  // every checkpoint there is of another model
   CHECK_THROWS_AS(train(cfg, log), CheckpointError);
   CHECK(ckpt::verify(dir.path() / "c" / ckpt::file_name(2)).ok);
+}
+
+namespace {
+// Sets the process's umask for a scope and restores it.
+struct Umask {
+  mode_t old;
+  explicit Umask(mode_t m) : old(::umask(m)) {}
+  ~Umask() { ::umask(old); }
+  Umask(const Umask&) = delete;
+  Umask& operator=(const Umask&) = delete;
+};
+mode_t mode_of(const fs::path& p) {
+  struct stat st {};
+  REQUIRE(::stat(p.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+}  // namespace
+
+TEST_CASE("what the trainer writes is its user's alone, under a permissive umask (issue 45)", "[unit][ckpt]") {
+  test::TempDir dir("ckpt_modes");
+  const Umask permissive(0);
+  const fs::path ck = dir.path() / "runs" / "a" / "ck";  // three directories we create
+  ckpt::publish(ck, sample(5), 3);
+  for (const fs::path& d : {dir.path() / "runs", dir.path() / "runs" / "a", ck}) CHECK(mode_of(d) == 0700);
+  CHECK(mode_of(ck / "ckpt-0000000005.h5") == 0600);
+  CHECK(mode_of(ck / "LATEST") == 0600);
+  // A leftover temporary file of another mode does not lend the new file its mode.
+  {
+    std::ofstream(ck / "run-status.json.tmp") << "old";
+    fs::permissions(ck / "run-status.json.tmp", fs::perms::all);
+  }
+  write_file_atomically(ck / "run-status.json", "{}\n");
+  CHECK(mode_of(ck / "run-status.json") == 0600);
+  // A directory that exists keeps its mode; the probe leaves nothing behind.
+  fs::create_directories(dir.path() / "shared");
+  fs::permissions(dir.path() / "shared", fs::perms::all);
+  CHECK(probe_writable_directory(dir.path() / "shared" / "ck2").empty());
+  CHECK(mode_of(dir.path() / "shared") == 0777);
+  CHECK(mode_of(dir.path() / "shared" / "ck2") == 0700);
+  CHECK(fs::is_empty(dir.path() / "shared" / "ck2"));
+  // An export is made to be shared.
+  write_file_atomically(dir.path() / "model.safetensors", "x", 0644);
+  CHECK(mode_of(dir.path() / "model.safetensors") == 0644);
 }

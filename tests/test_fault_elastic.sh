@@ -31,6 +31,7 @@ if [[ ! -x $ompi_server ]]; then
   exit 77
 fi
 
+umask 000  # the port file a joiner needs must still be its user's alone (issue 45)
 for scaling in active-workers none; do
   rm -rf "$dir/ck" "$dir/m.jsonl" "$dir/uri"
   "$ompi_server" --no-daemonize -r "$dir/uri" &
@@ -47,6 +48,8 @@ for scaling in active-workers none; do
   joiners=()
   for at in 60 120; do
     wait_for_step $at
+    [[ $(stat -c %a "$dir/ck/ps-port") == 600 && $(stat -c %a "$dir/ck") == 700 ]] ||
+      { echo "FAIL: port file $(stat -c %a "$dir/ck/ps-port"), its directory $(stat -c %a "$dir/ck"): not 600 and 700"; exit 1; }
     "$mpiexec" --ompi-server "file:$dir/uri" -np 1 -x OMP_WAIT_POLICY=passive "$trainer" join "${flags[@]}" \
       > "$dir/join$at.txt" 2>&1 &
     joiners+=($!)

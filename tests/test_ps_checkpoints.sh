@@ -7,6 +7,7 @@
 #  2. The newest checkpoint damaged (one flipped byte), the job rerun with 2 workers: it resumes
 #     from the previous good checkpoint, reports the skipped one, continues the global step and
 #     never overwrites the good ones.
+# Both under umask 000: the checkpoint directory is 0700, its files 0600 (issue 45).
 # Usage: test_ps_checkpoints.sh MPIEXEC MPI_TRAINER
 set -euo pipefail
 mpiexec=$1 trainer=$2
@@ -20,6 +21,7 @@ small    1.0        0.5
 big      3.6        1.8
 server   0.36       0.18
 P
+umask 000  # the most permissive: what the trainer writes must still be its user's alone
 common=(--model resnet8 --batch-size 32 --lr-schedule constant --lr 0.05 --augment off
         --data "$dir/data" --ckpt-dir "$dir/ck" --log-every-steps 30 --prices "$dir/prices.txt"
         --ps-type server --pricing transient)
@@ -30,6 +32,10 @@ common=(--model resnet8 --batch-size 32 --lr-schedule constant --lr 0.05 --augme
 cat "$dir/out1.txt"
 ls "$dir/ck"
 [[ $(cat "$dir/ck/LATEST") == ckpt-0000000120.h5 ]]
+[[ $(stat -c %a "$dir/ck") == 700 ]] || { echo "FAIL: the checkpoint directory is $(stat -c %a "$dir/ck"), not 700"; exit 1; }
+for f in "$dir"/ck/*; do
+  [[ $(stat -c %a "$f") == 600 ]] || { echo "FAIL: $f is $(stat -c %a "$f"), not 600"; exit 1; }
+done
 "$trainer" ckpt verify "$dir/ck"
 /usr/bin/python3 - "$dir/m1.jsonl" "$dir/ck" <<'PY'
 import json, os, sys

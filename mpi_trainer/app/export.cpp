@@ -107,7 +107,7 @@ int export_checkpoint(const ExportConfig& cfg, std::ostream& log) {
     meta["input_std"] = nlohmann::json(job.input_std).dump();
     meta["label_names"] = nlohmann::json(job.label_names).dump();
   }
-  write_file_atomically(cfg.out, safetensors(tensors, meta));
+  write_file_atomically(cfg.out, safetensors(tensors, meta), 0644);  // made to be shared
   log << "wrote " << cfg.out << ": " << tensors.size() << " tensors of " << c.model << " at global step "
       << c.progress.global_step << " (safetensors; PyTorch: ckpt/pytorch_model.py)\n";
   return kExitOk;

@@ -20,7 +20,7 @@ std::string run_status_path(const TrainConfig& cfg) {
 void write_run_status(const std::string& path, nlohmann::ordered_json fields) {
   if (path.empty()) return;
   std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  create_private_directories(std::filesystem::path(path).parent_path(), ec);  // else the write says why
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   fields["pid"] = static_cast<long>(getpid());

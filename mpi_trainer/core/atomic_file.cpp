@@ -1,6 +1,7 @@
 #include "core/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,9 +35,23 @@ void rename_durably(const fs::path& from, const fs::path& to) {
   fsync_path(to.has_parent_path() ? to.parent_path() : fs::path("."), /*directory=*/true);
 }
 
-void write_file_atomically(const fs::path& path, std::string_view content) {
+bool create_private_directories(const fs::path& dir, std::error_code& ec) {
+  ec.clear();
+  if (dir.empty() || fs::is_directory(dir, ec)) return !ec;
+  ec.clear();
+  const fs::path parent = dir.parent_path();
+  if (!parent.empty() && parent != dir && !create_private_directories(parent, ec)) return false;
+  if (::mkdir(dir.c_str(), kPrivateDirMode) == 0) return true;
+  const int saved = errno;
+  if (saved == EEXIST && fs::is_directory(dir, ec)) return true;  // created meanwhile by another rank
+  ec = std::error_code(saved, std::generic_category());
+  return false;
+}
+
+void write_file_atomically(const fs::path& path, std::string_view content, mode_t mode) {
   const fs::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ::unlink(tmp.c_str());  // a leftover would keep its own mode through O_TRUNC
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) throw CheckpointError(tmp.string() + ": cannot create: " + errno_text(errno));
   std::string failure;
   for (std::size_t done = 0; done < content.size() && failure.empty();) {
@@ -63,10 +78,9 @@ void write_file_atomically(const fs::path& path, std::string_view content) {
 
 std::string probe_writable_directory(const fs::path& dir) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return dir.string() + ": cannot create the directory: " + ec.message();
+  if (!create_private_directories(dir, ec)) return dir.string() + ": cannot create the directory: " + ec.message();
   const fs::path probe = dir / (".mt-write-probe-" + std::to_string(static_cast<long>(::getpid())));
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, kPrivateFileMode);
   if (fd < 0) return dir.string() + ": cannot create a file in it: " + errno_text(errno);
   std::string failure;
   const char byte = 0;

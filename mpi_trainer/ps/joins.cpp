@@ -57,7 +57,7 @@ JoinListener::JoinListener(const std::string& port_file, const std::string& abou
   MT_MPI(MPI_Open_port(MPI_INFO_NULL, port));
   queue_->port = port;
   std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(port_file).parent_path(), ec);
+  create_private_directories(std::filesystem::path(port_file).parent_path(), ec);  // else the write says why
   nlohmann::ordered_json j{{"port", queue_->port}, {"pid", static_cast<long>(getpid())}};
   const auto about = nlohmann::ordered_json::parse(about_json);  // named: items() refers into it
   for (const auto& [k, v] : about.items())
@@ -94,7 +94,7 @@ MPI_Comm connect_to_parameter_server(const std::string& file) {
   }
   // One connection at a time. A connection that does not complete means no parameter server.
   const std::string lock_path = file + ".lock";
-  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, kPrivateFileMode);
   MT_CHECK_POSIX(lock >= 0);
   while (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
     MT_CHECK_POSIX(errno == EWOULDBLOCK || errno == EINTR);
