@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
 #include "ps/cadence.hpp"
 #include "ps/membership.hpp"
 #include "ps/partition.hpp"
+#include "ps/push_check.hpp"
 #include "ps/snapshot.hpp"
 #include "ps/standbys.hpp"
 #include "ps/update_policy.hpp"
@@ -189,6 +192,39 @@ TEST_CASE("update policy: gap-aware penalties follow how far each parameter move
   CHECK(g[2] == Approx(1.0));
   CHECK(parse_lr_scaling("gap") == LrScaling::kGap);
   CHECK(std::string(to_string(LrScaling::kGap)) == "gap");
+}
+
+TEST_CASE("push check: the penalty's pass sums the squares; non-finite values and outliers are rejected", "[unit][ps]") {
+  // The sum of squares comes from the gradient as it came, before the penalty divided it.
+  std::vector<float> mean_step(4, 0.f);
+  const GapPenalty gap(mean_step, 0.5);
+  std::vector<float> g{3, 4, 0, 12};
+  const std::vector<float> now{1, 2, 3, 4}, pulled{1, 1, 3, 4};
+  CHECK(gap.penalize(g, now, pulled, 3) == 169.0);
+  CHECK(g[1] == 1.0f);  // 4 / (1 + staleness 3)
+  CHECK(sum_of_squares(std::vector<float>{3, 4, 12}) == 169.0);
+  // In double, no finite float overflows it; any NaN or infinity makes it non-finite.
+  const float big = std::numeric_limits<float>::max();
+  CHECK(std::isfinite(sum_of_squares(std::vector<float>{big, big})));
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> v(1000, 0.5f), w(1000, 0.f);
+    v[777] = bad;
+    CHECK_FALSE(std::isfinite(sum_of_squares(v)));
+    std::vector<float> m(1000, 0.f);
+    CHECK_FALSE(std::isfinite(GapPenalty(m).penalize(v, w, w, 1)));
+  }
+  PushCheck finite_only(0);
+  CHECK(finite_only.judge(1e30, {}).empty());
+  CHECK(finite_only.judge(std::nan(""), {}).find("not finite") != std::string::npos);
+  const std::vector<float> bad_stats{1.f, std::numeric_limits<float>::infinity()};
+  CHECK(finite_only.judge(1.0, bad_stats).find("BatchNorm") != std::string::npos);
+  // The norm guard waits for a history, then rejects a push far above the median of the accepted.
+  PushCheck guard(100);
+  CHECK(guard.judge(1e12, {}).empty());  // no history yet: accepted (and remembered)
+  for (std::size_t i = 1; i < PushCheck::kMinHistory; ++i) CHECK(guard.judge(2.0 * 2.0, {}).empty());  // norm 2
+  CHECK(guard.judge(1e4 * 1e4, {}).find("is 5000 times the median 2") != std::string::npos);
+  CHECK(guard.judge(201.0 * 201.0, {}).find("times the median") != std::string::npos);
+  CHECK(guard.judge(200.0 * 200.0, {}).empty());  // 100 x the median: not above it
 }
 
 TEST_CASE("update policy: implicit momentum of asynchrony is subtracted", "[unit][ps]") {

@@ -136,6 +136,20 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber),
       "MT_MAX_LOSS");
+  env(cmd.add_option("--push-norm-limit", c.push_norm_limit,
+                     "Parameter server: reject a push whose gradient norm is above this many times the "
+                     "median of the last 64 accepted (each shard judges its part; 0: off). A push with a "
+                     "value that is not finite is always rejected. A rejected push is not applied, is "
+                     "logged with its worker and counted (rejected_pushes)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "MT_PUSH_NORM_LIMIT");
+  env(cmd.add_option("--max-rejected-pushes", c.max_rejected_pushes,
+                     "Parameter server: a worker whose pushes are rejected this many times in a row is "
+                     "stopped and dropped like a lost one; the run goes on (0: never)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "MT_MAX_REJECTED_PUSHES");
   env(cmd.add_option("--device", c.device,
                      "cpu, cuda or auto (auto: a GPU when this build has the CUDA backend and the "
                      "runtime sees one). Each process takes GPU <node-local rank> mod <GPUs visible>, "
@@ -408,6 +422,19 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "server in the middle of writing its 2nd checkpoint, 'rank=0@replica=5' as its 5th "
                      "replica to the standby leaves (--ps-standby)"),
       "MT_REVOKE");
+  env(cmd.add_option("--corrupt-push", c.corrupt_push,
+                     "Fault injection: 'rank=2@push=30:nan' makes worker rank 2 put NaN in its 30th "
+                     "push; ':huge' multiplies that push's gradient by 1e6; ':discard' sends it marked "
+                     "not to be applied (the reference a rejected push is compared with)")
+          ->check([](const std::string& v) {
+            try {
+              (void)parse_corrupt_push(v, -1);
+              return std::string();
+            } catch (const std::exception& e) {
+              return std::string(e.what());
+            }
+          }),
+      "MT_CORRUPT_PUSH");
   env(cmd.add_option("--revocation-model", c.revocation_model,
                      "Revocation injection: each worker samples its lifetime from this model and "
                      "SIGKILLs itself when it ends: 'gce' (built in: GCE preemptible servers, ~20% "

@@ -19,6 +19,8 @@ struct TrainConfig {
   std::int64_t join_warmup = 0;     // steps of rate warm-up after a worker joins (0: none)
   std::int64_t max_staleness = -1;  // PS drops pushes staler than this (-1: no bound)
   double max_loss = 1000;           // a step's loss above this (or not finite) stops the run: diverged (0: only non-finite)
+  double push_norm_limit = 0;       // PS: reject a push whose gradient norm exceeds this x the recent median (0: off)
+  int max_rejected_pushes = 3;      // PS: a worker whose pushes are rejected this many times in a row is dropped (0: never)
   std::string device = "auto";  // cpu | cuda | auto
   int threads = 0;              // 0: every core
   std::uint64_t seed = 1;
@@ -76,6 +78,7 @@ struct TrainConfig {
   int max_workers = 0;                // elastic joins: worker slots (0: the launched workers only)
   std::string port_file;              // elastic joins: shard 0's port; empty: <ckpt-dir>/ps-port
   bool synthetic_gradients = false;   // benchmark: workers push a fixed gradient, no compute
+  std::string corrupt_push;           // "rank=2@push=30:nan": a worker spoils one of its pushes (tests)
 };
 
 // --lr-scaling auto: gap with dana, none with the other corrections (the best measured).

@@ -522,6 +522,7 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
       {"test_loss", ev ? nlohmann::ordered_json(ev->loss) : nlohmann::ordered_json()},
       {"max_staleness", e.max_staleness},
       {"dropped_stale_pushes", e.dropped_stale_pushes},
+      {"rejected_pushes", e.rejected_pushes},
       {"lr_cuts", e.lr_cuts},
       {"num_ps", e.shards},
       {"model", setup_.spec.name},

@@ -70,6 +70,8 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.stability = rate_stability(cfg, static_cast<int>(types.size()));
   o.max_staleness = cfg.max_staleness;
   o.max_loss = cfg.max_loss;
+  o.push_norm_limit = cfg.push_norm_limit;
+  o.max_rejected_pushes = cfg.max_rejected_pushes;
   o.failure_timeout = cfg.failure_timeout;
   o.drain_deadline = cfg.drain_deadline;
   o.ps_standby = standbys(cfg, static_cast<int>(types.size()));
@@ -155,6 +157,7 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   const Model model(setup.spec);
   WorkerOptions opts = worker_options(cfg);
   opts.takeover = takeover;
+  opts.push_faults = parse_corrupt_push(cfg.corrupt_push, rank);
   // A standby writes its replica of the parameter server as a checkpoint when it is lost.
   if (!cfg.ckpt_dir.empty())
     opts.on_ps_lost = [&cfg, &setup, &model, rank](const ReplicaState& r) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,15 @@ class RevocationModel {
 // hours, divided by `time_scale` (3600: an hour becomes a second). Deterministic in (seed,
 // rank); negative when this draw is never revoked.
 double sampled_lifetime_seconds(const RevocationModel& model, std::uint64_t seed, int rank, double time_scale);
+
+// --corrupt-push: what a worker does to one of its pushes, to test the parameter server's push
+// check (ps/push_check.hpp): NaN in every 1024th gradient value and the last (every shard's part), every
+// value times 1e6, or the push sent as it is but marked not to be applied (the reference run: a
+// rejected push must leave the state exactly as a discarded one does).
+enum class PushFault { kNone, kNan, kHuge, kDiscard };
+// This rank's entries of "rank=R@push=N:nan|huge|discard,..." by its push number N (1: its first
+// push after joining). Throws UsageError naming a malformed entry.
+std::map<std::int64_t, PushFault> parse_corrupt_push(const std::string& spec, int rank);
 
 // What --revoke and --revocation-model ask of this process. The process signals itself: SIGKILL
 // ends it where it stands (like a revoked VM), a notice signal sets the notice flag.

@@ -39,6 +39,12 @@ std::int64_t Membership::dropped_stale() const {
   return n;
 }
 
+std::int64_t Membership::rejected() const {
+  std::int64_t n = 0;
+  for (const auto& m : members_) n += m.rejected;
+  return n;
+}
+
 std::optional<int> Membership::free_slot() const {
   std::vector<bool> used(static_cast<std::size_t>(slots_), false);
   for (const auto& m : members_)

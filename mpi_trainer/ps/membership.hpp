@@ -46,6 +46,8 @@ struct Member {
   double active_seconds = 0;  // billed seconds, fixed once it is no longer live
   LoaderCursor cursor;        // after its last applied push
   std::int64_t pushes = 0, dropped = 0;
+  std::int64_t rejected = 0;  // pushes the check refused (ps/push_check.hpp)
+  int rejected_in_row = 0;    // since its last applied push
   double staleness_sum = 0;
   std::int64_t window_pushes = 0, window_images = 0;  // since the last progress report
   double window_staleness = 0, window_step_seconds = 0;
@@ -76,6 +78,8 @@ class Membership {
   int left() const { return count(MemberState::kLeft); }
   // Pushes dropped as too stale, over every member the shard has had.
   std::int64_t dropped_stale() const;
+  // Pushes rejected by the check, over every member the shard has had.
+  std::int64_t rejected() const;
   // A data slot no live member holds (lowest first), or none.
   std::optional<int> free_slot() const;
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -79,6 +80,11 @@ struct PsOptions {
   RateStability stability;          // the start-up warm-up and the spike guard
   std::int64_t max_staleness = -1;  // pushes staler than this are not applied (-1: no bound)
   double max_loss = 1000;           // a push whose loss is not finite or above this: diverged (0: non-finite only)
+  // The push check (ps/push_check.hpp): a push with a value that is not finite is rejected, and
+  // with push_norm_limit > 0 one whose gradient norm exceeds that many times the recent median;
+  // max_rejected_pushes in a row stop and drop the worker (0: never).
+  double push_norm_limit = 0;
+  int max_rejected_pushes = 3;
   // Fault tolerance (docs/fault-model.md).
   double failure_timeout = 1.5;  // a worker silent this long is lost (s)
   double drain_deadline = 10;    // after a notice: workers stop within this (s)
@@ -308,6 +314,7 @@ class PsEvents {
     std::string stop_reason;
     int exit_code = 0;
     std::int64_t lr_cuts = 0;  // the spike guard's (shard 0's)
+    std::int64_t rejected_pushes = 0;  // by shard 0's push check
     // Shard 0's replicas to its standbys (--ps-standby): how many, the mean updates between two,
     // the mean seconds each took the shard (the copy and the send's start).
     int standbys = 0;
@@ -381,6 +388,7 @@ struct WorkerOptions {
   bool quiet = false;
   bool synthetic_gradients = false;  // no computer: a fixed gradient, packed once
   std::uint64_t seed = 1;
+  std::map<std::int64_t, PushFault> push_faults;  // --corrupt-push: this worker's, by push number
   // Called once when the parameter server is lost and this worker holds a whole replica of it
   // (a standby), before the worker exits 10: the app writes it as a checkpoint.
   std::function<void(const ReplicaState&)> on_ps_lost;

@@ -4,6 +4,8 @@
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.hpp"
@@ -83,6 +85,7 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
       mean_momentum_(momenta_ > 1 ? FlatTensors(model.params()) : FlatTensors()),  // dana only
       params_(static_cast<std::size_t>(mine_)),
       velocity_(params_.size() * static_cast<std::size_t>(state_buffers()), 0.f),
+      check_(opts.push_norm_limit),
       runs_(part_.runs(shard_)),
       counts_(model.bn_counts(opts.batch_size)),
       members_(
@@ -160,23 +163,29 @@ bool Shard::reply(Member& m, MsgKind kind) {
 }
 
 bool Shard::apply_push(Member& m, const MsgHeader& h) {
+  if (h.end == kDiscardPush) return reject_push(m, "its worker marked it not to be applied (--corrupt-push discard)");
   const float* g = m.recv.payload();
   const double staleness = double(step_ - h.model_version);
+  // The worker's previous reply is complete (it pushed again), so its buffer takes the update.
+  if (!settle_send(m)) return false;
+  const std::span<float> out(m.send.payload(), static_cast<std::size_t>(mine_));
+  const std::span<float> grad(m.recv.payload(), static_cast<std::size_t>(mine_));
+  // `out` still holds the parameters this worker was sent, which its gradient was computed on.
+  // The penalty's pass also sums the squares the check needs; a rejected push's gradient is
+  // penalized for nothing, and no state has changed yet.
+  const double sum_squares = gap_ ? gap_->penalize(grad, current(), out, staleness) : sum_of_squares(grad);
+  if (const std::string why = check_.judge(sum_squares, {g + mine_, static_cast<std::size_t>(stats_floats_)});
+      !why.empty())
+    return reject_push(m, why);
+  m.rejected_in_row = 0;
   const int live = members_.live();
   if (policy_.observe_loss(step_, h.loss, live) && lead()) events_.log(describe_cut(step_ + 1, policy_.guard().last_cut()));
   const double lr = policy_.lr(step_, live, staleness);
   const double momentum = policy_.momentum(live);
-  // The worker's previous reply is complete (it pushed again), so its buffer takes the update.
-  if (!settle_send(m)) return false;
-  const std::span<float> out(m.send.payload(), static_cast<std::size_t>(mine_));
   std::span<const float> before = current();
-  if (gap_) {
-    // `out` still holds the parameters this worker was sent, which its gradient was computed on.
-    gap_->penalize(std::span<float>(m.recv.payload(), static_cast<std::size_t>(mine_)), current(), out, staleness);
-    if (current_ == out.data()) {  // updated in place below: keep what it was
-      std::copy(out.begin(), out.end(), gap_before_.begin());
-      before = gap_before_;
-    }
+  if (gap_ && current_ == out.data()) {  // updated in place below: keep what it was
+    std::copy(out.begin(), out.end(), gap_before_.begin());
+    before = gap_before_;
   }
   // Its data slot's momentum under dana (UpdatePolicy::per_slot_momentum), else the one.
   const std::span<float> v = velocity(momenta_ > 1 ? static_cast<std::size_t>(m.slot) : 0);
@@ -208,6 +217,26 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   after_step(lr);
   plan_.at_step(self_, step_);
   return replied;
+}
+
+bool Shard::reject_push(Member& m, const std::string& why) {
+  ++m.rejected;
+  ++m.rejected_in_row;
+  ++step_;
+  const bool drop_it = opts_.max_rejected_pushes > 0 && m.rejected_in_row >= opts_.max_rejected_pushes;
+  std::ostringstream line;
+  line << "mpi_trainer: parameter server shard " << shard_ << ": step " << step_ << ": push of worker rank " << m.rank
+       << " rejected, not applied: " << why << " (" << m.rejected_in_row << " in a row"
+       << (drop_it ? ": the worker is stopped and dropped)" : ")");
+  events_.log(line.str());
+  if (drop_it) {
+    if (reply(m, MsgKind::kStop)) drop(m, /*lost=*/true, "its last " + std::to_string(m.rejected_in_row) + " pushes were rejected");
+    return false;
+  }
+  if (!reply(m, MsgKind::kParams)) return false;
+  after_step(policy_.lr(step_ - 1, members_.live(), 0));
+  plan_.at_step(self_, step_);
+  return true;
 }
 
 // A joining worker on this node offered a segment for this pair: map it and move both buffers'

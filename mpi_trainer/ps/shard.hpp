@@ -17,6 +17,7 @@
 #include "ps/coordinator.hpp"
 #include "ps/joins.hpp"
 #include "ps/membership.hpp"
+#include "ps/push_check.hpp"
 #include "ps/partition.hpp"
 #include "ps/ps.hpp"
 #include "ps/snapshot.hpp"
@@ -64,6 +65,10 @@ class Shard {
   void serve();
   void handle_worker(Member& m);
   bool apply_push(Member& m, const MsgHeader& h);
+  // A push the check refused (ps/push_check.hpp), or one its worker marked not to apply (fault
+  // injection's reference): not applied, counted as a step; after --max-rejected-pushes in a row
+  // its worker is stopped and dropped as lost. False: no reply owed any more.
+  bool reject_push(Member& m, const std::string& why);
   void accept_segment(Member& m, const MsgHeader& h);
   // The worker's previous reply is complete, within --failure-timeout; false: the worker is
   // dropped as lost (its buffers abandoned).
@@ -115,6 +120,7 @@ class Shard {
   // where it is made in place (the same worker twice in a row).
   std::optional<GapPenalty> gap_;
   std::vector<float> gap_before_;
+  PushCheck check_;
   float* current_ = nullptr;
   const std::vector<Partition::Run> runs_;
   const std::vector<std::int64_t> counts_;

@@ -94,6 +94,7 @@ PsResult Shard::finish() {
                           members_.left(), shm_workers_, max_staleness_,  members_.dropped_stale(),
                           stop_at_.has_value(), stop_reason_, exit_code_};
   done.lr_cuts = policy_.guard().cuts();
+  done.rejected_pushes = members_.rejected();
   if (standbys_) {
     done.standbys = opts_.ps_standby;
     done.replicas = standbys_->sent();

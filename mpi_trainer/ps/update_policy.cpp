@@ -83,8 +83,8 @@ GapPenalty::GapPenalty(std::span<float> mean_step, double beta)
 // whole model): no branch, and no division that only some elements take (a possibly trapping
 // operation under a condition keeps GCC from if-converting the loop), over pointers that do not
 // alias. They compute exactly what the plain conditional form would, to the bit.
-void GapPenalty::penalize(std::span<float> grad, std::span<const float> now, std::span<const float> pulled,
-                          double staleness) const {
+double GapPenalty::penalize(std::span<float> grad, std::span<const float> now, std::span<const float> pulled,
+                            double staleness) const {
   MT_ASSERT(grad.size() == mean_step_.size() && now.size() == grad.size() && pulled.size() == grad.size(),
             "gap penalty: one value per parameter");
   const float fresh = 1.f + static_cast<float>(staleness);  // no history yet: the staleness rule
@@ -93,13 +93,17 @@ void GapPenalty::penalize(std::span<float> grad, std::span<const float> now, std
   const float* __restrict b = pulled.data();
   const float* __restrict mean = mean_step_.data();
   const std::size_t n = grad.size();
+  double sum_squares = 0;
+#pragma omp simd reduction(+ : sum_squares)
   for (std::size_t i = 0; i < n; ++i) {
     const float gap = std::fabs(a[i] - b[i]), c = mean[i];
     const float ratio = gap / (c > 0.f ? c : 1.f);
     const float early = gap > 0.f ? fresh : 1.f;
     const float penalty = c > 0.f ? (ratio > 1.f ? ratio : 1.f) : early;
+    sum_squares += double(g[i]) * double(g[i]);
     g[i] /= penalty;
   }
+  return sum_squares;
 }
 
 void GapPenalty::track(std::span<const float> before, std::span<const float> after) {

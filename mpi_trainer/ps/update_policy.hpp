@@ -148,8 +148,9 @@ class GapPenalty {
  public:
   explicit GapPenalty(std::span<float> mean_step, double beta = 0.99);
   // Divides grad[i] by the gap of parameter i between `pulled` (what the gradient was computed
-  // on) and `now` (what it is applied to).
-  void penalize(std::span<float> grad, std::span<const float> now, std::span<const float> pulled,
+  // on) and `now` (what it is applied to). Returns the sum of squares of the gradient as it came,
+  // in double, in the same pass: the push check's (ps/push_check.hpp).
+  double penalize(std::span<float> grad, std::span<const float> now, std::span<const float> pulled,
                 double staleness) const;
   // After each update of the parameters from `before` to `after`: C follows each one's change.
   void track(std::span<const float> before, std::span<const float> after);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <sstream>
 
@@ -68,7 +69,9 @@ class Worker {
       StepComputer::Step st;
       if (computer_) st = computer_->step(client_->params(), grads_, batch_stats_);
       if (agent_->left()) break;  // at --drain-deadline, while this step computed: its gradient is dropped
+      const PushFault fault = corrupt(res_.pushes + 1);
       client_->prepare_push(st, grads_, batch_stats_, !computer_);
+      if (fault == PushFault::kDiscard) client_->mark_discard();
       ++res_.pushes;
       const Exchange more = exchange(MsgKind::kPush);
       if (more == Exchange::kLost) return end_lost();
@@ -87,6 +90,20 @@ class Worker {
 
  private:
   enum class Exchange { kGoOn, kStopped, kBecamePs, kLost };
+
+  // --corrupt-push: this push's fault, done to the gradient (nan, huge); discard marks the push.
+  PushFault corrupt(std::int64_t push) {
+    const auto it = opts_.push_faults.find(push);
+    if (it == opts_.push_faults.end()) return PushFault::kNone;
+    float* g = grads_.flat().data();
+    const std::int64_t n = grads_.flat().numel();
+    if (it->second == PushFault::kNan)  // every 1024th value and the last: in every shard's part
+      for (std::int64_t i = 0; i < n; i += (i + 1024 < n ? 1024 : std::max<std::int64_t>(1, n - 1 - i)))
+        g[i] = std::numeric_limits<float>::quiet_NaN();
+    if (it->second == PushFault::kHuge)
+      for (std::int64_t i = 0; i < n; ++i) g[i] *= 1e6f;
+    return it->second;
+  }
   enum class Recovered { kRejoin, kBecamePs, kLost };  // kBecamePs: res_.takeover; kLost: lost_
 
   void start_agent() {

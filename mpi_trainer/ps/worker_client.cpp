@@ -94,6 +94,10 @@ void WorkerClient::prepare_push(const StepComputer::Step& st, const FlatTensors&
   packed_ = true;
 }
 
+void WorkerClient::mark_discard() {
+  for (auto& b : send_) b.header().end = kDiscardPush;
+}
+
 WorkerClient::Reply WorkerClient::push_pull(MsgKind kind) {
   // The first exchange waits for the parameter server to start (it may load a checkpoint).
   const double deadline = kind == MsgKind::kJoin ? std::max(60.0, 10 * opts_.failure_timeout) : opts_.failure_timeout;

@@ -57,6 +57,8 @@ class WorkerClient {
   // gradient (benchmark) is packed once.
   void prepare_push(const StepComputer::Step& st, const FlatTensors& grads, const FlatTensors& batch_stats,
                     bool synthetic);
+  // --corrupt-push discard: the push prepared is marked not to be applied (kDiscardPush).
+  void mark_discard();
   // One exchange with every shard (`kind`: kJoin or kPush); on kOk the parameters are in params().
   Reply push_pull(MsgKind kind);
 
