@@ -45,6 +45,7 @@ train 4 --train-steps 200 --ckpt-every-steps 40 --push-norm-limit 100 \
 grep -v '^step' "$dir/out.txt"
 grep -q "push of worker rank 2 rejected, not applied: its gradient norm .* times the median" "$dir/out.txt"
 grep -q "push of worker rank 3 rejected, not applied: .*(3 in a row: the worker is stopped and dropped)" "$dir/out.txt"
+grep -q "worker rank 3: the parameter server rejected its last pushes .* and dropped it; the job goes on without it; exit 0" "$dir/out.txt"
 /usr/bin/python3 - "$dir/m.jsonl" <<'PY'
 import json, sys
 events = [json.loads(l) for l in open(sys.argv[1])]

@@ -64,6 +64,8 @@ inline constexpr std::int32_t kFailedEnd = 0x4c494146;  // "FAIL"
 inline constexpr std::int32_t kHandover = 0x444e4148;  // "HAND"
 // In `end` of a kPush: do not apply it (--corrupt-push discard, the reference a rejected push is
 // compared with): the shard handles it as a push its check rejected.
+// In `end` of a kStop to a worker whose pushes the check kept rejecting: it is dropped.
+inline constexpr std::int32_t kRejectedEnd = 0x4a434552;  // "REJC"
 inline constexpr std::int32_t kDiscardPush = 0x50534944;  // "DISP"
 
 enum class MsgKind : std::uint16_t {
@@ -97,7 +99,7 @@ struct MsgHeader {
   std::int32_t slots = 0;            // reply to a join: the number of data slots; replica: state buffers
   std::int32_t signal = 0;           // leave: the notice signal
   std::int32_t shm = 0;              // join: kShmOffer; its reply: kShmAccepted
-  std::int32_t end = 0;              // stop: kCleanEnd or kFailedEnd; replica: kHandover; push: kDiscardPush
+  std::int32_t end = 0;              // stop: kCleanEnd, kFailedEnd or kRejectedEnd; replica: kHandover; push: kDiscardPush
   std::int32_t exit_code = 0;        // stop with kFailedEnd: the job's exit code
   float step_seconds = 0;            // push: the worker's step time (an emulated device's padding included)
 };

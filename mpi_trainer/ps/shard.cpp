@@ -133,7 +133,7 @@ void Shard::stamp_failure(MsgHeader& stop) const {
   stop.exit_code = failure_code_;
 }
 
-bool Shard::reply(Member& m, MsgKind kind) {
+bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
   if (!settle_send(m)) return false;
   // A standby's last replica is taken before it stops (it receives while it waits for this reply).
   if (kind == MsgKind::kStop && standbys_) standbys_->settle(m.rank);
@@ -154,6 +154,7 @@ bool Shard::reply(Member& m, MsgKind kind) {
   } else if (kind == MsgKind::kStop && members_.lost() == 0) {
     h.end = kCleanEnd;
   }
+  if (kind == MsgKind::kStop && end != 0) h.end = end;
   if (kind == MsgKind::kStop) stamp_failure(h);
   isend(m.send, h.payload, m.peer, kTagToWorker, &m.sreq, m.comm);
   if (m.bells) m.bells.to_worker().ring();
@@ -230,7 +231,7 @@ bool Shard::reject_push(Member& m, const std::string& why) {
        << (drop_it ? ": the worker is stopped and dropped)" : ")");
   events_.log(line.str());
   if (drop_it) {
-    if (reply(m, MsgKind::kStop)) drop(m, /*lost=*/true, "its last " + std::to_string(m.rejected_in_row) + " pushes were rejected");
+    if (reply(m, MsgKind::kStop, kRejectedEnd)) drop(m, /*lost=*/true, "its last " + std::to_string(m.rejected_in_row) + " pushes were rejected");
     return false;
   }
   if (!reply(m, MsgKind::kParams)) return false;

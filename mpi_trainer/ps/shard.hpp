@@ -73,7 +73,7 @@ class Shard {
   // The worker's previous reply is complete, within --failure-timeout; false: the worker is
   // dropped as lost (its buffers abandoned).
   bool settle_send(Member& m);
-  bool reply(Member& m, MsgKind kind);
+  bool reply(Member& m, MsgKind kind, std::int32_t end = 0);  // end: a kStop's, when not the usual
   // A stop after this shard failed carries the failure (end = kFailedEnd, the exit code).
   void stamp_failure(MsgHeader& stop) const;
   void drop(Member& m, bool lost, const std::string& detail, int signo = 0);

@@ -81,6 +81,11 @@ class Worker {
         res_.clean_end = client_->clean_end();
         res_.exit_code = client_->failed_code();
         res_.peer_lost = !res_.clean_end && res_.exit_code == 0;
+        if (client_->rejected())
+          std::cerr << "mpi_trainer: " + worker_label(rank_) +
+                           ": the parameter server rejected its last pushes (values not finite, or too large for "
+                           "--push-norm-limit) and dropped it; the job goes on without it; exit 0\n"
+                    << std::flush;
         break;
       }
       if (leave_if_noticed()) break;
