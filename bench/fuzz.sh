@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Fuzzes the parsers of files and messages a user or a peer hands the trainer (issue 45) with
+# clang's libFuzzer under AddressSanitizer + UBSan: each target in tests/fuzz/ is compiled here
+# from its sources (clang instruments them; the project's own build stays GCC), seeded with its
+# corpus (tests/fuzz/corpus/TARGET: the shipped tables, real Fashion-MNIST headers, a CIFAR-10
+# layout, protocol headers) and run for the time given. Prints a table of executions, new inputs
+# and crashes per target; a crash's input is kept in bench/fuzz-findings/TARGET/ (add it to the
+# corpus once fixed: CI replays every corpus, tests/CMakeLists.txt). Installs clang when missing.
+#   bench/fuzz.sh [--seconds 60] [--targets "tables dataset header"]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+bench_opt --seconds seconds 60
+bench_opt --targets targets "tables dataset header"
+bench_parse "[--seconds S] [--targets LIST]" "$@"
+bench_env
+if ! command -v clang++ >/dev/null; then
+  sudo=(); [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends clang >/dev/null
+fi
+generated=build/release/src/generated  # ps/revocation_gce.hpp, written by the release build
+[[ -f $generated/ps/revocation_gce.hpp ]] || { echo "build first: launch/build.sh release" >&2; exit 1; }
+s=mpi_trainer
+declare -A sources=(
+  [tables]="$s/app/emulation.cpp $s/app/cost.cpp $s/app/table_file.cpp $s/ps/fault_injection.cpp $s/ps/notices.cpp $s/core/error.cpp"
+  [dataset]="$s/data/dataset.cpp $s/core/error.cpp -lz"
+  [header]=""
+)
+printf '%-8s %12s %10s %8s %9s  %s\n' target executions exec/s "new" crashes "seconds"
+for t in $targets; do
+  [[ -v "sources[$t]" ]] || bench_usage_error "unknown target '$t' (tables, dataset, header)"
+  # shellcheck disable=SC2086  # the source list splits on purpose
+  clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$s -I$generated \
+    "tests/fuzz/fuzz_$t.cpp" ${sources[$t]} -o "$dir/fuzz_$t"
+  mkdir -p "$dir/corpus_$t" "$dir/crashes_$t"
+  cp tests/fuzz/corpus/"$t"/* "$dir/corpus_$t/"
+  rc=0
+  (cd "$dir/crashes_$t" && "$dir/fuzz_$t" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 \
+    -rss_limit_mb=4096 "$dir/corpus_$t" >"$dir/log_$t" 2>&1) || rc=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/log_$t")
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$dir/log_$t")
+  added=$(sed -n 's/^stat::new_units_added: *//p' "$dir/log_$t")
+  crashes=$(find "$dir/crashes_$t" -type f | wc -l)
+  if ((crashes > 0 || rc != 0)); then
+    mkdir -p "bench/fuzz-findings/$t"
+    cp "$dir/crashes_$t"/* "bench/fuzz-findings/$t/" 2>/dev/null || true
+    grep -m3 -E "ERROR|runtime error|deadly" "$dir/log_$t" >&2 || tail -5 "$dir/log_$t" >&2
+  fi
+  printf '%-8s %12s %10s %8s %9s  %s\n' "$t" "${runs:-?}" "${rate:-?}" "${added:-?}" "$crashes" "$seconds"
+done
