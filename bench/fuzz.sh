@@ -3,15 +3,15 @@
 # clang's libFuzzer under AddressSanitizer + UBSan: each target in tests/fuzz/ is compiled here
 # from its sources (clang instruments them; the project's own build stays GCC), seeded with its
 # corpus (tests/fuzz/corpus/TARGET: the shipped tables, real Fashion-MNIST headers, a CIFAR-10
-# layout, protocol headers) and run for the time given. Prints a table of executions, new inputs
-# and crashes per target; a crash's input is kept in bench/fuzz-findings/TARGET/ (add it to the
+# layout, protocol headers, a small checkpoint) and run for the time given. Prints a table of
+# executions, new inputs and crashes per target; a crash's input is kept in bench/fuzz-findings/TARGET/ (add it to the
 # corpus once fixed: CI replays every corpus, tests/CMakeLists.txt). Installs clang when missing.
-#   bench/fuzz.sh [--seconds 60] [--targets "tables dataset header"]
+#   bench/fuzz.sh [--seconds 60] [--targets "tables dataset header checkpoint"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 bench_opt --seconds seconds 60
-bench_opt --targets targets "tables dataset header"
+bench_opt --targets targets "tables dataset header checkpoint"
 bench_parse "[--seconds S] [--targets LIST]" "$@"
 bench_env
 if ! command -v clang++ >/dev/null; then
@@ -25,18 +25,20 @@ declare -A sources=(
   [tables]="$s/app/emulation.cpp $s/app/cost.cpp $s/app/table_file.cpp $s/ps/fault_injection.cpp $s/ps/notices.cpp $s/core/error.cpp"
   [dataset]="$s/data/dataset.cpp $s/core/error.cpp -lz"
   [header]=""
+  [checkpoint]="ckpt/checkpoint.cpp ckpt/hdf5_util.cpp ckpt/image.cpp ckpt/publish.cpp ckpt/state.cpp $s/core/error.cpp $s/core/atomic_file.cpp $s/core/tensor.cpp $(pkg-config --cflags --libs hdf5) -lz"
 )
 printf '%-8s %12s %10s %8s %9s  %s\n' target executions exec/s "new" crashes "seconds"
 for t in $targets; do
-  [[ -v "sources[$t]" ]] || bench_usage_error "unknown target '$t' (tables, dataset, header)"
+  [[ -v "sources[$t]" ]] || bench_usage_error "unknown target '$t' (tables, dataset, header, checkpoint)"
   # shellcheck disable=SC2086  # the source list splits on purpose
-  clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$s -I$generated \
+  clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. -I$s -I$generated \
     "tests/fuzz/fuzz_$t.cpp" ${sources[$t]} -o "$dir/fuzz_$t"
   mkdir -p "$dir/corpus_$t" "$dir/crashes_$t"
   cp tests/fuzz/corpus/"$t"/* "$dir/corpus_$t/"
   rc=0
+  leaks=1; [[ $t == checkpoint ]] && leaks=0  # libhdf5 keeps global allocations for the process's life
   (cd "$dir/crashes_$t" && "$dir/fuzz_$t" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 \
-    -rss_limit_mb=4096 "$dir/corpus_$t" >"$dir/log_$t" 2>&1) || rc=$?
+    -detect_leaks=$leaks -rss_limit_mb=4096 "$dir/corpus_$t" >"$dir/log_$t" 2>&1) || rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/log_$t")
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$dir/log_$t")
   added=$(sed -n 's/^stat::new_units_added: *//p' "$dir/log_$t")

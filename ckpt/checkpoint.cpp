@@ -127,10 +127,12 @@ Checkpoint read(const fs::path& file) {
   return c;
 }
 
-VerifyReport verify(const fs::path& file) {
+namespace {
+template <class Read>
+VerifyReport verify_with(const fs::path& file, Read read_it) {
   VerifyReport r;
   try {
-    const Checkpoint c = read(file);
+    const Checkpoint c = read_it(file);
     r.ok = true;
     r.global_step = c.global_step;
     r.model = c.model;
@@ -138,6 +140,12 @@ VerifyReport verify(const fs::path& file) {
     r.reason = e.what();
   }
   return r;
+}
+}  // namespace
+
+VerifyReport verify(const fs::path& file) { return verify_with(file, [](const fs::path& f) { return read(f); }); }
+VerifyReport verify_contained(const fs::path& file) {
+  return verify_with(file, [](const fs::path& f) { return read_contained(f); });
 }
 
 std::vector<fs::path> list(const fs::path& dir) {
@@ -158,7 +166,7 @@ std::optional<Loaded> load_latest_valid(const fs::path& dir,
                                         std::vector<std::string>* skipped) {
   for (const auto& file : list(dir)) {
     try {
-      Checkpoint c = read(file);
+      Checkpoint c = read_contained(file);
       if (accept) accept(c);
       return Loaded{std::move(c), file};
     } catch (const CheckpointError& e) {

@@ -89,6 +89,13 @@ void set_mid_write_hook(MidWriteHook hook);
 // content CRC, the format version). Throws CheckpointError naming the file and the problem.
 Checkpoint read(const std::filesystem::path& file);
 
+// read(), but first in a forked child process that must finish in time (10 s plus 1 s per 10 MB
+// of file; $MT_CKPT_READ_SECONDS sets it): a file that crashes libhdf5 or makes it loop (a damaged
+// or hostile file, found by bench/fuzz.sh) is a CheckpointError naming it, not a dead or hung
+// trainer (ckpt/contained.cpp). For files that may come from elsewhere: resume, eval, export,
+// `ckpt verify` and `ckpt inspect`.
+Checkpoint read_contained(const std::filesystem::path& file);
+
 struct VerifyReport {
   bool ok = false;
   std::string reason;  // empty when ok
@@ -96,6 +103,7 @@ struct VerifyReport {
   std::string model;
 };
 VerifyReport verify(const std::filesystem::path& file);
+VerifyReport verify_contained(const std::filesystem::path& file);  // with read_contained
 
 // Published checkpoints in `dir`, newest (highest step) first; `*.tmp` and other files ignored.
 std::vector<std::filesystem::path> list(const std::filesystem::path& dir);

@@ -11,6 +11,7 @@
 #include "ckpt/image.hpp"
 #include "core/atomic_file.hpp"
 #include "core/clock.hpp"
+#include "core/error.hpp"
 
 namespace mt::ckpt {
 

@@ -17,6 +17,7 @@
 #include "ps/snapshot.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
+#include "test_paths.hpp"
 #include "test_util.hpp"
 
 using namespace mt;
@@ -584,4 +585,24 @@ TEST_CASE("what the trainer writes is its user's alone, under a permissive umask
   // An export is made to be shared.
   write_file_atomically(dir.path() / "model.safetensors", "x", 0644);
   CHECK(mode_of(dir.path() / "model.safetensors") == 0644);
+}
+
+TEST_CASE("a checkpoint that makes libhdf5 loop is skipped, not a hung resume (issue 45)", "[unit][ckpt]") {
+  // Found by bench/fuzz.sh: a mutated checkpoint on which H5Aread never returns (a variable-length
+  // string attribute through H5HG_read). It is read first in a child process with a deadline.
+  test::TempDir dir("ckpt_hostile");
+  ckpt::publish(dir.path(), sample(5), 0);
+  const fs::path hostile = fs::path(test::source_dir()) / "tests/fuzz/hostile/hdf5-hang-vlen-attribute.h5";
+  fs::copy_file(hostile, dir.path() / "ckpt-0000009999.h5");
+  ::setenv("MT_CKPT_READ_SECONDS", "1", 1);
+  std::vector<std::string> skipped;
+  const auto found = ckpt::load_latest_valid(dir.path(), {}, &skipped);
+  REQUIRE(found);
+  CHECK(found->checkpoint.global_step == 5);
+  REQUIRE(skipped.size() == 1);
+  CHECK(skipped[0].find("did not finish within 1 s") != std::string::npos);
+  // A valid file reads through the child as it reads directly.
+  CHECK(ckpt::read_contained(found->file).arrays.size() == ckpt::read(found->file).arrays.size());
+  CHECK(ckpt::verify_contained(dir.path() / "ckpt-0000009999.h5").ok == false);
+  ::unsetenv("MT_CKPT_READ_SECONDS");
 }

@@ -241,7 +241,7 @@ void CheckpointTally::summarize(const TrainConfig& cfg, std::ostream& log) const
 
 ckpt::Loaded load_named_checkpoint(const std::string& path) {
   if (!std::filesystem::exists(path)) throw CheckpointError(path + ": not found");
-  if (!std::filesystem::is_directory(path)) return ckpt::Loaded{ckpt::read(path), path};
+  if (!std::filesystem::is_directory(path)) return ckpt::Loaded{ckpt::read_contained(path), path};
   std::vector<std::string> skipped;
   auto found = ckpt::load_latest_valid(path, {}, &skipped);
   if (!found) throw CheckpointError(path + ": no valid checkpoint in this directory");
@@ -289,7 +289,7 @@ std::optional<LoadedState> find_resume_checkpoint(const TrainConfig& cfg, const 
                             "--ckpt-dir");
     return std::nullopt;
   }
-  if (cfg.resume != "auto") return of_this_job(ckpt::read(cfg.resume), cfg.resume);
+  if (cfg.resume != "auto") return of_this_job(ckpt::read_contained(cfg.resume), cfg.resume);
   if (!have_dir) return std::nullopt;
   std::vector<std::string> skipped;
   auto found = ckpt::load_latest_valid(

@@ -1,0 +1,79 @@
+// Reading a checkpoint that may be hostile (ckpt/checkpoint.hpp, read_contained): libhdf5 is
+// Debian's, and a damaged file can crash it or make it loop for good (bench/fuzz.sh found one:
+// bench/fuzz-findings/checkpoint/). The file is first read by a forked child with a deadline; the
+// parent reads it only when the child did so cleanly or failed with an ordinary error.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "ckpt/checkpoint.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+
+namespace mt::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+double deadline_for(const fs::path& file) {
+  if (const char* v = std::getenv("MT_CKPT_READ_SECONDS"); v && *v) {
+    char* end = nullptr;
+    const double s = std::strtod(v, &end);
+    if (end && *end == '\0' && s > 0) return s;
+  }
+  std::error_code ec;
+  const auto bytes = fs::file_size(file, ec);
+  return 10.0 + (ec ? 0.0 : double(bytes) / 10e6);
+}
+}  // namespace
+
+Checkpoint read_contained(const fs::path& file) {
+  const double seconds = deadline_for(file);
+  const pid_t child = ::fork();
+  if (child < 0) throw CheckpointError(file.string() + ": fork to check it first: " + std::strerror(errno));
+  if (child == 0) {  // only the read, then _exit: no destructor, no buffer of the parent flushed
+    int code = 0;
+    try {
+      (void)read(file);
+    } catch (const CheckpointError&) {
+      code = 1;
+    } catch (...) {
+      code = 2;
+    }
+    ::_exit(code);
+  }
+  const auto t0 = Clock::now();
+  int status = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(child, &status, WNOHANG);
+    if (r == child) break;
+    if (r < 0 && errno != EINTR) throw CheckpointError(file.string() + ": waitpid: " + std::strerror(errno));
+    if (since(t0) > seconds) {
+      ::kill(child, SIGKILL);
+      while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+      }
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", seconds);
+      throw CheckpointError(file.string() + ": reading it did not finish within " + text +
+                            " s (the HDF5 library loops on this damaged or hostile file); not opened");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (WIFSIGNALED(status))
+    throw CheckpointError(file.string() + ": reading it crashed the HDF5 library (signal " +
+                          std::to_string(WTERMSIG(status)) + ", " + strsignal(WTERMSIG(status)) +
+                          "): a damaged or hostile file; not opened");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) == 2)
+    throw CheckpointError(file.string() + ": reading it failed in an unexpected way; not opened");
+  return read(file);  // exit 0: it reads; exit 1: it fails the same way here, with its message
+}
+
+}  // namespace mt::ckpt
