@@ -55,8 +55,9 @@ grep -q "attempt 1 ended: exit 75 (SIGTERM)" "$dir/loop.txt"
 grep -q "attempt 2 ended: exit 75 (SIGUSR1)" "$dir/loop.txt"
 grep -q "attempt 3 finished training at global step $steps" "$dir/loop.txt"
 if [[ $("$trainer" --version) == *"failure detection: ULFM"* ]]; then
-  # (the standby may have left on its own notice first: then another worker refuses, or none is left)
-  grep -qE "parameter server: SIGUSR1: no handover \((the standby \(worker rank [0-9]+\) has a notice too \(SIGUSR1\): the whole job is being stopped|no standby is left to take it)\)" "$dir/loop.txt"
+  # (the standby may have left on its own notice first: then another worker refuses, or none is left;
+  # or its leave crossed the handover, which it never answers: late. Either way no handover, exit 75.)
+  grep -qE "parameter server: SIGUSR1: no handover \((the standby \(worker rank [0-9]+\) has a notice too \(SIGUSR1\): the whole job is being stopped|no standby is left to take it|the standby did not take the handover within --failure-timeout)\)" "$dir/loop.txt"
 fi
 /usr/bin/python3 - "$dir/m.jsonl" "$steps" <<'PY'
 import json, sys
