@@ -1,7 +1,6 @@
 // HDF5 checkpoints: round trip, atomic publish, retention, every kind of damage, fallback to the
 // previous good checkpoint, refusing to overwrite, and bit-exact resume of training.
 #include <hdf5.h>
-#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 #include <algorithm>
@@ -17,28 +16,13 @@
 #include "ps/snapshot.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
-#include "test_paths.hpp"
 #include "test_util.hpp"
 
 using namespace mt;
+using test::sample_checkpoint;
 namespace fs = std::filesystem;
 
 namespace {
-
-ckpt::Checkpoint sample(std::int64_t step, const std::string& model = "resnet8") {
-  ckpt::Checkpoint c;
-  c.global_step = step;
-  c.model = model;
-  c.param_count = 7;
-  c.epoch = 3;
-  c.config_json = R"({"lr":0.1})";
-  c.ints["data_cursor_position"] = 42;
-  c.reals["train_seconds"] = 12.5;
-  c.strings["note"] = "héllo";
-  c.arrays.push_back({"params/stage1/block1/conv1/weight", {1, 1, 2, 2}, {1, 2, 3, float(step)}});
-  c.arrays.push_back({"params/fc/bias", {3}, {-1.5f, 0.25f, 1e-7f}});
-  return c;
-}
 
 // Byte offset of a dataset's (single) chunk in the file.
 haddr_t chunk_address(const fs::path& file, const std::string& dataset) {
@@ -90,7 +74,7 @@ bool has(const std::string& s, const std::string& what) { return s.find(what) !=
 
 TEST_CASE("checkpoint round trip keeps every attribute and array exactly", "[unit][ckpt]") {
   test::TempDir dir("ckpt_rt");
-  const auto c = sample(1234);
+  const auto c = sample_checkpoint(1234);
   ckpt::PublishStats st;
   const fs::path file = ckpt::publish(dir.path(), c, 0, &st);
   CHECK(file.filename() == "ckpt-0000001234.h5");
@@ -171,7 +155,7 @@ TEST_CASE("the metadata checksum is HDF5's own, so files built in memory publish
   const std::uint32_t stored = b[len] | b[len + 1] << 8 | b[len + 2] << 16 | std::uint32_t(b[len + 3]) << 24;
   CHECK(ckpt::hdf5_metadata_checksum(b.data(), len) == stored);
   // A published checkpoint (built in memory) opens in HDF5 itself.
-  const fs::path published = ckpt::publish(dir.path(), sample(7), 0);
+  const fs::path published = ckpt::publish(dir.path(), sample_checkpoint(7), 0);
   CHECK(H5Fis_hdf5(published.c_str()) > 0);
   const hid_t g = H5Fopen(published.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   CHECK(g >= 0);
@@ -198,7 +182,7 @@ TEST_CASE("checkpoints of one layout rewrite the kept in-memory file and read ba
   std::vector<std::pair<ckpt::Checkpoint, fs::path>> written;
   std::uintmax_t first_bytes = 0;
   for (std::int64_t step = 1; step <= 60; ++step) {
-    auto c = sample(step);
+    auto c = sample_checkpoint(step);
     c.model = step % 2 ? "resnet8" : "resnet8-long-name";  // a string that changes length
     c.ints["data_cursor_position"] = step * 100;
     c.reals["train_seconds"] = 0.5 * double(step);
@@ -232,7 +216,7 @@ TEST_CASE("retention keeps the newest checkpoints and the writer thread publishe
   {
     ckpt::AsyncWriter w(dir.path(), 2);
     for (int s = 1; s <= 5; ++s) {
-      w.submit(sample(s * 10));
+      w.submit(sample_checkpoint(s * 10));
       w.flush();
     }
     CHECK(w.take_written().size() == 5);
@@ -248,16 +232,16 @@ TEST_CASE("two threads write checkpoints of the same step: each keeps its own in
   // thread; the writer thread may then checkpoint step S too (a notice at once). HDF5 refused the
   // second in-memory file under the name the first thread's image still held open.
   test::TempDir dir("ckpt_two_threads");
-  ckpt::publish(dir.path(), sample(30), 0);
+  ckpt::publish(dir.path(), sample_checkpoint(30), 0);
   {
     ckpt::AsyncWriter w(dir.path(), 0);
-    w.submit(sample(30));
+    w.submit(sample_checkpoint(30));
     w.flush();
     const auto written = w.take_written();
     REQUIRE(written.size() == 1);
     CHECK(written[0].error.empty());
   }
-  ckpt::publish(dir.path(), sample(40), 0);  // the main thread's image, reused
+  ckpt::publish(dir.path(), sample_checkpoint(40), 0);  // the main thread's image, reused
   CHECK(ckpt::list(dir.path()).size() == 2);
 }
 
@@ -266,13 +250,13 @@ TEST_CASE("retention counts only checkpoints that verify: a damaged one never pu
   // Issue 17, defect 1: 10..40 written, 30 and 40 damaged on disk, a run resumed from 20 writes
   // 25 with --ckpt-keep 2. Before: 10 and 20 deleted, the damaged 30 and 40 kept, one valid left.
   test::TempDir dir("ckpt_keep_damaged");
-  for (int s = 10; s <= 40; s += 10) ckpt::publish(dir.path(), sample(s), 0);
+  for (int s = 10; s <= 40; s += 10) ckpt::publish(dir.path(), sample_checkpoint(s), 0);
   const fs::path c30 = dir.path() / "ckpt-0000000030.h5", c40 = dir.path() / "ckpt-0000000040.h5";
   fs::resize_file(c30, fs::file_size(c30) / 2);
   flip_byte(c40, chunk_address(c40, "params/stage1/block1/conv1/weight") + 1);
   REQUIRE_FALSE(ckpt::verify(c30).ok);
   REQUIRE_FALSE(ckpt::verify(c40).ok);
-  ckpt::publish(dir.path(), sample(25), 2);
+  ckpt::publish(dir.path(), sample_checkpoint(25), 2);
   std::vector<std::string> names;
   for (const auto& f : ckpt::list(dir.path())) names.push_back(f.filename().string());
   CHECK(names == std::vector<std::string>{"ckpt-0000000040.h5", "ckpt-0000000030.h5", "ckpt-0000000025.h5",
@@ -282,7 +266,7 @@ TEST_CASE("retention counts only checkpoints that verify: a damaged one never pu
   REQUIRE(found);
   CHECK(found->checkpoint.global_step == 25);
   // --ckpt-keep 1: the newest valid one and the one just written stay, whatever the steps say.
-  ckpt::publish(dir.path(), sample(22), 1);
+  ckpt::publish(dir.path(), sample_checkpoint(22), 1);
   names.clear();
   for (const auto& f : ckpt::list(dir.path())) names.push_back(f.filename().string());
   CHECK(names == std::vector<std::string>{"ckpt-0000000040.h5", "ckpt-0000000030.h5", "ckpt-0000000025.h5",
@@ -291,8 +275,8 @@ TEST_CASE("retention counts only checkpoints that verify: a damaged one never pu
 
 TEST_CASE("damaged checkpoints are detected with a clear reason", "[unit][ckpt]") {
   test::TempDir dir("ckpt_damage");
-  const fs::path good = ckpt::publish(dir.path(), sample(10), 0);
-  const fs::path bad = ckpt::publish(dir.path(), sample(20), 0);
+  const fs::path good = ckpt::publish(dir.path(), sample_checkpoint(10), 0);
+  const fs::path bad = ckpt::publish(dir.path(), sample_checkpoint(20), 0);
   const auto bytes = fs::file_size(bad);
   // The damaged newest is passed over for the previous good one, which is untouched.
   auto expect_fallback = [&] {
@@ -542,67 +526,4 @@ TEST_CASE("a run never overwrites checkpoints it cannot resume", "[unit][ckpt]")
   cfg.model = "resnet8-t2t";  // every checkpoint there is of another model
   CHECK_THROWS_AS(train(cfg, log), CheckpointError);
   CHECK(ckpt::verify(dir.path() / "c" / ckpt::file_name(2)).ok);
-}
-
-namespace {
-// Sets the process's umask for a scope and restores it.
-struct Umask {
-  mode_t old;
-  explicit Umask(mode_t m) : old(::umask(m)) {}
-  ~Umask() { ::umask(old); }
-  Umask(const Umask&) = delete;
-  Umask& operator=(const Umask&) = delete;
-};
-mode_t mode_of(const fs::path& p) {
-  struct stat st {};
-  REQUIRE(::stat(p.c_str(), &st) == 0);
-  return st.st_mode & 07777;
-}
-}  // namespace
-
-TEST_CASE("what the trainer writes is its user's alone, under a permissive umask (issue 45)", "[unit][ckpt]") {
-  test::TempDir dir("ckpt_modes");
-  const Umask permissive(0);
-  const fs::path ck = dir.path() / "runs" / "a" / "ck";  // three directories we create
-  ckpt::publish(ck, sample(5), 3);
-  for (const fs::path& d : {dir.path() / "runs", dir.path() / "runs" / "a", ck}) CHECK(mode_of(d) == 0700);
-  CHECK(mode_of(ck / "ckpt-0000000005.h5") == 0600);
-  CHECK(mode_of(ck / "LATEST") == 0600);
-  // A leftover temporary file of another mode does not lend the new file its mode.
-  {
-    std::ofstream(ck / "run-status.json.tmp") << "old";
-    fs::permissions(ck / "run-status.json.tmp", fs::perms::all);
-  }
-  write_file_atomically(ck / "run-status.json", "{}\n");
-  CHECK(mode_of(ck / "run-status.json") == 0600);
-  // A directory that exists keeps its mode; the probe leaves nothing behind.
-  fs::create_directories(dir.path() / "shared");
-  fs::permissions(dir.path() / "shared", fs::perms::all);
-  CHECK(probe_writable_directory(dir.path() / "shared" / "ck2").empty());
-  CHECK(mode_of(dir.path() / "shared") == 0777);
-  CHECK(mode_of(dir.path() / "shared" / "ck2") == 0700);
-  CHECK(fs::is_empty(dir.path() / "shared" / "ck2"));
-  // An export is made to be shared.
-  write_file_atomically(dir.path() / "model.safetensors", "x", 0644);
-  CHECK(mode_of(dir.path() / "model.safetensors") == 0644);
-}
-
-TEST_CASE("a checkpoint that makes libhdf5 loop is skipped, not a hung resume (issue 45)", "[unit][ckpt]") {
-  // Found by bench/fuzz.sh: a mutated checkpoint on which H5Aread never returns (a variable-length
-  // string attribute through H5HG_read). It is read first in a child process with a deadline.
-  test::TempDir dir("ckpt_hostile");
-  ckpt::publish(dir.path(), sample(5), 0);
-  const fs::path hostile = fs::path(test::source_dir()) / "tests/fuzz/hostile/hdf5-hang-vlen-attribute.h5";
-  fs::copy_file(hostile, dir.path() / "ckpt-0000009999.h5");
-  ::setenv("MT_CKPT_READ_SECONDS", "1", 1);
-  std::vector<std::string> skipped;
-  const auto found = ckpt::load_latest_valid(dir.path(), {}, &skipped);
-  REQUIRE(found);
-  CHECK(found->checkpoint.global_step == 5);
-  REQUIRE(skipped.size() == 1);
-  CHECK(skipped[0].find("did not finish within 1 s") != std::string::npos);
-  // A valid file reads through the child as it reads directly.
-  CHECK(ckpt::read_contained(found->file).arrays.size() == ckpt::read(found->file).arrays.size());
-  CHECK(ckpt::verify_contained(dir.path() / "ckpt-0000009999.h5").ok == false);
-  ::unsetenv("MT_CKPT_READ_SECONDS");
 }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backend/backend.hpp"
+#include "ckpt/checkpoint.hpp"
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
 #include "test_paths.hpp"
@@ -115,5 +116,21 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// A small checkpoint of every kind of content (attributes of each type, two arrays).
+inline ckpt::Checkpoint sample_checkpoint(std::int64_t step, const std::string& model = "resnet8") {
+  ckpt::Checkpoint c;
+  c.global_step = step;
+  c.model = model;
+  c.param_count = 7;
+  c.epoch = 3;
+  c.config_json = R"({"lr":0.1})";
+  c.ints["data_cursor_position"] = 42;
+  c.reals["train_seconds"] = 12.5;
+  c.strings["note"] = "héllo";
+  c.arrays.push_back({"params/stage1/block1/conv1/weight", {1, 1, 2, 2}, {1, 2, 3, float(step)}});
+  c.arrays.push_back({"params/fc/bias", {3}, {-1.5f, 0.25f, 1e-7f}});
+  return c;
+}
 
 }  // namespace mt::test
