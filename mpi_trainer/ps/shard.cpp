@@ -223,19 +223,24 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
 bool Shard::reject_push(Member& m, const std::string& why) {
   ++m.rejected;
   ++m.rejected_in_row;
-  ++step_;
   const bool drop_it = opts_.max_rejected_pushes > 0 && m.rejected_in_row >= opts_.max_rejected_pushes;
   std::ostringstream line;
-  line << "mpi_trainer: parameter server shard " << shard_ << ": step " << step_ << ": push of worker rank " << m.rank
+  line << "mpi_trainer: parameter server shard " << shard_ << ": step " << step_ + 1 << ": push of worker rank " << m.rank
        << " rejected, not applied: " << why << " (" << m.rejected_in_row << " in a row"
        << (drop_it ? ": the worker is stopped and dropped)" : ")");
   events_.log(line.str());
   if (drop_it) {
+    ++step_;
     if (reply(m, MsgKind::kStop, kRejectedEnd)) drop(m, /*lost=*/true, "its last " + std::to_string(m.rejected_in_row) + " pushes were rejected");
     return false;
   }
+  return count_unapplied(m);
+}
+
+bool Shard::count_unapplied(Member& m) {
+  ++step_;
   if (!reply(m, MsgKind::kParams)) return false;
-  after_step(policy_.lr(step_ - 1, members_.live(), 0));
+  if (coord_) coord_->after_step(part(), policy_.lr(step_ - 1, members_.live(), 0), stop_at_.has_value());
   plan_.at_step(self_, step_);
   return true;
 }
@@ -302,10 +307,7 @@ void Shard::handle_worker(Member& m) {
         // may have applied this one, and every shard must count the same pushes or their steps
         // drift apart and the run ends short of --train-steps.
         ++m.dropped;
-        ++step_;
-        if (!reply(m, MsgKind::kParams)) return;
-        if (coord_) coord_->after_step(part(), policy_.lr(step_ - 1, members_.live(), 0), stop_at_.has_value());
-        plan_.at_step(self_, step_);
+        if (!count_unapplied(m)) return;
         break;
       }
       if (!apply_push(m, h)) return;

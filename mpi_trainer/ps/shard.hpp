@@ -69,6 +69,9 @@ class Shard {
   // injection's reference): not applied, counted as a step; after --max-rejected-pushes in a row
   // its worker is stopped and dropped as lost. False: no reply owed any more.
   bool reject_push(Member& m, const std::string& why);
+  // A push not applied (too stale, or rejected) still counts as a step, so that every shard counts
+  // the same pushes: the worker gets the current parameters. False: no reply owed any more.
+  bool count_unapplied(Member& m);
   void accept_segment(Member& m, const MsgHeader& h);
   // The worker's previous reply is complete, within --failure-timeout; false: the worker is
   // dropped as lost (its buffers abandoned).
