@@ -11,6 +11,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin       # MPI (Open MPI 4.1)
   libhdf5-dev hdf5-tools           # checkpoints
   zlib1g-dev                       # gzip'd IDX files
+  libssl-dev                       # OpenSSL: the HMAC of the join handshake (ps/join_auth.cpp)
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   catch2                           # tests (v2)
   dataset-fashion-mnist            # default real data

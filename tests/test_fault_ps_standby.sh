@@ -9,7 +9,7 @@
 #   standby  the standby (rank 1) killed at step 20, then the PS at 150: rank 2 took over as
 #            standby and wrote the replica
 #   both     the standby and the PS killed together (one kill(1), between steps 160 and 199):
-#            back to the periodic checkpoint (100)
+#            back to the periodic checkpoint (100; 200 when, under load, the kill lands late)
 #   notice   SIGTERM to the PS at step 150 with --ps-handover: it checkpoints and stops the job
 #            (exit 75), the restart resumes from that checkpoint; under ULFM it hands over to the
 #            standby instead (a ps_handover event), which takes over with nothing lost
@@ -139,7 +139,8 @@ if [[ $cases == *" both "* ]]; then
   [[ $(wc -w <<< "$victims") == 2 ]] || { echo "no pids for ranks 0 and 1"; kill $loop; exit 1; }
   kill -KILL $victims
   wait $loop
-  check both 199 100 100 -
+  # Under load the kill can land past step 200: the newest periodic checkpoint is then 200's.
+  check both 199 100 200 -
 fi
 if [[ $cases == *" notice "* ]]; then
   case_run notice 4 "rank=0@step=150:TERM" --ps-handover

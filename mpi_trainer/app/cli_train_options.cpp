@@ -457,6 +457,12 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "Elastic joins: where shard 0 writes its MPI port and `join` reads it (default "
                      "<ckpt-dir>/ps-port)"),
       "MT_PORT_FILE");
+  env(cmd.add_option("--join-secret", c.join_secret,
+                     "Elastic joins: the file of the secret a joiner must prove (an HMAC of a nonce; "
+                     "docs/fault-model.md). The job creates it (32 random bytes, mode 0600) if missing and "
+                     "keeps it across restarts; a file you make must be yours, mode 0600 or 0400, 16 bytes "
+                     "or more (default: join-secret beside the port file)"),
+      "MT_JOIN_SECRET");
   env(cmd.add_flag("--quiet", c.quiet, "No progress lines (metrics and errors only)"), "MT_QUIET");
   // Benchmark mode for bench/ps_throughput.sh: workers push a fixed gradient without computing.
   cmd.add_flag("--synthetic-gradients", c.synthetic_gradients)->group("");

@@ -77,6 +77,7 @@ struct TrainConfig {
   double time_scale = 1;              // model hours per real hour (3600: an hour per second)
   int max_workers = 0;                // elastic joins: worker slots (0: the launched workers only)
   std::string port_file;              // elastic joins: shard 0's port; empty: <ckpt-dir>/ps-port
+  std::string join_secret;            // elastic joins: the secret file; empty: join-secret beside the port file
   bool synthetic_gradients = false;   // benchmark: workers push a fixed gradient, no compute
   std::string corrupt_push;           // "rank=2@push=30:nan": a worker spoils one of its pushes (tests)
 };

@@ -20,6 +20,20 @@ void PsReport::joins_open(int max_workers, const std::string& port_file, bool ul
 
 void PsReport::join_refused(const JoinRefused& e) {
   using Why = JoinRefused::Why;
+  metrics_.write(nlohmann::ordered_json{
+      {"event", "join_refused"},
+      {"why", e.why == Why::kMismatch          ? "mismatch"
+              : e.why == Why::kFull            ? "full"
+              : e.why == Why::kStopping        ? "stopping"
+              : e.why == Why::kFailed          ? "failed"
+                                               : "unauthenticated"},
+      {"detail", e.detail},
+      {"unix_time", unix_now()}});
+  if (e.why == Why::kUnauthenticated) {
+    log("mpi_trainer: a process connected to join and was refused: " + e.detail +
+        "; the run goes on (docs/fault-model.md, \"Who can read, join or poison a run\")");
+    return;
+  }
   if (e.why == Why::kMismatch) {
     log("mpi_trainer: worker rank " + std::to_string(e.rank) + " refused: it trains a model of " +
         std::to_string(e.params) + " parameters with batch " + std::to_string(e.batch) + ", this job " +

@@ -27,6 +27,7 @@
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
 #include "ps/ps.hpp"
+#include "ps/join_auth.hpp"
 #include "ps/mpi_env.hpp"
 
 namespace mt {
@@ -38,6 +39,22 @@ std::string join_port_file(const TrainConfig& cfg) {
   if (!cfg.port_file.empty()) return cfg.port_file;
   if (!cfg.ckpt_dir.empty()) return (std::filesystem::path(cfg.ckpt_dir) / "ps-port").string();
   throw UsageError("elastic joins need --port-file or --ckpt-dir (the port file is <ckpt-dir>/ps-port)");
+}
+
+// The secret a joiner proves (ps/join_auth.hpp): --join-secret, else join-secret beside the port file.
+std::filesystem::path join_secret_path(const TrainConfig& cfg) {
+  return cfg.join_secret.empty() ? default_join_secret_path(join_port_file(cfg)) : std::filesystem::path(cfg.join_secret);
+}
+
+// How long shard 0 waits for a joiner's proof: 10 s, or MT_JOIN_AUTH_SECONDS (tests, slow links).
+double join_auth_seconds() {
+  const char* v = std::getenv("MT_JOIN_AUTH_SECONDS");
+  if (!v) return kJoinAuthSeconds;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(s > 0 && s <= 3600))
+    throw UsageError(std::string("MT_JOIN_AUTH_SECONDS='") + v + "' is not a number of seconds in (0, 3600]");
+  return s;
 }
 
 
@@ -360,6 +377,8 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   std::optional<PsReport> report;
   std::vector<std::string> types;
   std::vector<Emulation> emulated;
+  std::string join_secret;
+  double auth_seconds = kJoinAuthSeconds;
   std::exception_ptr error;
   try {
     install_rank_signal_handlers();  // first: a notice during the set-up (data loading) is a notice
@@ -369,6 +388,10 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
                            mpi.rank() < c.num_ps ? c.ps_type : types[static_cast<std::size_t>(mpi.rank() - c.num_ps)]);
     emulated = emulations(c, types);
     if (mpi.rank() == 0) check_checkpoint_dir(c);  // shard 0 writes the checkpoints
+    if (mpi.rank() == 0 && c.max_workers > 0) {     // and admits joiners
+      join_secret = load_or_create_join_secret(join_secret_path(c));
+      auth_seconds = join_auth_seconds();
+    }
     if (mpi.rank() < c.num_ps) {
       model.emplace(setup->spec);
       report.emplace(c, *setup, *model, types, mpi.rank(), log);
@@ -384,7 +407,9 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
   }
   precise_naps(log);
   if (mpi.rank() < c.num_ps) {
-    const PsOptions opts = ps_options(c, *setup, std::move(types));
+    PsOptions opts = ps_options(c, *setup, std::move(types));
+    opts.join_secret = std::move(join_secret);
+    opts.join_auth_seconds = auth_seconds;
     if (c.ps_handover == "on" && !opts.hand_over && mpi.rank() == 0)
       log << "mpi_trainer: warning: --ps-handover needs the ULFM build, --num-ps 1, no --max-workers and a standby "
              "(--ps-standby, --ckpt-dir): a notice to the parameter server checkpoints and stops the job instead\n"
@@ -411,7 +436,9 @@ TrainResult join_running_job(const TrainConfig& cfg, std::ostream& log) {
   const RunSetup setup = prepare_run(c);
   const Emulation emulation = emulations(c, {c.instance_type})[0];
   precise_naps(log);
-  const MPI_Comm ps = connect_to_parameter_server(file);
+  // MT_TEST_JOIN_SILENT (non-empty): connect and never prove the secret (the handshake's deadline, tested).
+  const char* silent = std::getenv("MT_TEST_JOIN_SILENT");
+  const MPI_Comm ps = connect_to_parameter_server(file, join_secret_path(c).string(), !silent || !*silent);
   if (ps == MPI_COMM_NULL) {
     log << "mpi_trainer join: " << signal_name(notice_signal()) << " before joining the job: leaving; exit "
         << kExitOk << '\n'

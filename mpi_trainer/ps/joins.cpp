@@ -15,6 +15,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "ps/join_auth.hpp"
 #include "ps/notices.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/transport.hpp"
@@ -24,8 +25,11 @@ namespace mt {
 struct JoinListener::Queue {
   std::mutex mutex;
   std::vector<MPI_Comm> comms;
+  std::vector<std::string> refused;
   std::atomic<int> pending{0};
   std::string port;
+  std::string secret;
+  double auth_seconds = kJoinAuthSeconds;
   std::string error;
 };
 
@@ -37,22 +41,34 @@ void accept_joins(std::shared_ptr<JoinListener::Queue> q) {
   for (;;) {
     MPI_Comm inter = MPI_COMM_NULL;
     const int rc = MPI_Comm_accept(port.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    std::string refused;
+    if (rc == MPI_SUCCESS) {
+      MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
+      // A refused connection is left as it is: disconnecting is collective (docs/fault-model.md).
+      refused = authenticate_joiner(inter, q->secret, q->auth_seconds);
+    }
     std::lock_guard<std::mutex> lock(q->mutex);
     if (rc != MPI_SUCCESS) {
       q->error = "MPI_Comm_accept failed (error " + std::to_string(rc) + "): no more joins";
       q->pending += 1;
       return;
     }
-    MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
-    q->comms.push_back(inter);
+    if (refused.empty()) {
+      q->comms.push_back(inter);
+    } else {
+      q->refused.push_back(std::move(refused));
+    }
     q->pending += 1;
   }
 }
 
 }  // namespace
 
-JoinListener::JoinListener(const std::string& port_file, const std::string& about_json)
+JoinListener::JoinListener(const std::string& port_file, const std::string& about_json, std::string secret,
+                           double auth_seconds)
     : queue_(std::make_shared<Queue>()) {
+  queue_->secret = std::move(secret);
+  queue_->auth_seconds = auth_seconds;
   char port[MPI_MAX_PORT_NAME] = {};
   MT_MPI(MPI_Open_port(MPI_INFO_NULL, port));
   queue_->port = port;
@@ -68,16 +84,17 @@ JoinListener::JoinListener(const std::string& port_file, const std::string& abou
 
 bool JoinListener::pending() const { return queue_->pending.load() > 0; }
 
-std::vector<MPI_Comm> JoinListener::take(std::string* error) {
+std::vector<MPI_Comm> JoinListener::take(std::vector<std::string>* refused, std::string* error) {
   std::vector<MPI_Comm> comms;
   std::lock_guard<std::mutex> lock(queue_->mutex);
   comms.swap(queue_->comms);
+  if (refused) refused->swap(queue_->refused);
   if (error) error->swap(queue_->error);
   queue_->pending = 0;
   return comms;
 }
 
-MPI_Comm connect_to_parameter_server(const std::string& file) {
+MPI_Comm connect_to_parameter_server(const std::string& file, const std::string& secret_file, bool prove) {
   std::string port;
   for (const auto t0 = Clock::now();; nap_microseconds(100000)) {
     if (notice_signal()) return MPI_COMM_NULL;
@@ -92,6 +109,8 @@ MPI_Comm connect_to_parameter_server(const std::string& file) {
                                    ": no port file from a parameter server within 60 s (is the job running with "
                                    "--max-workers and this --ckpt-dir / --port-file?)");
   }
+  // Written before the port file: a missing or unsafe one is the joiner's mistake, said before connecting.
+  const std::string secret = read_join_secret(secret_file);
   // One connection at a time. A connection that does not complete means no parameter server.
   const std::string lock_path = file + ".lock";
   const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, kPrivateFileMode);
@@ -132,9 +151,12 @@ MPI_Comm connect_to_parameter_server(const std::string& file) {
   const int rc = MPI_Comm_connect(p.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &ps);
   connected = true;
   watchdog.join();
-  ::flock(lock, LOCK_UN);
-  ::close(lock);
+  const auto unlock = [lock] {
+    ::flock(lock, LOCK_UN);
+    ::close(lock);
+  };
   if (rc != MPI_SUCCESS) {
+    unlock();
     char text[MPI_MAX_ERROR_STRING] = {};
     int len = 0;
     MPI_Error_string(rc, text, &len);
@@ -142,7 +164,14 @@ MPI_Comm connect_to_parameter_server(const std::string& file) {
                                  std::string(text, static_cast<std::size_t>(len)) +
                                  "): is the job running, and were both started with the same --ompi-server?");
   }
-  MT_MPI(MPI_Comm_set_errhandler(ps, MPI_ERRORS_RETURN));
+  try {  // the handshake under the lock too: the accept thread serves one joiner at a time
+    MT_MPI(MPI_Comm_set_errhandler(ps, MPI_ERRORS_RETURN));
+    prove_join_secret(ps, secret, prove, kJoinAuthSeconds + 20);
+  } catch (...) {
+    unlock();
+    throw;
+  }
+  unlock();
   return ps;
 }
 

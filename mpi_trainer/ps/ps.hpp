@@ -103,6 +103,8 @@ struct PsOptions {
   std::vector<std::string> worker_types;  // instance type of each launched worker, in rank order
   std::string join_type;                  // instance type of workers that join
   std::string port_file;                  // --max-workers: where shard 0 publishes its port
+  std::string join_secret;                // --max-workers: what a joiner must prove (ps/join_auth.hpp)
+  double join_auth_seconds = 10;          // how long shard 0 waits for a joiner's proof
 };
 
 // After a takeover (ULFM): `o` serves the survivors on `comm` (its shards at ranks 0..num_ps-1,
@@ -254,12 +256,14 @@ class PsEvents {
   virtual void joins_open(int /*max_workers*/, const std::string& /*port_file*/, bool /*ulfm*/) {}
   // A worker asked to join and was answered with stop: it trains another model or batch size
   // (`rank`, its parameter count and batch), every slot is taken, the job is stopping, or the
-  // parameter server failed.
+  // parameter server failed. kUnauthenticated: a process connected but did not prove the job's
+  // join secret (`detail` says how; ps/join_auth.hpp), and was never let in.
   struct JoinRefused {
-    enum class Why { kMismatch, kFull, kStopping, kFailed };
+    enum class Why { kMismatch, kFull, kStopping, kFailed, kUnauthenticated };
     Why why = Why::kFull;
     int rank = -1;
     std::int64_t params = 0, batch = 0;
+    std::string detail;
   };
   virtual void join_refused(const JoinRefused& /*e*/) {}
   // No worker is left at `global_step`; with elastic joins the job waits for workers to join.
@@ -456,11 +460,14 @@ void precise_naps(std::ostream& log);
 // the request is left pending and `comm` must see no other collective.
 std::optional<std::vector<int>> max_over_ranks(const std::vector<int>& values, MPI_Comm comm, double seconds);
 
-// `mpi_trainer join`: waits up to 60 s for the port file, connects (one joiner at a time) and
-// returns the intercommunicator to the parameter server, with errors returned. Throws Error with
-// exit 10 when no parameter server answers. A notice (SIGTERM, SIGUSR1) while waiting returns
-// MPI_COMM_NULL (or, during the connect itself, exits 0): the worker leaves before joining.
-MPI_Comm connect_to_parameter_server(const std::string& port_file);
+// `mpi_trainer join`: waits up to 60 s for the port file, reads the job's join secret from
+// `secret_file`, connects (one joiner at a time), proves the secret (ps/join_auth.hpp; `prove`
+// false: connects and stays silent, a test hook) and returns the intercommunicator to the
+// parameter server, with errors returned. Throws Error with exit 10 when no parameter server
+// answers, exit 3 when the secret file is missing or unsafe or the proof is refused. A notice
+// (SIGTERM, SIGUSR1) while waiting returns MPI_COMM_NULL (or, during the connect itself, exits
+// 0): the worker leaves before joining.
+MPI_Comm connect_to_parameter_server(const std::string& port_file, const std::string& secret_file, bool prove = true);
 
 // A checkpoint's optimizer state from a shard's state buffers (a snapshot's, or a replica's).
 

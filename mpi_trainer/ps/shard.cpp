@@ -282,7 +282,7 @@ void Shard::handle_worker(Member& m) {
         // A worker started with another model or batch size (a `join` with other flags).
         if (lead())
           events_.join_refused(
-              PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kMismatch, m.rank, h.param_count, h.batch});
+              PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kMismatch, m.rank, h.param_count, h.batch, {}});
         if (!reply(m, MsgKind::kStop)) return;
         Membership::finished(m, now);
         return;
@@ -434,7 +434,8 @@ PsResult Shard::run() {
       joins_.emplace(opts_.port_file, nlohmann::ordered_json{{"model", model_.spec().name},
                                                              {"batch_size", opts_.batch_size},
                                                              {"max_workers", opts_.max_workers}}
-                                          .dump());
+                                          .dump(),
+                     opts_.join_secret, opts_.join_auth_seconds);
       events_.joins_open(opts_.max_workers, opts_.port_file, ulfm_available());
     }
     serve();

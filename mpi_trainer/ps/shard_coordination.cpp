@@ -12,8 +12,12 @@ namespace mt {
 
 void Shard::take_joins() {
   std::string error;
-  const std::vector<MPI_Comm> comms = joins_->take(&error);
+  std::vector<std::string> refused;
+  const std::vector<MPI_Comm> comms = joins_->take(&refused, &error);
   if (!error.empty()) events_.log("mpi_trainer: warning: " + error);
+  for (std::string& why : refused)
+    events_.join_refused(
+        PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kUnauthenticated, -1, 0, 0, std::move(why)});
   for (const MPI_Comm comm : comms) {
     const auto slot = members_.free_slot();
     if (stop_at_ || failure_code_ != 0 || members_.live() >= opts_.max_workers || !slot) {
@@ -28,7 +32,7 @@ void Shard::take_joins() {
       abandon(std::move(b));
       using Why = PsEvents::JoinRefused::Why;
       events_.join_refused(PsEvents::JoinRefused{
-          failure_code_ != 0 ? Why::kFailed : stop_at_ ? Why::kStopping : Why::kFull, -1, 0, 0});
+          failure_code_ != 0 ? Why::kFailed : stop_at_ ? Why::kStopping : Why::kFull, -1, 0, 0, {}});
       continue;
     }
     Member& m = members_.add(shards_ + workers_ + joined_, comm, 0, *slot, opts_.join_type, Clock::now());
