@@ -39,14 +39,17 @@ Checkpoint read_contained(const fs::path& file) {
   const double seconds = deadline_for(file);
   const pid_t child = ::fork();
   if (child < 0) throw CheckpointError(file.string() + ": fork to check it first: " + std::strerror(errno));
+  // The child's exit codes: 0 it reads, kFailsCleanly it throws CheckpointError; anything else
+  // (another exception, or a sanitizer's report, whose exit code is 1) means the library broke.
+  constexpr int kFailsCleanly = 41;
   if (child == 0) {  // only the read, then _exit: no destructor, no buffer of the parent flushed
     int code = 0;
     try {
       (void)read(file);
     } catch (const CheckpointError&) {
-      code = 1;
+      code = kFailsCleanly;
     } catch (...) {
-      code = 2;
+      code = kFailsCleanly + 1;
     }
     ::_exit(code);
   }
@@ -71,9 +74,11 @@ Checkpoint read_contained(const fs::path& file) {
     throw CheckpointError(file.string() + ": reading it crashed the HDF5 library (signal " +
                           std::to_string(WTERMSIG(status)) + ", " + strsignal(WTERMSIG(status)) +
                           "): a damaged or hostile file; not opened");
-  if (!WIFEXITED(status) || WEXITSTATUS(status) == 2)
-    throw CheckpointError(file.string() + ": reading it failed in an unexpected way; not opened");
-  return read(file);  // exit 0: it reads; exit 1: it fails the same way here, with its message
+  if (!WIFEXITED(status) || (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kFailsCleanly))
+    throw CheckpointError(file.string() + ": reading it failed in an unexpected way (exit " +
+                          std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                          "): a damaged or hostile file; not opened");
+  return read(file);  // it reads, or fails the same way here, with its message
 }
 
 }  // namespace mt::ckpt
