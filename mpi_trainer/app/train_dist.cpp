@@ -27,7 +27,6 @@
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
 #include "ps/ps.hpp"
-#include "ps/join_auth.hpp"
 #include "ps/mpi_env.hpp"
 
 namespace mt {

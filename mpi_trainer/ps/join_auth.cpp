@@ -12,14 +12,13 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <memory>
-#include <mutex>
 #include <sstream>
 #include <vector>
 
 #include "core/atomic_file.hpp"
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "ps/mpi_env.hpp"
 #include "ps/transport.hpp"
 
 namespace mt {
@@ -36,52 +35,47 @@ std::span<const std::uint8_t> bytes_of(const std::string& s) {
   return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()};
 }
 
-// Buffers of sends that had not completed when a handshake ended: MPI may still read them, so
-// they live as long as the process (a few dozen bytes per refused joiner).
-void keep_for_mpi(std::shared_ptr<void> buffer) {
-  static std::mutex mutex;
-  static std::vector<std::shared_ptr<void>> kept;
-  std::lock_guard<std::mutex> lock(mutex);
-  kept.push_back(std::move(buffer));
-}
-
-std::string mpi_error_text(int rc) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  return std::string(text, static_cast<std::size_t>(std::max(len, 0)));
-}
-
-// Waits for `req` until `deadline`. Returns MPI_SUCCESS when it completed, the MPI error when it
-// failed, or -1 when the deadline passed (the request is still active).
-int wait_until(MPI_Request* req, Clock::time_point deadline, MPI_Status* status) {
-  for (;;) {
-    int done = 0;
-    if (const int rc = MPI_Test(req, &done, status); rc != MPI_SUCCESS) return rc;
-    if (done) return MPI_SUCCESS;
-    if (Clock::now() >= deadline) return -1;
-    nap_microseconds(1000);
-  }
-}
-
-// A send of `buffer` waited for up to `seconds` (MPI_Test drives its progress: the parameter
-// server's loop may be asleep on shared-memory doorbells, so nothing else would). One not done
-// by then is left to MPI, its buffer kept.
-void send_within(std::shared_ptr<std::vector<std::uint8_t>> buffer, MPI_Comm comm, double seconds) {
+// A send waited for up to `seconds` (MPI_Test drives its progress: the parameter server's loop
+// may be asleep on shared-memory doorbells, so nothing else would). One not done by then, or
+// failed, is left to MPI with its buffer (transport's abandon). Never throws.
+void send_within(std::vector<std::uint8_t> buffer, MPI_Comm comm, double seconds) {
   MPI_Request req = MPI_REQUEST_NULL;
-  if (MPI_Isend(buffer->data(), static_cast<int>(buffer->size()), MPI_BYTE, 0, kTagJoinAuth, comm, &req) !=
-      MPI_SUCCESS)
-    return;
-  if (wait_until(&req, Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)),
-                 MPI_STATUS_IGNORE) == MPI_SUCCESS)
-    return;
+  try {
+    MT_MPI(MPI_Isend(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, 0, kTagJoinAuth, comm, &req));
+    if (wait_for(&req, seconds)) return;
+  } catch (const Error&) {
+  }
   if (req != MPI_REQUEST_NULL) MPI_Request_free(&req);
-  keep_for_mpi(std::move(buffer));
+  abandon(std::move(buffer));
 }
 
-std::shared_ptr<std::vector<std::uint8_t>> verdict(std::int32_t v) {
-  auto b = std::make_shared<std::vector<std::uint8_t>>(sizeof v);
-  std::memcpy(b->data(), &v, sizeof v);
+// Receives the peer's next handshake message into `buffer` within `seconds`: its size in bytes,
+// or -1 with `error` set to MPI's error (left empty when the time ran out). A receive not
+// completed is cancelled and its buffer left to MPI. Never throws.
+long receive_within(std::vector<std::uint8_t>& buffer, MPI_Comm comm, double seconds, std::string* error) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Status status{};
+  try {
+    MT_MPI(MPI_Irecv(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, 0, kTagJoinAuth, comm, &req));
+    if (wait_for(&req, seconds, &status)) {
+      int count = 0;
+      MT_MPI(MPI_Get_count(&status, MPI_BYTE, &count));
+      return count;
+    }
+  } catch (const Error& e) {
+    *error = e.what();
+  }
+  if (req != MPI_REQUEST_NULL) {
+    MPI_Cancel(&req);
+    MPI_Request_free(&req);
+    abandon(std::move(buffer));
+  }
+  return -1;
+}
+
+std::vector<std::uint8_t> verdict(std::int32_t v) {
+  std::vector<std::uint8_t> b(sizeof v);
+  std::memcpy(b.data(), &v, sizeof v);
   return b;
 }
 
@@ -181,62 +175,47 @@ std::string load_or_create_join_secret(const std::filesystem::path& path) {
 }
 
 std::string authenticate_joiner(MPI_Comm inter, const std::string& secret, double deadline_s) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(deadline_s));
-  const std::string nonce = random_bytes(kJoinNonceBytes);
-  auto challenge = std::make_shared<std::vector<std::uint8_t>>(sizeof kChallengeMagic + nonce.size());
-  std::memcpy(challenge->data(), kChallengeMagic, sizeof kChallengeMagic);
-  std::memcpy(challenge->data() + sizeof kChallengeMagic, nonce.data(), nonce.size());
-  send_within(challenge, inter, 0);  // completed while the answer is awaited
-
-  std::vector<std::uint8_t> answer(kJoinProofBytes + kMaxClaimBytes);
-  MPI_Request req = MPI_REQUEST_NULL;
-  MPI_Status status{};
-  int rc = MPI_Irecv(answer.data(), static_cast<int>(answer.size()), MPI_BYTE, 0, kTagJoinAuth, inter, &req);
-  if (rc == MPI_SUCCESS) rc = wait_until(&req, deadline, &status);
   std::string why;
-  int count = 0;
-  if (rc == -1) {
-    MPI_Cancel(&req);
-    MPI_Request_free(&req);
-    why = "no answer to the challenge within " + std::to_string(static_cast<int>(deadline_s)) + " s";
-  } else if (rc != MPI_SUCCESS) {
-    why = "the handshake failed (" + mpi_error_text(rc) + ")";
-  } else if (MPI_Get_count(&status, MPI_BYTE, &count) != MPI_SUCCESS || count < 0 ||
-             static_cast<std::size_t>(count) < kJoinProofBytes) {
-    why = "a malformed answer (" + std::to_string(count) + " bytes)";
-  } else {
-    const std::string claim = static_cast<std::size_t>(count) > kJoinProofBytes
-                                  ? " (it says it is " +
-                                        printable(answer.data() + kJoinProofBytes,
-                                                  static_cast<std::size_t>(count) - kJoinProofBytes) +
-                                        ", not verified)"
-                                  : "";
-    if (!join_proof_matches(secret, bytes_of(nonce), std::span(answer.data(), kJoinProofBytes)))
-      why = "a wrong proof of the job's join secret" + claim;
+  try {
+    const std::string nonce = random_bytes(kJoinNonceBytes);
+    std::vector<std::uint8_t> challenge(sizeof kChallengeMagic + nonce.size());
+    std::memcpy(challenge.data(), kChallengeMagic, sizeof kChallengeMagic);
+    std::memcpy(challenge.data() + sizeof kChallengeMagic, nonce.data(), nonce.size());
+    send_within(std::move(challenge), inter, 0);  // completed while the answer is awaited
+
+    std::vector<std::uint8_t> answer(kJoinProofBytes + kMaxClaimBytes);
+    std::string error;
+    const long count = receive_within(answer, inter, deadline_s, &error);
+    if (count < 0) {
+      why = error.empty() ? "no answer to the challenge within " + std::to_string(static_cast<int>(deadline_s)) + " s"
+                          : "the handshake failed (" + error + ")";
+    } else if (static_cast<std::size_t>(count) < kJoinProofBytes) {
+      why = "a malformed answer (" + std::to_string(count) + " bytes)";
+    } else {
+      const auto n = static_cast<std::size_t>(count);
+      const std::string claim =
+          n > kJoinProofBytes
+              ? " (it says it is " + printable(answer.data() + kJoinProofBytes, n - kJoinProofBytes) + ", not verified)"
+              : "";
+      if (!join_proof_matches(secret, bytes_of(nonce), std::span(answer.data(), kJoinProofBytes)))
+        why = "a wrong proof of the job's join secret" + claim;
+    }
+  } catch (const Error& e) {  // OpenSSL failed: nobody is let in on a failed check
+    why = std::string("the handshake failed (") + e.what() + ")";
   }
   send_within(verdict(why.empty() ? kAdmitted : kRefused), inter, 2);
   return why;
 }
 
 void prove_join_secret(MPI_Comm ps, const std::string& secret, bool answer, double deadline_s) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(deadline_s));
+  const auto t0 = Clock::now();  // one deadline for the whole handshake
   const auto receive = [&](std::vector<std::uint8_t>* buffer, const char* what) {
-    MPI_Request req = MPI_REQUEST_NULL;
-    MPI_Status status{};
-    int rc = MPI_Irecv(buffer->data(), static_cast<int>(buffer->size()), MPI_BYTE, 0, kTagJoinAuth, ps, &req);
-    if (rc == MPI_SUCCESS) rc = wait_until(&req, deadline, &status);
-    int count = 0;
-    if (rc == MPI_SUCCESS) MPI_Get_count(&status, MPI_BYTE, &count);
-    if (rc == -1) {
-      MPI_Cancel(&req);
-      MPI_Request_free(&req);
-    }
-    if (rc != MPI_SUCCESS || static_cast<std::size_t>(count) != buffer->size())
+    std::string error;
+    const long count = receive_within(*buffer, ps, std::max(0.0, deadline_s - since(t0)), &error);
+    if (count < 0 || static_cast<std::size_t>(count) != buffer->size())
       throw Error(kExitPsLost, std::string("the parameter server sent no ") + what + " within " +
                                    std::to_string(static_cast<int>(deadline_s)) + " s" +
-                                   (rc > 0 ? " (" + mpi_error_text(rc) + ")" : "") +
+                                   (error.empty() ? "" : " (" + error + ")") +
                                    ": is it an mpi_trainer of the same version?");
   };
   std::vector<std::uint8_t> challenge(sizeof kChallengeMagic + kJoinNonceBytes);
@@ -245,12 +224,12 @@ void prove_join_secret(MPI_Comm ps, const std::string& secret, bool answer, doub
     throw Error(kExitPsLost, "the parameter server's challenge is not mpi_trainer's (another version?)");
   if (answer) {
     const Sha256 proof = join_proof(secret, std::span(challenge).subspan(sizeof kChallengeMagic));
-    auto message = std::make_shared<std::vector<std::uint8_t>>(proof.begin(), proof.end());
+    std::vector<std::uint8_t> message(proof.begin(), proof.end());
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     const std::string claim = "pid " + std::to_string(::getpid()) + " on " + host;
-    message->insert(message->end(), claim.begin(), claim.begin() + std::min(claim.size(), kMaxClaimBytes));
-    send_within(message, ps, 0);  // completed while the verdict is awaited
+    message.insert(message.end(), claim.begin(), claim.begin() + std::min(claim.size(), kMaxClaimBytes));
+    send_within(std::move(message), ps, 0);  // completed while the verdict is awaited
   }
   std::vector<std::uint8_t> reply(sizeof(std::int32_t));
   receive(&reply, "verdict on this worker's proof of the join secret");

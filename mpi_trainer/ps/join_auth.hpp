@@ -57,7 +57,8 @@ std::string read_join_secret(const std::filesystem::path& path);
 
 // The accept thread's side of the handshake on a new intercommunicator: sends a nonce, waits up
 // to `deadline_s` for the proof, answers the verdict. Empty when the joiner proved the secret,
-// else why not (for the log). Never blocks past the deadline; a refused connection is not freed.
+// else why not (for the log; a failure of MPI or OpenSSL refuses too). Never throws, never blocks
+// past the deadline; a refused connection is not freed.
 std::string authenticate_joiner(MPI_Comm inter, const std::string& secret, double deadline_s);
 
 // The joiner's side, right after MPI_Comm_connect. `answer` false sends no proof (a test hook

@@ -23,6 +23,7 @@
 #include "nn/resnet.hpp"
 #include "optim/schedule.hpp"
 #include "ps/fault_injection.hpp"
+#include "ps/join_auth.hpp"  // the join secret and its files (app: --join-secret)
 
 namespace mt {
 
@@ -104,7 +105,7 @@ struct PsOptions {
   std::string join_type;                  // instance type of workers that join
   std::string port_file;                  // --max-workers: where shard 0 publishes its port
   std::string join_secret;                // --max-workers: what a joiner must prove (ps/join_auth.hpp)
-  double join_auth_seconds = 10;          // how long shard 0 waits for a joiner's proof
+  double join_auth_seconds = kJoinAuthSeconds;  // how long shard 0 waits for a joiner's proof
 };
 
 // After a takeover (ULFM): `o` serves the survivors on `comm` (its shards at ranks 0..num_ps-1,

@@ -10,6 +10,7 @@
 #include <deque>
 #include <mutex>
 #include <ostream>
+#include <variant>
 
 #include "core/error.hpp"
 #include "ps/mpi_env.hpp"
@@ -52,13 +53,13 @@ void precise_naps(std::ostream& log) {
 #endif
 }
 
-bool wait_for(MPI_Request* req, double seconds) {
+bool wait_for(MPI_Request* req, double seconds, MPI_Status* status) {
   const auto t0 = Clock::now();
   Backoff backoff(5, 1000);
   for (;;) {
     int done = 0;
     try {
-      MT_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+      MT_MPI(MPI_Test(req, &done, status));
     } catch (const ProcessFailed&) {
       return false;  // ULFM: the peer died; the caller abandons the request as for a silent one
     }
@@ -96,13 +97,18 @@ std::optional<std::vector<int>> max_over_ranks(const std::vector<int>& values, M
   return std::vector<int>(out.begin(), out.begin() + n);
 }
 
-void abandon(Buffer&& buf) {
-  // Destroyed only at exit, after MPI_Finalize: MPI may touch these until then. Moving a Buffer
-  // keeps its storage where MPI saw it.
+namespace {
+// Destroyed only at exit, after MPI_Finalize: MPI may touch these until then. Moving a Buffer or
+// a vector keeps its storage where MPI saw it.
+void keep_until_exit(std::variant<Buffer, std::vector<std::uint8_t>>&& kept_one) {
   static std::mutex mutex;
-  static std::deque<Buffer> kept;
+  static std::deque<std::variant<Buffer, std::vector<std::uint8_t>>> kept;
   std::lock_guard<std::mutex> lock(mutex);
-  kept.push_back(std::move(buf));
+  kept.push_back(std::move(kept_one));
 }
+}  // namespace
+
+void abandon(Buffer&& buf) { keep_until_exit(std::move(buf)); }
+void abandon(std::vector<std::uint8_t>&& bytes) { keep_until_exit(std::move(bytes)); }
 
 }  // namespace mt

@@ -54,8 +54,8 @@ class Backoff {
 
 // Polls `req` with naps until it completes or `seconds` pass. False: it did not complete, or (ULFM)
 // the MPI library reported its peer failed; the peer is presumed lost, and the caller abandons the
-// request and its buffer.
-bool wait_for(MPI_Request* req, double seconds);
+// request and its buffer. `status`: the completed request's (a receive's source and size).
+bool wait_for(MPI_Request* req, double seconds, MPI_Status* status = MPI_STATUS_IGNORE);
 
 // A message buffer of header + `payload` floats; or, once shared with a same-node peer, the
 // header alone here and the payload in the pair's segment.
@@ -81,6 +81,7 @@ void irecv(Buffer& buf, int source, int tag, MPI_Request* req, MPI_Comm comm = M
 // A buffer whose request may never complete (its peer is presumed dead): kept alive, untouched,
 // until the process ends, so MPI may still read or write it safely. Thread-safe.
 void abandon(Buffer&& buf);
+void abandon(std::vector<std::uint8_t>&& bytes);  // the same for a message of bytes (ps/join_auth.cpp)
 
 // One (worker, shard) pair's segment: the push payload, then (64-byte aligned) the reply's, then
 // (64-byte aligned) the pair's doorbells (ps/bell.hpp).
