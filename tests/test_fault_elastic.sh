@@ -22,6 +22,15 @@ if [[ $rc -ne 0 ]] || ((SECONDS - t0 > 15)) || ! grep -q "SIGTERM before joining
 fi
 echo "ok: a joiner given SIGTERM while waiting left in $((SECONDS - t0)) s with exit 0"
 
+# A bad handshake deadline is a usage error on every rank before anything starts (exit 2).
+rc=0
+MT_JOIN_AUTH_SECONDS=soon "$mpiexec" -np 2 --oversubscribe -x MT_JOIN_AUTH_SECONDS "$trainer" train --model resnet8 \
+  --data "$dir/data" --ckpt-dir "$dir/ck-bad" --max-workers 3 --train-steps 10 > "$dir/bad-auth.txt" 2>&1 || rc=$?
+if [[ $rc -ne 2 ]] || ! grep -q "MT_JOIN_AUTH_SECONDS='soon' is not a number of seconds" "$dir/bad-auth.txt"; then
+  echo "FAIL: MT_JOIN_AUTH_SECONDS=soon: exit $rc, expected 2"; cat "$dir/bad-auth.txt"; exit 1
+fi
+echo "ok: MT_JOIN_AUTH_SECONDS=soon refused with exit 2"
+
 ompi_server=$(dirname "$(sed -n "s/^mpirun: \(\/.*\)/\1/p" <<<"$("$trainer" --version)")")/ompi-server
 [[ -x $ompi_server ]] || ompi_server=$(dirname "$mpiexec")/ompi-server
 if [[ ! -x $ompi_server ]]; then
@@ -71,6 +80,10 @@ for scaling in active-workers none; do
     via_server=("$mpiexec" --ompi-server "file:$dir/uri" -np 1 -x OMP_WAIT_POLICY=passive -x MT_TEST_JOIN_SILENT)
     MT_TEST_JOIN_SILENT= refuse wrong "the parameter server refused this worker" "${via_server[@]}"
     join_flags=(); MT_TEST_JOIN_SILENT=1 refuse silent "the parameter server refused this worker" "${via_server[@]}"
+    # The secret, but another batch size: refused, and never counted as joined.
+    flags_job=("${flags[@]}"); flags=("${flags[@]/#32/16}")
+    MT_TEST_JOIN_SILENT= refuse mismatch "the job trains .* parameters with --batch-size 32, this worker .* with --batch-size 16" "${via_server[@]}"
+    flags=("${flags_job[@]}")
     unset join_flags
   fi
   joiners=()
@@ -102,8 +115,9 @@ assert s["event"] == "summary" and s["global_step"] == steps and s["exit_code"] 
 assert s["workers_start"] == 1 and s["joined_workers"] == 2 and s["workers_end"] == 3, s
 assert s["test_accuracy"] > 0.3, s
 refused = [e for e in events if e["event"] == "join_refused"]
-if scaling == "active-workers":  # the wrong proof, then the silent joiner (the others never connected)
-    assert [r["why"] for r in refused] == ["unauthenticated"] * 2, refused
+if scaling == "active-workers":  # the wrong proof, the silent joiner, another batch size (the others never connected)
+    assert [r["why"] for r in refused] == ["unauthenticated"] * 2 + ["mismatch"], refused
+    assert "parameters with batch 16, this job" in refused[2]["detail"], refused
     assert "a wrong proof" in refused[0]["detail"] and "no answer to the challenge within 2 s" in refused[1]["detail"], refused
 else:
     assert not refused, refused

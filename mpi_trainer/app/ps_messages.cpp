@@ -20,6 +20,11 @@ void PsReport::joins_open(int max_workers, const std::string& port_file, bool ul
 
 void PsReport::join_refused(const JoinRefused& e) {
   using Why = JoinRefused::Why;
+  const std::string detail =
+      e.why == Why::kMismatch ? "it trains a model of " + std::to_string(e.params) + " parameters with batch " +
+                                    std::to_string(e.batch) + ", this job " + std::to_string(model_.param_count()) +
+                                    " with batch " + std::to_string(cfg_.batch_size)
+                              : e.detail;
   metrics_.write(nlohmann::ordered_json{
       {"event", "join_refused"},
       {"why", e.why == Why::kMismatch          ? "mismatch"
@@ -27,7 +32,7 @@ void PsReport::join_refused(const JoinRefused& e) {
               : e.why == Why::kStopping        ? "stopping"
               : e.why == Why::kFailed          ? "failed"
                                                : "unauthenticated"},
-      {"detail", e.detail},
+      {"detail", detail},
       {"unix_time", unix_now()}});
   if (e.why == Why::kUnauthenticated) {
     log("mpi_trainer: a process connected to join and was refused: " + e.detail +
@@ -35,9 +40,7 @@ void PsReport::join_refused(const JoinRefused& e) {
     return;
   }
   if (e.why == Why::kMismatch) {
-    log("mpi_trainer: worker rank " + std::to_string(e.rank) + " refused: it trains a model of " +
-        std::to_string(e.params) + " parameters with batch " + std::to_string(e.batch) + ", this job " +
-        std::to_string(model_.param_count()) + " with batch " + std::to_string(cfg_.batch_size) +
+    log("mpi_trainer: worker rank " + std::to_string(e.rank) + " refused: " + detail +
         " (give it the job's --model and --batch-size)");
     return;
   }

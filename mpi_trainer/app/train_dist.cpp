@@ -200,6 +200,7 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
     return std::make_unique<NetworkStep>(model, setup, cfg.batch_size, StepPacer(emulation, pacer_seed));
   });
   if (w.takeover) return take_over(cfg, setup, model, rank, std::move(*w.takeover), log);
+  if (!w.refused.empty()) throw Error(kExitConfig, w.refused);  // a joiner with other flags
   TrainResult res;
   res.global_step = w.pushes;
   res.exit_code = w.exit_code;  // non-zero: the parameter server failed (its message says why)

@@ -80,6 +80,7 @@ void Coordinator::report_progress(std::int64_t step, double lr) {
       double(step - start_step_) / double(std::max<std::int64_t>(opts_.train_steps - start_step_, 1));
   p.eta_seconds = done_fraction > 0 ? p.elapsed_seconds * (1 - done_fraction) / done_fraction : -1;
   for (auto& m : members_.members()) {
+    if (m.only_connected()) continue;
     p.workers.push_back(PsEvents::Progress::Worker{
         m.rank, m.type, m.window_pushes, double(m.window_images) / std::max(dt, 1e-9),
         m.window_pushes ? m.window_staleness / double(m.window_pushes) : 0.0,
@@ -97,8 +98,9 @@ std::vector<WorkerUsage> Coordinator::usage() const {
   const auto now = Clock::now();
   std::vector<WorkerUsage> out;
   for (const auto& m : members_.members())
-    out.push_back(WorkerUsage{m.rank, m.type, m.seconds_active(now), m.pushes, m.dropped,
-                              m.pushes ? m.staleness_sum / double(m.pushes) : 0.0});
+    if (!m.only_connected())
+      out.push_back(WorkerUsage{m.rank, m.type, m.seconds_active(now), m.pushes, m.dropped,
+                                m.pushes ? m.staleness_sum / double(m.pushes) : 0.0});
   return out;
 }
 

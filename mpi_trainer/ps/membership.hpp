@@ -43,6 +43,7 @@ struct Member {
   std::optional<Clock::time_point> joined_at;   // its join was answered
   Clock::time_point last_reply{};
   bool owes_reply = false;  // its last message was taken and not answered yet
+  bool late = false;        // connected to a running job through the join listener
   double active_seconds = 0;  // billed seconds, fixed once it is no longer live
   LoaderCursor cursor;        // after its last applied push
   std::int64_t pushes = 0, dropped = 0;
@@ -56,6 +57,8 @@ struct Member {
     return state == MemberState::kJoining || state == MemberState::kActive || state == MemberState::kDraining;
   }
   bool working() const { return state == MemberState::kActive || state == MemberState::kDraining; }
+  // A joiner's connection whose join was refused or not answered yet: not one of the job's workers.
+  bool only_connected() const { return late && !joined_at; }
   // Billed seconds so far.
   double seconds_active(Clock::time_point now) const;
 };

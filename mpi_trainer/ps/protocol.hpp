@@ -67,6 +67,9 @@ inline constexpr std::int32_t kHandover = 0x444e4148;  // "HAND"
 // In `end` of a kStop to a worker whose pushes the check kept rejecting: it is dropped.
 inline constexpr std::int32_t kRejectedEnd = 0x4a434552;  // "REJC"
 inline constexpr std::int32_t kDiscardPush = 0x50534944;  // "DISP"
+// In `end` of a kStop answering a join from a worker with another model or batch size; its
+// `param_count` and `batch` are the job's.
+inline constexpr std::int32_t kMismatchEnd = 0x4d53494d;  // "MISM"
 
 enum class MsgKind : std::uint16_t {
   kJoin = 1,
@@ -90,16 +93,16 @@ struct MsgHeader {
   std::int64_t payload = 0;          // floats after the header
   std::int64_t cursor_epoch = 0;     // push: data cursor after this batch;
   std::int64_t cursor_position = 0;  // reply to a join: where this worker's data continues
-  std::int64_t param_count = 0;      // join: the worker's model size
+  std::int64_t param_count = 0;      // join: the worker's model size; stop with kMismatchEnd: the job's
   std::int64_t request_id = 0;       // snapshot request and its answer; replica: the record's bytes
   float loss = 0;                    // push: the batch's loss
   std::int32_t correct = 0;          // push: its correct predictions
-  std::int32_t batch = 0;            // push and join: the batch size
+  std::int32_t batch = 0;            // push and join: the batch size; stop with kMismatchEnd: the job's
   std::int32_t slot = 0;             // reply to a join: this worker's data slot
   std::int32_t slots = 0;            // reply to a join: the number of data slots; replica: state buffers
   std::int32_t signal = 0;           // leave: the notice signal
   std::int32_t shm = 0;              // join: kShmOffer; its reply: kShmAccepted
-  std::int32_t end = 0;              // stop: kCleanEnd, kFailedEnd or kRejectedEnd; replica: kHandover; push: kDiscardPush
+  std::int32_t end = 0;              // stop: kCleanEnd, kFailedEnd, kRejectedEnd or kMismatchEnd; replica: kHandover; push: kDiscardPush
   std::int32_t exit_code = 0;        // stop with kFailedEnd: the job's exit code
   float step_seconds = 0;            // push: the worker's step time (an emulated device's padding included)
 };

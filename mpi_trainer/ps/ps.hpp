@@ -424,6 +424,7 @@ struct WorkerResult {
   bool clean_end = false;  // stopped by shards that knew of no lost rank
   bool peer_lost = false;  // the stop said a rank of the job was lost: MPI_Finalize could wait for it
   int exit_code = 0;       // non-zero: the parameter server failed with this code (kFailedEnd)
+  std::string refused;     // why the parameter server refused its join (another model or batch size)
   std::optional<Takeover> takeover;  // this worker took over as the parameter server: run it on takeover->comm
   int takeovers = 0;                 // the parameter server was taken over while this worker trained
   // The parameter server was lost and not taken over (exit_code kExitPsLost): requests to the dead

@@ -155,6 +155,10 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
     h.end = kCleanEnd;
   }
   if (kind == MsgKind::kStop && end != 0) h.end = end;
+  if (end == kMismatchEnd) {  // what the job trains, for the refused worker's message
+    h.param_count = model_.param_count();
+    h.batch = opts_.batch_size;
+  }
   if (kind == MsgKind::kStop) stamp_failure(h);
   isend(m.send, h.payload, m.peer, kTagToWorker, &m.sreq, m.comm);
   if (m.bells) m.bells.to_worker().ring();
@@ -283,13 +287,14 @@ void Shard::handle_worker(Member& m) {
         if (lead())
           events_.join_refused(
               PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kMismatch, m.rank, h.param_count, h.batch, {}});
-        if (!reply(m, MsgKind::kStop)) return;
+        if (!reply(m, MsgKind::kStop, kMismatchEnd)) return;
         Membership::finished(m, now);
         return;
       }
       if (h.shm == kShmOffer && h.payload > 0 && shm_transport_enabled()) accept_segment(m, h);
       if (!reply(m, MsgKind::kParams)) return;
       Membership::joined(m, Clock::now(), stop_at_.has_value());
+      if (m.late) admit_late(m);
       break;
     case MsgKind::kPush:
       if (step_ >= opts_.train_steps || stop_at_) {

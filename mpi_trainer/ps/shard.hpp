@@ -84,6 +84,7 @@ class Shard {
   void check_notice();
   void begin_stop(const std::string& why);
   void take_joins();
+  void admit_late(const Member& m);
   // After a step (applied, or dropped as stale): shard 0's coordinator, the standbys' replica.
   void after_step(double lr);
   Coordinator::Part part() const { return Coordinator::Part{step_, current(), velocity_, stats_}; }
@@ -130,7 +131,8 @@ class Shard {
 
   Membership members_;
   std::optional<JoinListener> joins_;       // shard 0 with --max-workers
-  int joined_ = 0;                          // workers that joined through the listener
+  int connected_ = 0;                       // connections the listener handed over (their ranks)
+  int joined_ = 0;                          // of them, workers whose join was answered
   int shm_workers_ = 0;                     // workers whose pushes travel through shared memory
   std::optional<Coordinator> coord_;        // shard 0
   std::optional<SnapshotAnswer> answer_;    // shards > 0: shard 0's requests answered

@@ -35,17 +35,24 @@ void Shard::take_joins() {
           failure_code_ != 0 ? Why::kFailed : stop_at_ ? Why::kStopping : Why::kFull, -1, 0, 0, {}});
       continue;
     }
-    Member& m = members_.add(shards_ + workers_ + joined_, comm, 0, *slot, opts_.join_type, Clock::now());
+    Member& m = members_.add(shards_ + workers_ + connected_, comm, 0, *slot, opts_.join_type, Clock::now());
+    ++connected_;
+    m.late = true;
     m.recv = Buffer(mine_ + stats_floats_);
     m.send = Buffer(mine_);
     m.cursor = coord_->cursor(m.slot);
     irecv(m.recv, m.peer, kTagToPs, &m.rreq, m.comm);
     irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
-    ++joined_;
-    const int live = members_.live();
-    policy_.joined(step_, live - 1, live);
-    events_.join(PsEvents::Join{step_, m.rank, m.slot, m.type, live, policy_.lr_divisor(live), policy_.momentum(live)});
   }
+}
+
+// A late member's join was answered with the parameters (its model and batch size matched): it
+// counts as joined from now on, not when it connected (its join could still be refused then).
+void Shard::admit_late(const Member& m) {
+  ++joined_;
+  const int live = members_.live();
+  policy_.joined(step_, live - 1, live);
+  events_.join(PsEvents::Join{step_, m.rank, m.slot, m.type, live, policy_.lr_divisor(live), policy_.momentum(live)});
 }
 
 void Shard::after_step(double lr) {

@@ -139,6 +139,13 @@ class Worker {
   // The join was answered with a stop.
   WorkerResult refused() {
     res_.exit_code = client_->failed_code();
+    if (const auto& job = client_->job_shape()) {
+      res_.refused = "the parameter server refused this worker: the job trains " + std::to_string(job->first) +
+                     " parameters with --batch-size " + std::to_string(job->second) + ", this worker " +
+                     std::to_string(model_.param_count()) + " with --batch-size " + std::to_string(opts_.batch_size) +
+                     " (give `join` the job's --model and --batch-size)";
+      return std::move(res_);
+    }
     // The parameter server's own message says what failed; a worker of the job adds nothing.
     if (res_.exit_code == 0 && !opts_.quiet)
       std::cerr << "mpi_trainer: " << worker_label(rank_) << ": the parameter server did not take this worker "

@@ -114,6 +114,7 @@ WorkerClient::Reply WorkerClient::push_pull(MsgKind kind) {
     if (h.kind == MsgKind::kStop) clean_end_ = clean_end_ && h.end == kCleanEnd;
     if (h.kind == MsgKind::kStop && h.end == kFailedEnd) failed_code_ = h.exit_code;
     if (h.kind == MsgKind::kStop && h.end == kRejectedEnd) rejected_ = true;
+    if (h.kind == MsgKind::kStop && h.end == kMismatchEnd) job_shape_ = {h.param_count, h.batch};
   }
   if (stop) return tell_others_stop();
   take_replies(kind);

@@ -13,6 +13,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "ps/bell.hpp"
@@ -67,8 +69,10 @@ class WorkerClient {
   const Partition& partition() const { return part_; }
   std::int64_t global_step() const { return global_step_; }  // the highest any shard replied
   bool clean_end() const { return clean_end_ && failed_code_ == 0; }  // every stop said no rank was lost
-  int failed_code() const { return failed_code_; }
-  bool rejected() const { return rejected_; }  // a shard stopped it: its pushes kept being rejected  // a shard said it failed, with this exit code
+  int failed_code() const { return failed_code_; }  // a shard said it failed, with this exit code
+  bool rejected() const { return rejected_; }       // a shard stopped it: its pushes kept being rejected
+  // A shard refused its join: the job's parameter count and batch size differ from this worker's.
+  const std::optional<std::pair<std::int64_t, std::int32_t>>& job_shape() const { return job_shape_; }
   const PsLoss& loss() const { return loss_; }
   // The longest this process went without polling while it waited for replies (seconds): longer
   // than --failure-timeout, it was suspended (SIGSTOP, a debugger, a frozen VM) and the parameter
@@ -115,6 +119,7 @@ class WorkerClient {
   bool clean_end_ = true;
   int failed_code_ = 0;
   bool rejected_ = false;
+  std::optional<std::pair<std::int64_t, std::int32_t>> job_shape_;
   bool packed_ = false;  // a synthetic gradient in the send buffers
   PsLoss loss_;
   double longest_gap_ = 0;
