@@ -68,6 +68,33 @@ TEST_CASE("price files (--prices): spaces, commas, comments, header, bad lines n
   bad("a 1 1\na 2 2\n", "type 'a' is listed twice");
   bad("# nothing\n", "no prices in the file");
   CHECK_THROWS_AS(PriceTable::from_file("/nonexistent/prices.txt"), DataError);
+  // "-": not offered that way; billing it is a usage error that says what to give instead.
+  const auto spotless = PriceTable::from_file(write_prices("h100 6.98 -\n"));
+  CHECK(spotless.per_hour("h100", false) == Approx(6.98));
+  CHECK_THROWS_WITH(spotless.cost_usd("h100", true, 60),
+                    Catch::Contains("'h100' is not offered as a transient (spot) server") &&
+                        Catch::Contains("--pricing (or --ps-pricing) on-demand"));
+  bad("a100 - x\n", "line 1: 'x' is not a price");
+}
+
+TEST_CASE("today's built-in price tables (--prices aws|gcp|azure): every row sourced, spot below on demand",
+          "[unit][cost]") {
+  for (const char* cloud : {"aws", "gcp", "azure"}) {
+    INFO(cloud);
+    const auto t = PriceTable::load(cloud);
+    CHECK(t.source() == std::string(cloud) + " (built in: app/prices_" + cloud + ".txt)");
+    // A parameter server's type in each, and a spot price below the on-demand one wherever both exist.
+    CHECK(t.per_hour("ps", true) < t.per_hour("ps", false));
+    for (const auto& type : t.types()) {
+      const auto& p = t.at(type);
+      if (std::isfinite(p.transient) && std::isfinite(p.on_demand)) CHECK(p.transient < p.on_demand);
+    }
+  }
+  CHECK(PriceTable::load("aws").at("t4").on_demand == Approx(0.526));    // g4dn.xlarge, us-east-1
+  CHECK(PriceTable::load("gcp").at("a100").transient == Approx(1.92802));  // a2-highgpu-1g + one A100
+  CHECK_THROWS_AS(PriceTable::load("gcp").per_hour("h100", false), UsageError);  // the catalog's figures disagree
+  CHECK(PriceTable::load("table2").source() == "table2");
+  CHECK_THROWS_WITH(PriceTable::load("oracle"), Catch::Contains("give aws, gcp, azure, or a table file"));
 }
 
 TEST_CASE("workers' data cursors after a resume", "[unit][ckpt]") {
@@ -289,6 +316,18 @@ TEST_CASE("the GCE revocation model per GPU type: the paper's Table III revocati
     CHECK(t.lifetime_hours(0.999) == Approx(24));
   }
   CHECK(RevocationModel::load("gce", "v100").fraction_by(2) > RevocationModel::load("gce", "k80").fraction_by(2));
+}
+
+TEST_CASE("the AWS V100 spot model from public traces: half revoked within 40 minutes, no 24 h cap", "[unit][fault]") {
+  // ps/revocation_aws_v100.csv, written by bench/spot_traces.py from skypilot-org/spot-traces
+  // (202 revocations of p3.2xlarge in 4 zones, April 2023).
+  const auto m = RevocationModel::load("aws-v100");
+  CHECK(m.source() == "aws-v100 (built in: ps/revocation_aws_v100.csv)");
+  CHECK(m.fraction_by(0.6578) == Approx(0.5098));
+  CHECK(m.lifetime_hours(0.5) == Approx(0.65).epsilon(0.02));
+  CHECK(m.fraction_by(2) == Approx(0.74).epsilon(0.02));
+  CHECK(m.fraction_by(22.31) == Approx(1.0));  // the longest life seen: no cap of AWS's
+  CHECK(m.fraction_by(0.5) > RevocationModel::load("gce", "v100").fraction_by(0.5));
 }
 
 TEST_CASE("revocation model files: a fraction below 1 leaves survivors, bad tables named", "[unit][fault]") {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "app/plan.hpp"
+#include "app/cluster_sim.hpp"
 #include "app/train_virtual.hpp"
 #include "core/error.hpp"
 #include "test_util.hpp"
@@ -202,6 +202,87 @@ TEST_CASE("links, joins and the parameter server's update time", "[unit][virtual
   CHECK(mt::default_ps_update_seconds(464154) == Approx(0.00011));
 }
 
+// The parameter server's own link (issue 44): every push comes in and every reply goes out
+// through each shard's link, each direction first come first served.
+namespace {
+
+// `n` workers with no step time of their own, on links that take no time, against one shard
+// whose link carries a 1 MB message in 1 ms (8 Gbit/s) and whose updates take no time: the
+// virtual seconds per global step once `steps` are done.
+double seconds_per_step(int n, int steps, double shard_bytes = 1e6) {
+  mt::SimOptions o;
+  o.message_bytes = shard_bytes;
+  o.ps_link = mt::Link{0, 8};
+  o.shard_bytes = {shard_bytes};
+  std::vector<mt::SimWorker> ws(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    ws[static_cast<std::size_t>(i)].rank = i + 1;
+    ws[static_cast<std::size_t>(i)].link = mt::Link{0, 1e12};
+    ws[static_cast<std::size_t>(i)].pacer.emplace(mt::Emulation{"none", 0, 0, "test"}, 1);
+  }
+  mt::ClusterSim sim(o, std::move(ws), n, {});
+  bool only_pushes = true;
+  while (sim.step() < steps) {
+    const auto ev = sim.advance();
+    only_pushes = only_pushes && ev.kind == mt::ClusterSim::Kind::kArrive;
+    sim.pushed(ev.who);
+  }
+  CHECK(only_pushes);
+  return sim.now() / steps;
+}
+
+}  // namespace
+
+TEST_CASE("a shard's link is shared: one direction at a time per message, first come first served",
+          "[unit][virtual]") {
+  // One worker: its reply goes out (1 ms), then its push comes in (1 ms): 2 ms an exchange.
+  CHECK(seconds_per_step(1, 1000) == Approx(0.002).epsilon(0.005));
+  // Two or more: while one push comes in the next reply goes out; the link carries one message
+  // each way per millisecond, so a global step takes 1 ms however many workers share it, and
+  // each worker's exchange takes as long as the link takes for all of them: 4 workers' twice 2's.
+  CHECK(seconds_per_step(2, 1000) == Approx(0.001).epsilon(0.005));
+  CHECK(seconds_per_step(4, 1000) == Approx(0.001).epsilon(0.005));
+  CHECK(4 * seconds_per_step(4, 1000) == Approx(2 * 2 * seconds_per_step(2, 1000)).epsilon(0.005));
+  // Twice the bytes: twice the time.
+  CHECK(seconds_per_step(4, 1000, 2e6) == Approx(0.002).epsilon(0.005));
+}
+
+TEST_CASE("--ps-link and each shard's bytes, as the partition splits them", "[unit][virtual]") {
+  const auto dflt = mt::parse_ps_link("");
+  REQUIRE(dflt);
+  CHECK(dflt->gbit_per_s == mt::kDefaultPsLinkGbit);
+  CHECK(dflt->latency_seconds == Approx(0.0001));
+  CHECK(mt::parse_ps_link("16")->gbit_per_s == 16);
+  CHECK(mt::parse_ps_link("0.5/25")->latency_seconds == Approx(0.0005));
+  CHECK_FALSE(mt::parse_ps_link("none"));
+  for (const char* bad : {"fast", "0", "-1", "1/0", "-1/10", "1/10/3", "10 Gbit"})
+    CHECK_THROWS_AS(mt::parse_ps_link(bad), mt::UsageError);
+  const auto one = mt::shard_message_bytes("resnet32", 1);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0] == 464154.0 * 4);
+  const auto two = mt::shard_message_bytes("resnet32", 2);
+  REQUIRE(two.size() == 2);
+  CHECK(two[0] + two[1] == 464154.0 * 4);
+  CHECK(std::abs(two[0] - two[1]) < 0.02 * one[0]);  // balanced by bytes, whole tensors
+  // As a user gives it: plan and a virtual run refuse a bad one with exit 2 and say why.
+  const auto plan = run("plan --ps-link fast");
+  CHECK(plan.code == mt::kExitUsage);
+  CHECK(contains(plan.output, "--ps-link: 'fast' is not GBIT_PER_S or LATENCY_MS/GBIT_PER_S"));
+  Data d;
+  const auto m = d.dir.path() / "link.jsonl";
+  const auto virt = run("train --data " + d.path + " --model resnet8 --batch-size 8 --train-steps 4 --threads 1" +
+                        " --virtual-workers 2 --ps-link 0.2/0 --metrics " + m.string());
+  CHECK(virt.code == mt::kExitUsage);
+  CHECK(contains(virt.output, "--ps-link: '0.2/0'"));
+  REQUIRE(run("train --data " + d.path + " --model resnet8 --batch-size 8 --train-steps 4 --threads 1" +
+              " --virtual-workers 2 --ps-link 25 --metrics " + m.string())
+              .code == 0);
+  bool said = false;
+  for (const auto& e : events(m))
+    if (e["event"] == "config") said = e["ps_link_gbit"] == 25;
+  CHECK(said);
+}
+
 TEST_CASE("join warm-up (--join-warmup): after a join the rate ramps up from the old cluster's share", "[unit][virtual]") {
   Data d;
   const auto lr_at = [&](const std::string& warmup) {
@@ -225,225 +306,4 @@ TEST_CASE("join warm-up (--join-warmup): after a join the rate ramps up from the
   CHECK(ramp[40] == Approx(0.1));
   const auto off = lr_at("0");
   CHECK(off[21] == Approx(0.1));
-}
-
-// `mpi_trainer plan` (issue 20): the cluster simulator without gradients, against closed forms.
-namespace {
-
-mt::PlanResult plan_of(const mt::PlanConfig& c) { return mt::run_plan(c); }
-
-// The shipped K80 step with both messages of `model` on the default link (0.1 ms, 10 Gbit/s).
-double k80_cycle(double params) { return 0.220 + 2 * (0.0001 + params * 4 * 8 / 10e9); }
-
-}  // namespace
-
-TEST_CASE("plan without revocations: N workers take steps x cycle / N while the parameter server keeps up",
-          "[unit][plan]") {
-  mt::PlanConfig c;
-  c.steps = 8000;
-  c.revocation_model = "none";
-  c.draws = 3;
-  const double params = 464154;  // resnet32
-  for (int n : {1, 2, 4, 8}) {
-    c.workers = n;
-    const auto r = plan_of(c);
-    INFO(n << " workers");
-    // Jitter (CV 2%) averages out over thousands of steps.
-    CHECK(r.ideal_seconds == Approx(double(c.steps) * k80_cycle(params) / n).epsilon(0.01));
-    CHECK(r.seconds.size() == 3);
-    for (double s : r.seconds) CHECK(s == Approx(r.ideal_seconds).epsilon(0.01));  // other draws of the jitter
-    for (double v : r.revocations) CHECK(v == 0);
-    CHECK(r.ps_utilisation == Approx(double(c.steps) * 0.00011 / r.ideal_seconds).epsilon(0.01));
-  }
-  // One process alone: the device's step time, nothing else (the paper's 1 K80: 64K steps in 3.91 h).
-  c.workers = 1;
-  c.num_ps = 0;
-  c.steps = 64000;
-  c.pricing = "on-demand";
-  const auto one = plan_of(c);
-  CHECK(one.ideal_seconds / 3600 == Approx(3.91).epsilon(0.005));
-  CHECK(one.cost_usd[0] == Approx(3.91 * 0.723).epsilon(0.005));  // Table II's on-demand K80, no parameter server
-}
-
-TEST_CASE("plan when the parameter server is the bottleneck: steps x its time per update", "[unit][plan]") {
-  mt::PlanConfig c;
-  c.steps = 4000;
-  c.workers = 8;
-  c.revocation_model = "none";
-  c.draws = 1;
-  c.ps_update_seconds = 0.1;  // 10 updates/s against 8 K80s' ~36 pushes/s
-  const auto r = plan_of(c);
-  CHECK(r.ideal_seconds == Approx(4000 * 0.1).epsilon(0.01));
-  CHECK(r.ps_utilisation == Approx(1.0).epsilon(0.01));
-  CHECK(r.ps_saturation_workers < 8);
-  c.num_ps = 2;  // two shards, each updating half of every push: still below the workers' rate
-  CHECK(plan_of(c).ideal_seconds == Approx(4000 * 0.05).epsilon(0.01));
-}
-
-TEST_CASE("plan's Monte-Carlo revocations match the revocation model's CDF", "[unit][plan]") {
-  mt::test::TempDir dir("plan");
-  // 40% of servers revoked within their first 36 s, the others never: each of 8 workers is lost
-  // with probability 0.4 in a run that lasts longer (all 8 lost, and a restart, has p = 0.4^8).
-  // 1000 draws: the checks below allow more than 3 standard errors.
-  const auto model = dir.path() / "early.csv";
-  std::ofstream(model) << "# hours,fraction\n0,0\n0.01,0.4\n";
-  mt::PlanConfig c;
-  c.steps = 4000;  // about 2 minutes with 8 K80s
-  c.workers = 8;
-  c.revocation_model = model.string();
-  c.draws = 1000;
-  const auto r = plan_of(c);
-  double mean = 0;
-  for (double v : r.revocations) mean += v;
-  mean /= double(r.revocations.size());
-  CHECK(mean == Approx(8 * 0.4).margin(0.15));  // standard error 0.044
-  // Losing workers slows the run: every draw at least as long as the one without revocations.
-  for (double s : r.seconds) CHECK(s >= r.ideal_seconds * 0.99);
-  // A transient parameter server (its own lifetime from the model) stops the job in 40% of runs:
-  // restarts from the newest checkpoint, at most one interval of steps lost each time.
-  c.revocation_model = model.string();
-  c.ps_pricing = "transient";
-  c.ckpt_every_steps = 500;
-  c.ps_standby = 0;
-  const auto t = plan_of(c);
-  double restarted = 0, lost = 0;
-  for (std::size_t i = 0; i < t.restarts.size(); ++i) {
-    restarted += t.restarts[i] > 0 ? 1 : 0;
-    lost += t.lost_steps[i];
-    CHECK(t.lost_steps[i] <= 500 * t.restarts[i]);
-  }
-  CHECK(restarted / double(t.restarts.size()) == Approx(0.4).margin(0.05));
-  // With a standby (the default with 2 or more workers) a restart loses the updates since the
-  // last replica while a worker outlives the parameter server.
-  c.ps_standby = -1;
-  c.replica_interval = 10;
-  const auto sb = plan_of(c);
-  double lost_sb = 0, beyond = 0;
-  for (std::size_t i = 0; i < sb.restarts.size(); ++i) {
-    CHECK(sb.restarts[i] <= t.restarts[i]);  // less to redo: never more restarts
-    lost_sb += sb.lost_steps[i];
-    beyond += sb.lost_steps[i] > 10 * sb.restarts[i] ? 1 : 0;  // every worker gone before the PS
-  }
-  CHECK(beyond <= 2);  // P(all 8 workers revoked first) < 0.4^8 per draw
-  CHECK(lost_sb < lost / 10);
-  // Under ULFM (--takeover) those losses are taken over in the job: no restart while the standby
-  // is up, each a takeover of at most --replica-interval updates and --takeover-seconds.
-  c.takeover = true;
-  c.takeover_seconds = 0.2;
-  const auto tk = plan_of(c);
-  double took = 0, restarts_left = 0;
-  for (std::size_t i = 0; i < tk.takeovers.size(); ++i) {
-    took += tk.takeovers[i];
-    restarts_left += tk.restarts[i];
-    CHECK(tk.lost_steps[i] <= 10 * tk.takeovers[i] + 500 * tk.restarts[i]);
-  }
-  CHECK(took > 0.3 * double(tk.takeovers.size()));  // the parameter server is lost in ~40% of draws
-  CHECK(restarts_left <= 2);                         // every worker gone first: as rare as above
-  double mean_sb = 0, mean_tk = 0;
-  for (double v : sb.seconds) mean_sb += v;
-  for (double v : tk.seconds) mean_tk += v;
-  CHECK(mean_tk < mean_sb);  // 0.2 s instead of a 120 s restart each time
-}
-
-TEST_CASE("mpi_trainer plan: the report, --json and its errors", "[unit][plan]") {
-  const auto r = run("plan --workers 4 --worker-types k80 --steps 64000 --draws 20");
-  REQUIRE(r.code == 0);
-  CHECK(contains(r.output, "4 x k80 worker(s) (transient) + 1 parameter server (ps, on-demand)"));
-  CHECK(contains(r.output, "evidence S"));
-  const auto j = run("plan --workers 4 --steps 64000 --draws 20 --json");
-  REQUIRE(j.code == 0);
-  const auto p = Json::parse(j.output);
-  // The paper's Table I, 4 K80 transient: 1.05 h, $1.05 (time within 15%; the cost with the
-  // parameter server on demand, as the paper ran it).
-  CHECK(p["seconds"]["mean"].get<double>() / 3600 == Approx(1.05).epsilon(0.15));
-  CHECK(p["cost_usd"]["mean"].get<double>() == Approx(1.05).epsilon(0.15));
-  CHECK(p["evidence"] == "S");
-  CHECK(p["ps_pricing"] == "on-demand");
-  CHECK(run("plan --workers 0").code == mt::kExitUsage);
-  const auto bad = run("plan --workers 3 --worker-types k80,p100");
-  CHECK(bad.code == mt::kExitUsage);
-  CHECK(contains(bad.output, "--worker-types lists 2 types for 3 workers"));
-  const auto unknown = run("plan --worker-types a100");
-  CHECK(unknown.code == mt::kExitUsage);
-  CHECK(contains(unknown.output, "a100"));
-  CHECK(run("plan --workers 2 --num-ps 0").code == mt::kExitUsage);
-  CHECK(run("plan --steps 10 --epochs 2").code == mt::kExitUsage);
-  CHECK(run("plan --deadline soon").code == mt::kExitUsage);
-}
-
-TEST_CASE("mpi_trainer plan --deadline --budget: the cheapest shapes meeting both, or exit 1", "[unit][plan]") {
-  const auto r = run("plan --steps 64000 --deadline 2h --budget 3 --draws 10 --max-workers 8 --json");
-  REQUIRE(r.code == 0);
-  const auto j = Json::parse(r.output);
-  CHECK(j["event"] == "plan_search");
-  const auto& shapes = j["shapes"];
-  REQUIRE(shapes.size() > 10);
-  bool met = true;
-  double last = 0;
-  for (const auto& s : shapes) {
-    const bool meets = s["meets"].get<bool>();
-    if (meets) {
-      CHECK(met);  // the ones meeting both come first, cheapest first
-      CHECK(s["seconds"]["p90"].get<double>() <= 7200);
-      CHECK(s["cost_usd"]["p90"].get<double>() <= 3);
-      CHECK(s["cost_usd"]["median"].get<double>() >= last);
-      last = s["cost_usd"]["median"].get<double>();
-    }
-    met = meets;
-  }
-  CHECK(shapes[0]["meets"].get<bool>());
-  // One K80 alone takes 3.9 h: never within 2 h; 8 K80s do.
-  for (const auto& s : shapes)
-    if (s["worker_types"][0] == "k80" && s["num_ps"] == 0) CHECK_FALSE(s["meets"].get<bool>());
-  const auto none = run("plan --steps 64000 --deadline 1m --draws 5 --max-workers 2");
-  CHECK(none.code == 1);
-  CHECK(contains(none.output, "none does"));
-}
-
-TEST_CASE("the live prediction: steps left over the workers' rates, less what the revocation model takes",
-          "[unit][plan]") {
-  const mt::PriceTable prices = mt::PriceTable::table2();
-  const std::vector<mt::LiveWorker> two{{"k80", 4.0, 0}, {"k80", 4.0, 0}};
-  // No model: 800 steps at 8 a second, $0.256 an hour per transient K80 and the PS's $0.143 on demand.
-  const auto calm = mt::predict_finish(800, two, {}, 1.0, prices, true, 0.5, 0.143 / 3600);
-  CHECK(calm.seconds_left == Approx(100));
-  CHECK(calm.cost_usd == Approx(0.5 + 100 * (2 * 0.256 + 0.143) / 3600));
-  CHECK(mt::predict_finish(0, two, {}, 1.0, prices, true, 0.5, 0).seconds_left == 0);
-  CHECK(mt::predict_finish(10, {}, {}, 1.0, prices, true, 0.5, 0).seconds_left < 0);  // nobody trains
-  // Every server revoked at 1 model hour (--time-scale 3600: one a second): a run needing 2 s of
-  // two workers does not finish; one needing half a second does, as if nothing happened.
-  std::map<std::string, mt::RevocationModel> cap{{"k80", mt::RevocationModel::parse("0,0\n1,0\n1,1\n", "cap")}};
-  CHECK(mt::predict_finish(16, two, cap, 3600, prices, true, 0, 0).seconds_left < 0);
-  CHECK(mt::predict_finish(4, two, cap, 3600, prices, true, 0, 0).seconds_left == Approx(0.5).epsilon(0.01));
-  // 10% of the servers revoked in their first hour, all by the second: the expected rate falls,
-  // so the run takes longer than without the model, and a worker already 50 minutes old (alive)
-  // nears the steep part, so it is likelier to go during the run than a fresh one.
-  std::map<std::string, mt::RevocationModel> half{{"k80", mt::RevocationModel::parse("0,0\n1,0.1\n2,1\n", "steep")}};
-  const auto fresh = mt::predict_finish(8 * 1800, two, half, 1.0, prices, true, 0, 0);
-  CHECK(fresh.seconds_left > 1800 * 1.01);
-  const std::vector<mt::LiveWorker> old{{"k80", 4.0, 3000}, {"k80", 4.0, 3000}};
-  CHECK(mt::predict_finish(8 * 1800, old, half, 1.0, prices, true, 0, 0).seconds_left > fresh.seconds_left);
-  // Expected cost: workers billed only while expected alive, so below the calm run's bill per second.
-  CHECK(fresh.cost_usd < fresh.seconds_left * 2 * 0.256 / 3600);
-}
-
-TEST_CASE("mpi_trainer calibrate writes a device table that plan and --emulate-device read", "[unit][plan]") {
-  mt::test::TempDir dir("calibrate");
-  const auto table = dir.path() / "here.txt";
-  const auto r = run("calibrate --model resnet8 --batch-size 8 --steps 3 --warmup 1 --updates 5 --threads 1 --name k80 --out " +
-                     table.string());
-  REQUIRE(r.code == 0);
-  CHECK(contains(r.output, "parameter-server update"));
-  // The table's k80 row is this machine's step: plan without revocations takes steps x that.
-  std::ifstream in(table);
-  double step = 0;
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("k80 ", 0) == 0) step = std::stod(line.substr(4));
-  REQUIRE(step > 0);
-  const auto p = run("plan --devices " + table.string() +
-                     " --workers 1 --num-ps 0 --steps 100 --revocation-model none --draws 1 --json");
-  REQUIRE(p.code == 0);
-  CHECK(Json::parse(p.output)["seconds"]["mean"].get<double>() == Approx(100 * step).epsilon(0.1));
-  CHECK(run("calibrate --name 'a b'").code == mt::kExitUsage);
-  CHECK(run("calibrate --steps 1").code == mt::kExitUsage);
 }

@@ -45,12 +45,15 @@ void add_plan_options(CLI::App& cmd, PlanConfig& c, std::string& deadline) {
                  "Device table file (NAME STEP_SECONDS [JITTER_CV]); default: the shipped one ('mpi_trainer devices')");
   cmd.add_option("--worker-links", c.worker_links,
                  "Each worker's link LATENCY_MS/GBIT_PER_S, one for all or one per worker (default 0.1/10)");
+  cmd.add_option("--ps-link", c.ps_link, kPsLinkHelp);
   cmd.add_option("--ps-update-seconds", c.ps_update_seconds,
                  "The parameter server's time per update (default: measured with bench/ps_bench, in proportion "
                  "to the model's parameters)")
       ->check(kNonNegative);
   cmd.add_option("--revocation-model", c.revocation_model,
-                 "Lifetimes of transient servers: gce (built in), a table file (HOURS,FRACTION_REVOKED), or none")
+                 "Lifetimes of transient servers: gce (built in: the paper's GCE preemptible VMs, per GPU "
+                 "type), aws-v100 (built in: AWS spot V100s, public traces of 2023), a table file "
+                 "(HOURS,FRACTION_REVOKED), or none")
       ->capture_default_str();
   cmd.add_option("--failure-timeout", c.failure_timeout, "Seconds until a lost worker is noticed")
       ->capture_default_str()
@@ -70,6 +73,12 @@ void add_plan_options(CLI::App& cmd, PlanConfig& c, std::string& deadline) {
       ->check(CLI::Range(1, 1000000));
   cmd.add_option("--restart-seconds", c.restart_seconds,
                  "Seconds from a stopped job to training again (new servers, start, resume)")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  cmd.add_option("--notice-seconds", c.notice_seconds,
+                 "The cloud's warning before it reclaims a server: GCE and Azure Spot 30, AWS Spot 120 (0: "
+                 "none acted on, as the paper's TensorFlow). A worker warned a step ahead pushes it and "
+                 "leaves; a parameter server warned 5 s ahead checkpoints first, so its restart loses nothing")
       ->capture_default_str()
       ->check(kNonNegative);
   cmd.add_flag("--takeover", c.takeover,

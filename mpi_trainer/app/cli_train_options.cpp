@@ -277,6 +277,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "Virtual runs: each worker's link to the parameter server, LATENCY_MS/GBIT_PER_S, one "
                      "for all or one per worker (default 0.1/10: one cloud zone)"),
       "MT_WORKER_LINKS");
+  env(cmd.add_option("--ps-link", c.ps_link, "Virtual runs: " + std::string(kPsLinkHelp)), "MT_PS_LINK");
   env(cmd.add_option("--virtual-joins", c.virtual_joins,
                      "Virtual runs: workers that join later, TYPE@step=N or TYPE@TIME (s, m, h), "
                      "comma-separated (e.g. k80@step=16000,k80@step=32000)"),
@@ -438,7 +439,8 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
   env(cmd.add_option("--revocation-model", c.revocation_model,
                      "Revocation injection: each worker samples its lifetime from this model and "
                      "SIGKILLs itself when it ends: 'gce' (built in: GCE preemptible servers, ~20% "
-                     "revoked within 2 h, none living past 24 h) or a table file HOURS,FRACTION"),
+                     "revoked within 2 h, none living past 24 h), aws-v100 (built in: AWS spot V100s, "
+                     "public traces of 2023, half revoked within 40 min) or a table file HOURS,FRACTION"),
       "MT_REVOCATION_MODEL");
   env(cmd.add_option("--time-scale", c.time_scale,
                      "Revocation model hours per real hour (3600: one model hour per second)")

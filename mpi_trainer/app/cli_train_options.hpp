@@ -11,6 +11,11 @@ namespace mt::cli {
 
 extern const CLI::Validator kPositive;     // a number above 0, said plainly
 extern const CLI::Validator kNonNegative;  // a number of 0 or more, said plainly
+// --ps-link's help, for train's virtual runs and plan.
+inline constexpr const char* kPsLinkHelp =
+    "Each parameter-server shard's own link (its NIC, full duplex, shared by every worker), GBIT_PER_S or "
+    "LATENCY_MS/GBIT_PER_S, or none (not modelled); default 8: the paper's 4-vCPU parameter server at Compute "
+    "Engine's 2 Gbit/s per vCPU";
 
 // Before a parse: the command line's tokens (a flag given there does not read its variable).
 void begin_parse(int argc, char** argv);

@@ -7,6 +7,8 @@
 
 #include "app/metrics.hpp"
 #include "core/error.hpp"
+#include "nn/resnet.hpp"
+#include "ps/partition.hpp"
 
 namespace mt {
 
@@ -74,6 +76,30 @@ std::vector<VirtualJoin> parse_virtual_joins(const std::string& spec) {
   return joins;
 }
 
+std::optional<Link> parse_ps_link(const std::string& spec) {
+  if (spec == "none") return std::nullopt;
+  Link link{Link{}.latency_seconds, kDefaultPsLinkGbit};
+  if (spec.empty()) return link;
+  const auto slash = spec.find('/');
+  double ms = link.latency_seconds * 1000;
+  if ((slash != std::string::npos && (!parse_number(spec.substr(0, slash), ms) || ms < 0)) ||
+      !parse_number(spec.substr(slash == std::string::npos ? 0 : slash + 1), link.gbit_per_s) ||
+      !(link.gbit_per_s > 0))
+    throw UsageError("--ps-link: '" + spec +
+                     "' is not GBIT_PER_S or LATENCY_MS/GBIT_PER_S (e.g. 16, or 0.1/16; the bandwidth above 0), "
+                     "or none");
+  link.latency_seconds = ms / 1000;
+  return link;
+}
+
+std::vector<double> shard_message_bytes(const std::string& model, int shards) {
+  const Model m(parse_model(model));
+  const Partition part(m.params(), shards);
+  std::vector<double> bytes;
+  for (int s = 0; s < shards; ++s) bytes.push_back(double(part.floats(s)) * sizeof(float));
+  return bytes;
+}
+
 double default_ps_update_seconds(std::int64_t params) { return 0.00011 * double(params) / 464154.0; }
 
 std::map<std::string, RevocationModel> revocation_models(const std::string& name, const std::vector<std::string>& types) {
@@ -94,6 +120,12 @@ ClusterSim::ClusterSim(SimOptions options, std::vector<SimWorker> workers, int i
     : opt_(std::move(options)), workers_(std::move(workers)), initial_(initial), joins_(std::move(joins)) {
   MT_ASSERT(initial_ >= 0 && static_cast<std::size_t>(initial_) + joins_.size() == workers_.size(),
             "cluster simulator: one worker per initial worker and per join");
+  MT_ASSERT(!opt_.ps_link || !opt_.shard_bytes.empty(), "cluster simulator: a shard link needs each shard's bytes");
+  const std::size_t links = opt_.ps_link ? opt_.shard_bytes.size() : 0;
+  in_free_.assign(links, 0);
+  out_free_.assign(links, 0);
+  in_busy_.assign(links, 0);
+  out_busy_.assign(links, 0);
   join_at_.assign(joins_.size(), kNeverSeconds);
   for (std::size_t j = 0; j < joins_.size(); ++j) join_at_[j] = joins_[j].seconds >= 0 ? joins_[j].seconds : kNeverSeconds;
   for (std::size_t i = 0; i < workers_.size(); ++i) {
@@ -109,7 +141,53 @@ void ClusterSim::next_step(SimWorker& w, double at) {
   // From `at` the parameters reach it (one message down), it computes its step, and the push
   // reaches the parameter server (one message up).
   w.last_step_seconds = w.pacer->draw_target();
-  w.arrival = at + w.link.seconds(opt_.message_bytes) + w.last_step_seconds + w.link.seconds(opt_.message_bytes);
+  if (!opt_.ps_link) {
+    w.arrival = at + w.link.seconds(opt_.message_bytes) + w.last_step_seconds + w.link.seconds(opt_.message_bytes);
+    return;
+  }
+  // Each shard sends its part when its link is free (replies leave in the order they are made);
+  // the parameters are in once every part came through both links.
+  double in = at + w.link.seconds(opt_.message_bytes);
+  for (std::size_t s = 0; s < out_free_.size(); ++s) {
+    const double wire = opt_.ps_link->seconds(opt_.shard_bytes[s]) - opt_.ps_link->latency_seconds;
+    out_free_[s] = std::max(at, out_free_[s]) + wire;
+    out_busy_[s] += wire;
+    in = std::max(in, out_free_[s] + opt_.ps_link->latency_seconds);
+  }
+  w.send_at = in + w.last_step_seconds;
+  w.arrival = kNeverSeconds;
+}
+
+// A push starts up at send_at: each part takes its turn on its shard's inbound link, in the order
+// the pushes were sent; it has arrived once every part came through both links.
+void ClusterSim::upload(SimWorker& w) {
+  double arrival = w.send_at + w.link.seconds(opt_.message_bytes);
+  for (std::size_t s = 0; s < in_free_.size(); ++s) {
+    const double wire = opt_.ps_link->seconds(opt_.shard_bytes[s]) - opt_.ps_link->latency_seconds;
+    in_free_[s] = std::max(w.send_at, in_free_[s]) + wire;
+    in_busy_[s] += wire;
+    arrival = std::max(arrival, in_free_[s] + opt_.ps_link->latency_seconds);
+  }
+  w.arrival = arrival;
+  w.send_at = kNeverSeconds;
+}
+
+// The pushes sent no later than the next event, in the order they were sent.
+void ClusterSim::settle_sends() {
+  if (!opt_.ps_link) return;
+  for (;;) {
+    SimWorker* first = nullptr;  // the earliest send (on a tie, the first in rank order)
+    for (SimWorker& w : workers_)
+      if (w.alive && w.send_at < kNeverSeconds && (!first || w.send_at < first->send_at)) first = &w;
+    if (!first || first->send_at > pick().at) return;
+    upload(*first);
+  }
+}
+
+double ClusterSim::ps_link_busy_seconds() const {
+  double busiest = 0;
+  for (std::size_t s = 0; s < in_busy_.size(); ++s) busiest = std::max({busiest, in_busy_[s], out_busy_[s]});
+  return busiest;
 }
 
 void ClusterSim::start(std::size_t who, double at) {
@@ -134,7 +212,7 @@ void ClusterSim::kill(SimWorker& w, double at, const std::string& why) {
   }
   w.alive = false;
   w.ended = at;
-  w.arrival = kNeverSeconds;
+  w.arrival = w.send_at = kNeverSeconds;
   w.detect_at = at + opt_.failure_timeout;
 }
 
@@ -154,6 +232,7 @@ ClusterSim::Event ClusterSim::pick() const {
 }
 
 ClusterSim::Event ClusterSim::advance() {
+  settle_sends();
   Event e = pick();
   if (e.kind == Kind::kNone) return e;
   now_ = std::max(now_, e.at);
@@ -197,7 +276,7 @@ ClusterSim::Event ClusterSim::pushed(std::size_t who, bool applied) {
   if (w.leaving) {
     w.alive = false;
     w.ended = now_;
-    w.arrival = kNeverSeconds;
+    w.arrival = w.send_at = kNeverSeconds;
     if (w.counted) {
       w.counted = false;
       --active_;

@@ -4,7 +4,10 @@
 //
 // What it models: each worker's step time (its device's, with that device's jitter, deterministic
 // per seed and rank: StepPacer's draws), its link both ways (one message of the model down, one
-// up), the parameter server's time per update, served first come first served; revocations at a
+// up), each parameter-server shard's own link (its NIC, full duplex, shared by every worker: every
+// push comes in through it and every reply goes out through it, each direction first come first
+// served, a shard carrying its part of each message), the parameter server's time per update,
+// served first come first served; revocations at a
 // time, at a global step or at a lifetime drawn from a revocation model, as a SIGKILL (the step
 // in flight is lost, the parameter server notices after --failure-timeout) or as a notice (the
 // worker pushes the step it computes, then leaves); workers joining at a time or a global step;
@@ -39,6 +42,16 @@ struct Link {
 // "0.1/10" (milliseconds / Gbit/s) for every worker, or one per worker, comma-separated; empty:
 // the default (0.1 ms, 10 Gbit/s: one cloud zone). Throws UsageError.
 std::vector<Link> parse_links(const std::string& spec, int workers);
+
+// Each parameter-server shard's link when --ps-link is not given: 8 Gbit/s, the paper's
+// parameter server (4 vCPUs) at Compute Engine's 2 Gbit/s of egress per vCPU (the
+// "network-bandwidth" page: an n1-standard-8 is limited to 16 Gbps), 0.1 ms.
+inline constexpr double kDefaultPsLinkGbit = 8;
+// --ps-link: "GBIT_PER_S" or "LATENCY_MS/GBIT_PER_S" for every shard; "none": not modelled (an
+// unlimited link); empty: the default. Throws UsageError.
+std::optional<Link> parse_ps_link(const std::string& spec);
+// The bytes of each shard's part of a message of `params` floats, as ps/partition splits them.
+std::vector<double> shard_message_bytes(const std::string& model, int shards);
 
 // A worker that joins on the virtual clock: "k80@step=16000" or "k80@2h" (s, m, h).
 struct VirtualJoin {
@@ -79,12 +92,17 @@ struct SimWorker {
   std::string kill_why;
   std::int64_t version = 0;        // the global step of the parameters it computes on
   double last_step_seconds = 0;    // its step in flight: compute only, links excluded
+  double send_at = kNeverSeconds;  // with a shard link: its step computed, its push starts up
   std::int64_t pushes = 0;        // applied
 };
 
 struct SimOptions {
   double update_seconds = 0;   // the parameter server's time per update
   double message_bytes = 0;    // the model, one way
+  // Each shard's link, and the bytes of its part of a message (one per shard); none: only the
+  // workers' links are modelled.
+  std::optional<Link> ps_link;
+  std::vector<double> shard_bytes;
   double failure_timeout = 1.5;
   std::uint64_t seed = 1;      // lifetimes: sampled_lifetime_seconds(model, seed, rank)
   // Each instance type's revocation model (revocation_models()); empty: no lifetimes.
@@ -104,8 +122,12 @@ class ClusterSim {
   // each with its type, link, pacer and any --revoke set. Starts the initial ones at time 0.
   ClusterSim(SimOptions options, std::vector<SimWorker> workers, int initial, std::vector<VirtualJoin> joins);
 
-  // When the next event happens (kNeverSeconds: none left, every worker gone), without acting.
-  double next_time() const { return pick().at; }
+  // When the next event happens (kNeverSeconds: none left, every worker gone), without acting on
+  // it (pushes sent before it take their turns on the shards' links).
+  double next_time() {
+    settle_sends();
+    return pick().at;
+  }
   // The next event, acted on: kKill (a SIGKILL: the worker stops; a notice: it will leave after
   // its next push), kDetect (a lost worker no longer counted: active() fell), kJoin (the worker
   // started: active() rose), or kArrive (a push reaches the parameter server; the caller applies
@@ -131,12 +153,16 @@ class ClusterSim {
   std::int64_t left() const { return left_; }
   std::int64_t joined() const { return joined_; }
   double ps_busy_seconds() const { return ps_busy_; }
+  // The busiest shard link's busiest direction: seconds it carried bytes.
+  double ps_link_busy_seconds() const;
   // Worker-seconds billed so far to `type`-priced workers is the caller's: each worker from
   // `started` to `ended` (or now()).
   double billed_seconds(std::size_t who) const;
 
  private:
   Event pick() const;
+  void settle_sends();
+  void upload(SimWorker& w);
   void start(std::size_t who, double at);
   void kill(SimWorker& w, double at, const std::string& why);
   void next_step(SimWorker& w, double at);
@@ -149,6 +175,8 @@ class ClusterSim {
   int active_ = 0;
   std::int64_t step_ = 0, lost_ = 0, left_ = 0, joined_ = 0;
   double ps_free_ = 0, now_ = 0, ps_busy_ = 0;
+  // Per shard link: when each direction is free again, and how long it carried bytes.
+  std::vector<double> in_free_, out_free_, in_busy_, out_busy_;
 };
 
 }  // namespace mt

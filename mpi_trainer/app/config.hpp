@@ -50,6 +50,7 @@ struct TrainConfig {
   // Virtual-clock runs (app/train_virtual.hpp): logical workers in one process.
   int virtual_workers = 0;            // 0: a real run
   std::string worker_links;           // "LATENCY_MS/GBIT_S" for all, or one per worker; empty: the default
+  std::string ps_link;                // the shard's link, "GBIT_S" or "LATENCY_MS/GBIT_S", or none; empty: the default
   std::string virtual_joins;          // "k80@step=16000,p100@2h": workers that join on the virtual clock
   double ps_update_seconds = -1;      // the PS's time per update; < 0: from the model's size
   std::string pricing = "on-demand";  // on-demand | transient: the workers' (and a single process's)

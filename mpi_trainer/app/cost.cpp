@@ -1,7 +1,11 @@
 #include "app/cost.hpp"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
+#include <sstream>
 
+#include "app/prices_builtin.hpp"
 #include "app/table_file.hpp"
 #include "core/error.hpp"
 
@@ -17,23 +21,39 @@ PriceTable PriceTable::table2() {
 
 PriceTable PriceTable::from_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw DataError("--prices " + path + ": cannot open the file");
+  if (!in) throw DataError("--prices " + path + ": cannot open the file (give aws, gcp, azure, or a table file)");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), path);
+}
+
+PriceTable PriceTable::parse(const std::string& text, const std::string& source) {
+  std::istringstream in(text);
   PriceTable t;
-  t.source_ = path;
+  t.source_ = source;
+  const auto price = [](const std::string& field, const std::string& where) {
+    if (field == "-") return std::numeric_limits<double>::quiet_NaN();  // not offered
+    return table_number(field, where, "a price (a number >= 0, $/hour, or - when not offered)");
+  };
   for (const TableRow& row : read_table(in, "type")) {
-    const std::string where = "--prices " + path + " line " + std::to_string(row.line) + ": ";
+    const std::string where = "--prices " + source + " line " + std::to_string(row.line) + ": ";
     if (row.fields.size() != 3)
       throw DataError(where + "expected 'TYPE ON_DEMAND TRANSIENT' ($/hour), got '" + row.text + "'");
     const std::string& type = row.fields[0];
-    const char* what = "a price (a number >= 0, $/hour)";
     if (t.prices_.count(type)) throw DataError(where + "type '" + type + "' is listed twice");
-    t.prices_[type] = InstancePrice{table_number(row.fields[1], where, what), table_number(row.fields[2], where, what)};
+    t.prices_[type] = InstancePrice{price(row.fields[1], where), price(row.fields[2], where)};
   }
-  if (t.prices_.empty()) throw DataError("--prices " + path + ": no prices in the file");
+  if (t.prices_.empty()) throw DataError("--prices " + source + ": no prices in the file");
   return t;
 }
 
-PriceTable PriceTable::load(const std::string& path) { return path.empty() ? table2() : from_file(path); }
+PriceTable PriceTable::load(const std::string& name_or_path) {
+  if (name_or_path.empty() || name_or_path == "table2") return table2();
+  if (name_or_path == "aws") return parse(kAwsPrices, "aws (built in: app/prices_aws.txt)");
+  if (name_or_path == "gcp") return parse(kGcpPrices, "gcp (built in: app/prices_gcp.txt)");
+  if (name_or_path == "azure") return parse(kAzurePrices, "azure (built in: app/prices_azure.txt)");
+  return from_file(name_or_path);
+}
 
 const InstancePrice& PriceTable::at(const std::string& type) const {
   const auto it = prices_.find(type);
@@ -43,9 +63,18 @@ const InstancePrice& PriceTable::at(const std::string& type) const {
   throw UsageError("unknown instance type '" + type + "'; the price table (" + source_ + ") has " + names);
 }
 
-double PriceTable::cost_usd(const std::string& type, bool transient, double seconds) const {
+double PriceTable::per_hour(const std::string& type, bool transient) const {
   const auto& p = at(type);
-  return (transient ? p.transient : p.on_demand) * seconds / 3600.0;
+  const double v = transient ? p.transient : p.on_demand;
+  if (!std::isfinite(v))
+    throw UsageError("'" + type + "' is not offered " + (transient ? "as a transient (spot) server" : "on demand") +
+                     " in the price table (" + source_ + "): give --pricing (or --ps-pricing) " +
+                     (transient ? "on-demand" : "transient") + ", or another type");
+  return v;
+}
+
+double PriceTable::cost_usd(const std::string& type, bool transient, double seconds) const {
+  return per_hour(type, transient) * seconds / 3600.0;
 }
 
 std::vector<std::string> PriceTable::types() const {

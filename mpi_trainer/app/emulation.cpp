@@ -56,7 +56,10 @@ DeviceTable DeviceTable::from_file(const std::string& path) {
 
 const DeviceSpeed& DeviceTable::at(const std::string& name) const {
   if (const auto it = devices_.find(name); it != devices_.end()) return it->second;
-  throw UsageError("no device '" + name + "' in the device table (" + source_ + "): it has " + listed());
+  throw UsageError("no device '" + name + "' in the device table (" + source_ + "): it has " + listed() +
+                   ". Step times come only from measurements: time this model on a '" + name +
+                   "' machine with `mpi_trainer calibrate --name " + name +
+                   " --out FILE` and give --devices FILE (docs/user-guide.md, \"Plan before renting\")");
 }
 
 std::string DeviceTable::listed() const {

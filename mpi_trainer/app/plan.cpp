@@ -12,21 +12,19 @@
 #include "app/cost.hpp"
 #include "app/emulation.hpp"
 #include "app/metrics.hpp"
+#include "app/plan_format.hpp"
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
 #include "ps/ps.hpp"
 
 namespace mt {
 
+using namespace plan_format;
+
 namespace {
 
 // A job that needs more restarts than this does not finish (the draw says so).
 constexpr int kMaxRestarts = 100;
-
-constexpr const char* kAccuracyNote =
-    "  (time to the global steps: what asynchrony costs in accuracy with more workers is not in the plan; "
-    "measured in bench/README.md, \"Speed-up\", and by train --virtual-workers)\n";
-
 bool transient_pricing(const std::string& value, const char* flag) {
   if (value == "transient") return true;
   if (value == "on-demand") return false;
@@ -43,6 +41,8 @@ struct Cluster {
   std::int64_t params = 0;
   double update_seconds = 0;  // per shard and update
   double message_bytes = 0;
+  std::optional<Link> ps_link;      // each shard's (none: not modelled)
+  std::vector<double> shard_bytes;  // each shard's part of a message
   std::map<std::string, RevocationModel> lifetimes;  // the workers' types (revocation_models)
   std::optional<RevocationModel> ps_lifetime;
   PriceTable prices;
@@ -61,6 +61,8 @@ Cluster prepare(const PlanConfig& c) {
   if (c.ckpt_every_steps < 0) throw UsageError("--ckpt-every-steps must be 0 (none) or more");
   if (!(c.restart_seconds >= 0) || !std::isfinite(c.restart_seconds))
     throw UsageError("--restart-seconds must be 0 or more");
+  if (!(c.notice_seconds >= 0) || !std::isfinite(c.notice_seconds))
+    throw UsageError("--notice-seconds must be 0 or more");
   Cluster k;
   if (c.epochs > 0) {
     if (c.train_images < 1) throw UsageError("--train-images must be 1 or more");
@@ -72,7 +74,7 @@ Cluster prepare(const PlanConfig& c) {
   k.workers_transient = transient_pricing(c.pricing, "--pricing");
   k.ps_transient = transient_pricing(c.ps_pricing, "--ps-pricing");
   k.prices = PriceTable::load(c.prices);
-  k.prices.at(c.ps_type);
+  if (c.num_ps > 0) k.prices.per_hour(c.ps_type, k.ps_transient);
   const DeviceTable table = c.devices.empty() ? DeviceTable::shipped() : DeviceTable::from_file(c.devices);
   k.device_source = table.source();
   k.types = split_list(c.worker_types);
@@ -82,14 +84,14 @@ Cluster prepare(const PlanConfig& c) {
     throw UsageError("--worker-types lists " + std::to_string(k.types.size()) + " types for " +
                      std::to_string(c.workers) + " workers; give one for all or one per worker");
   for (const auto& t : k.types) {
-    k.prices.at(t);
+    k.prices.per_hour(t, k.workers_transient);
     const DeviceSpeed& d = table.at(t);
     k.speeds.push_back(Emulation{t, d.step_seconds, d.jitter_cv, table.source()});
   }
   k.joins = parse_virtual_joins(c.joins);
   if (!k.joins.empty() && c.num_ps == 0) throw UsageError("--joins: --num-ps 0 is one process alone");
   for (const auto& j : k.joins) {
-    k.prices.at(j.type);
+    k.prices.per_hour(j.type, k.workers_transient);
     const DeviceSpeed& d = table.at(j.type);
     k.types.push_back(j.type);
     k.speeds.push_back(Emulation{j.type, d.step_seconds, d.jitter_cv, table.source()});
@@ -105,6 +107,8 @@ Cluster prepare(const PlanConfig& c) {
     k.message_bytes = double(k.params) * sizeof(float);
     const double update = c.ps_update_seconds >= 0 ? c.ps_update_seconds : default_ps_update_seconds(k.params);
     k.update_seconds = update / c.num_ps;  // each shard updates its part of every push
+    k.ps_link = parse_ps_link(c.ps_link);
+    k.shard_bytes = shard_message_bytes(c.model, c.num_ps);
   }
   if (c.revocation_model != "none") {
     k.lifetimes = revocation_models(c.revocation_model, k.types);
@@ -115,6 +119,7 @@ Cluster prepare(const PlanConfig& c) {
 
 struct Draw {
   double seconds = 0, cost = 0, revocations = 0, restarts = 0, lost_steps = 0, ps_busy = 0, takeovers = 0;
+  double ps_link_busy = 0;
   bool finished = true;
   // The first attempt's: each initial worker's end (its revocation, or the attempt's end) and the
   // attempt's length, for the revocation timelines (the paper's Figs. 1 and 4).
@@ -193,10 +198,14 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
       w.type = k.types[order[i]];
       w.link = k.links[order[i]];
       w.pacer.emplace(k.speeds[order[i]], pacer_seed(s, w.rank));
+      // Warned a step ahead: it pushes the step it computes and leaves (ps/worker_agent).
+      if (c.num_ps > 0 && c.notice_seconds >= k.speeds[order[i]].step_seconds) w.kill_signal = SIGTERM;
     }
     SimOptions so;
     so.update_seconds = k.update_seconds;
     so.message_bytes = k.message_bytes;
+    so.ps_link = k.ps_link;
+    so.shard_bytes = k.shard_bytes;
     so.failure_timeout = c.num_ps == 0 ? 0 : c.failure_timeout;  // alone: its loss is the job's end
     so.seed = s;
     if (revocations && k.workers_transient) so.lifetimes = k.lifetimes;
@@ -223,8 +232,9 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
       const double until = w.ended >= 0 ? std::min(w.ended, t) : t;
       d.cost += k.prices.cost_usd(w.type, k.workers_transient, std::max(0.0, until - w.started));
     }
-    d.cost += c.num_ps * k.prices.cost_usd(c.ps_type, k.ps_transient, t);
+    if (c.num_ps > 0) d.cost += c.num_ps * k.prices.cost_usd(c.ps_type, k.ps_transient, t);
     d.ps_busy += sim.ps_busy_seconds();
+    d.ps_link_busy += sim.ps_link_busy_seconds();
     d.revocations += double(sim.revocations()) + (end == End::kPsLost ? 1 : 0);
     if (attempt == 0) {
       d.first_attempt_seconds = t;
@@ -239,7 +249,8 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     // parameter server lost (or the one process alone), what survives is its newest periodic checkpoint.
     const std::int64_t reached = durable + sim.step();
     std::int64_t kept = reached;
-    if (end == End::kPsLost || c.num_ps == 0)
+    // Lost without a warning long enough to checkpoint first: back to the newest periodic one.
+    if ((end == End::kPsLost || c.num_ps == 0) && c.notice_seconds < kNoticeCheckpointSeconds)
       kept = c.ckpt_every_steps > 0 ? std::max(durable, reached / c.ckpt_every_steps * c.ckpt_every_steps) : durable;
     bool standby_up = false;
     if (end == End::kPsLost && c.num_ps > 0 && standbys(c) > 0) {
@@ -262,26 +273,8 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
   }
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double x = p * double(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(x));
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (x - double(lo));
-}
 
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / double(v.size());
-}
 
-double fraction_positive(const std::vector<double>& v) {
-  double n = 0;
-  for (double x : v) n += x > 0 ? 1 : 0;
-  return v.empty() ? 0 : n / double(v.size());
-}
 
 // The steps lost by each draw that needed a restart.
 std::vector<double> lost_steps_of_restarted(const PlanResult& r) {
@@ -291,15 +284,55 @@ std::vector<double> lost_steps_of_restarted(const PlanResult& r) {
   return out;
 }
 
-std::string hours(double seconds) {
+
+std::string number_text(double v) {
   std::ostringstream s;
-  s << std::fixed << std::setprecision(2) << seconds / 3600.0 << " h";
+  s << v;
   return s.str();
 }
 
-std::string dollars(double usd) {
+
+nlohmann::ordered_json finite_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
+}
+
+nlohmann::ordered_json ps_link_gbit_json(const PlanConfig& c) {
+  const std::optional<Link> link = c.num_ps > 0 ? parse_ps_link(c.ps_link) : std::nullopt;
+  return link ? nlohmann::ordered_json(link->gbit_per_s) : nlohmann::ordered_json();
+}
+
+// "  parameter server: busy 12.3% of the time (its link 4.5%) without revocations; ..."
+std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
+  const auto count = [](double n) {
+    std::ostringstream s;
+    if (std::isfinite(n))
+      s << "about " << std::fixed << std::setprecision(n < 10 ? 1 : 0) << n;
+    else
+      s << "no number of";
+    return s.str();
+  };
+  const std::string shards = c.num_ps > 1 ? std::to_string(c.num_ps) + " shards" : "one shard";
+  const std::optional<Link> link = parse_ps_link(c.ps_link);
   std::ostringstream s;
-  s << '$' << std::fixed << std::setprecision(2) << usd;
+  s << std::fixed << std::setprecision(1) << "  parameter server: busy " << 100 * r.ps_utilisation << "% of the time";
+  if (link)
+    s << ", its link (" << std::setprecision(0) << link->gbit_per_s << " Gbit/s each way per shard) "
+      << std::setprecision(1) << 100 * r.ps_link_utilisation << "%";
+  s << ", without revocations\n  " << shards << " saturate" << (c.num_ps > 1 ? "" : "s") << " at "
+    << count(r.ps_saturation_workers) << " workers like these";
+  if (std::isfinite(r.ps_saturation_workers)) {
+    if (r.ps_limit == "link")
+      s << ": the link first (updates at " << count(r.ps_compute_saturation_workers) << ")";
+    else
+      s << ": updates first" << (link ? " (the link at " + count(r.ps_link_saturation_workers) + ")" : std::string());
+  }
+  s << '\n';
+  // Near the limit, more workers add little: say what moves it.
+  if (double(r.worker_types.size()) >= 0.75 * r.ps_saturation_workers)
+    s << "  near or past that limit more workers add little: "
+      << (r.ps_limit == "link" ? "more shards split each message (--num-ps), or a faster link (--ps-link)"
+                               : "more shards split each update (--num-ps)")
+      << '\n';
   return s.str();
 }
 
@@ -336,12 +369,24 @@ PlanResult run_plan(const PlanConfig& c) {
   const Draw ideal = simulate(k, c, c.seed, false, nullptr);
   r.ideal_seconds = ideal.seconds;
   r.ps_utilisation = ideal.seconds > 0 ? ideal.ps_busy / ideal.seconds : 0;
-  // One shard is always busy when the workers' pushes per second reach 1 / (its time per update).
+  r.ps_link_utilisation = ideal.seconds > 0 ? ideal.ps_link_busy / ideal.seconds : 0;
+  // The parameter servers are always busy when the workers' pushes per second reach 1 / (a
+  // shard's time per update), or 1 / (the busiest shard link's time per message) in either
+  // direction, with each worker's exchange unhindered (its step and its own link both ways).
   double pushes_per_second = 0;
   for (std::size_t i = 0; i < k.types.size(); ++i)
     pushes_per_second += 1.0 / (k.speeds[i].step_seconds + 2 * k.links[i].seconds(k.message_bytes));
-  r.ps_saturation_workers =
-      k.update_seconds > 0 && c.num_ps > 0 ? double(k.types.size()) / (pushes_per_second * k.update_seconds) : kNeverSeconds;
+  const double workers = double(k.types.size());
+  r.ps_compute_saturation_workers = k.update_seconds > 0 && c.num_ps > 0
+                                        ? workers / (pushes_per_second * k.update_seconds)
+                                        : kNeverSeconds;
+  r.ps_link_saturation_workers = kNeverSeconds;
+  if (k.ps_link) {
+    const double wire = *std::max_element(k.shard_bytes.begin(), k.shard_bytes.end()) * 8 / (k.ps_link->gbit_per_s * 1e9);
+    r.ps_link_saturation_workers = workers / (pushes_per_second * wire);
+  }
+  r.ps_saturation_workers = std::min(r.ps_compute_saturation_workers, r.ps_link_saturation_workers);
+  r.ps_limit = r.ps_link_saturation_workers < r.ps_compute_saturation_workers ? "link" : "compute";
   for (int i = 0; i < c.draws; ++i) {
     const Draw d = simulate(k, c, c.seed * 7919ULL + static_cast<std::uint64_t>(i) + 1, true, &ideal);
     if (!d.finished) {
@@ -386,6 +431,7 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"ps_standby", standbys(c)},
       {"replica_interval", c.replica_interval},
       {"restart_seconds", c.restart_seconds},
+      {"notice_seconds", c.notice_seconds},
       {"takeover", c.takeover},
       {"takeover_seconds", c.takeover_seconds},
       {"draws", c.draws},
@@ -400,8 +446,13 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"lost_steps_mean_when_restarted", mean(lost_steps_of_restarted(r))},
       {"takeovers_mean", mean(r.takeovers)},
       {"probability_takeover", fraction_positive(r.takeovers)},
+      {"ps_link_gbit", ps_link_gbit_json(c)},
       {"ps_utilisation", r.ps_utilisation},
-      {"ps_saturation_workers", r.ps_saturation_workers},
+      {"ps_link_utilisation", r.ps_link_utilisation},
+      {"ps_saturation_workers", finite_or_null(r.ps_saturation_workers)},
+      {"ps_compute_saturation_workers", finite_or_null(r.ps_compute_saturation_workers)},
+      {"ps_link_saturation_workers", finite_or_null(r.ps_link_saturation_workers)},
+      {"ps_limit", c.num_ps > 0 ? nlohmann::ordered_json(r.ps_limit) : nlohmann::ordered_json()},
       {"unfinished_draws", r.unfinished},
       {"joins", c.joins}};
   if (c.per_draw)
@@ -422,6 +473,7 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
       << "; revocations: " << c.revocation_model << "; checkpoint every " << c.ckpt_every_steps << " steps"
       << (standbys(c) > 0 ? ", standby replica every " + std::to_string(c.replica_interval) + " updates" : "")
       << ", restart " << c.restart_seconds << " s"
+      << (c.notice_seconds > 0 ? ", notice " + number_text(c.notice_seconds) + " s" : std::string())
       << (c.takeover ? ", takeover in the job (ULFM) " + std::to_string(c.takeover_seconds).substr(0, 4) + " s" : std::string()) << "; "
       << c.draws << " draws (seed "
       << c.seed << "); evidence S (simulator)\n";
@@ -445,114 +497,15 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
     out << std::setprecision(1) << "  takeovers (the parameter server lost, its standby up): in "
         << 100 * fraction_positive(r.takeovers) << "% of runs, " << std::setprecision(2) << mean(r.takeovers)
         << " per run on average, each at most " << c.replica_interval << " updates lost\n";
-  if (c.num_ps > 0)
-    out << std::setprecision(1) << "  parameter server: busy " << 100 * r.ps_utilisation
-      << "% of the time without revocations; one shard saturates at about " << std::setprecision(0)
-      << r.ps_saturation_workers << " workers like these" << '\n';
+  if (c.num_ps > 0) out << saturation_line(c, r);
   if (r.unfinished > 0)
     out << "  " << r.unfinished << " of " << c.draws << " draws did not finish within " << kMaxRestarts
         << " restarts (left out above)\n";
   out << kAccuracyNote;
 }
 
-std::vector<PlanShape> search_plans(const PlanConfig& c) {
-  if (c.max_workers < 1) throw UsageError("--max-workers must be 1 or more");
-  const PriceTable prices = PriceTable::load(c.prices);
-  const DeviceTable table = c.devices.empty() ? DeviceTable::shipped() : DeviceTable::from_file(c.devices);
-  std::vector<std::string> types;  // every worker type with both a step time and a price
-  for (const auto& t : table.names())
-    if (t != c.ps_type && std::find(prices.types().begin(), prices.types().end(), t) != prices.types().end())
-      types.push_back(t);
-  if (types.empty()) throw UsageError("plan: no instance type has both a step time and a price to search");
-  std::vector<int> counts;
-  for (int n : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64})
-    if (n <= c.max_workers) counts.push_back(n);
-  if (counts.back() != c.max_workers && c.max_workers > 1) counts.push_back(c.max_workers);
-  std::vector<PlanShape> out;
-  for (const auto& type : types)
-    for (const char* pricing : {"transient", "on-demand"})
-      for (int n : counts)
-        for (int ps : n == 1 ? std::vector<int>{0, 1} : std::vector<int>{1, 2}) {  // one worker: also alone
-          PlanShape shape;
-          shape.cfg = c;
-          shape.cfg.workers = n;
-          shape.cfg.worker_types = type;
-          shape.cfg.pricing = pricing;
-          shape.cfg.num_ps = ps;
-          shape.cfg.worker_links.clear();
-          shape.result = run_plan(shape.cfg);
-          const auto& r = shape.result;
-          shape.meets = !r.seconds.empty() && r.unfinished == 0 &&
-                        (c.deadline_seconds < 0 || percentile(r.seconds, 0.9) <= c.deadline_seconds) &&
-                        (c.budget_usd < 0 || percentile(r.cost_usd, 0.9) <= c.budget_usd);
-          out.push_back(std::move(shape));
-        }
-  std::stable_sort(out.begin(), out.end(), [](const PlanShape& a, const PlanShape& b) {
-    if (a.meets != b.meets) return a.meets;
-    const double ca = a.result.cost_usd.empty() ? kNeverSeconds : percentile(a.result.cost_usd, 0.5);
-    const double cb = b.result.cost_usd.empty() ? kNeverSeconds : percentile(b.result.cost_usd, 0.5);
-    return ca < cb;
-  });
-  return out;
-}
-
-namespace {
-
-std::string shape_name(const PlanConfig& c) {
-  if (c.num_ps == 0) return "1 " + c.worker_types + " alone (" + c.pricing + ")";
-  return std::to_string(c.workers) + " x " + c.worker_types + " (" + c.pricing + ") + " + std::to_string(c.num_ps) +
-         " PS";
-}
-
-int search_command(const PlanConfig& c, std::ostream& out) {
-  const std::vector<PlanShape> shapes = search_plans(c);
-  const auto meeting = std::count_if(shapes.begin(), shapes.end(), [](const PlanShape& s) { return s.meets; });
-  if (c.json) {
-    nlohmann::ordered_json all = nlohmann::ordered_json::array();
-    for (const auto& s : shapes) {
-      nlohmann::ordered_json j = plan_json(s.cfg, s.result);
-      j["meets"] = s.meets;
-      all.push_back(std::move(j));
-    }
-    out << nlohmann::ordered_json{{"event", "plan_search"},
-                                  {"deadline_seconds", c.deadline_seconds < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.deadline_seconds)},
-                                  {"budget_usd", c.budget_usd < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.budget_usd)},
-                                  {"meeting", meeting},
-                                  {"shapes", all}}
-               .dump()
-        << '\n';
-    return 0;
-  }
-  out << "plan search: " << c.model << ", " << shapes.front().result.steps << " global steps of " << c.batch_size << "; deadline "
-      << (c.deadline_seconds < 0 ? std::string("none") : hours(c.deadline_seconds)) << ", budget "
-      << (c.budget_usd < 0 ? std::string("none") : dollars(c.budget_usd))
-      << " (both at the 90th percentile); parameter servers " << c.ps_type << " (" << c.ps_pricing << "); " << c.draws
-      << " draws per shape; evidence S\n"
-      << "  " << shapes.size() << " shapes tried, " << meeting << " meet both"
-      << (meeting ? "; the cheapest:" : ": none does; the closest, cheapest first:") << '\n';
-  out << "  " << std::left << std::setw(34) << "cluster" << std::right << std::setw(9) << "time" << std::setw(9)
-      << "p90" << std::setw(9) << "cost" << std::setw(9) << "p90" << std::setw(11) << "restarts" << '\n';
-  int shown = 0;
-  for (const auto& s : shapes) {
-    if (shown == 10 || (meeting && !s.meets)) break;
-    const auto& r = s.result;
-    if (r.seconds.empty()) continue;
-    std::ostringstream restarts;
-    restarts << std::fixed << std::setprecision(1) << 100 * fraction_positive(r.restarts) << '%';
-    out << "  " << std::left << std::setw(34) << shape_name(s.cfg) << std::right << std::setw(9)
-        << hours(percentile(r.seconds, 0.5)) << std::setw(9) << hours(percentile(r.seconds, 0.9)) << std::setw(9)
-        << dollars(percentile(r.cost_usd, 0.5)) << std::setw(9) << dollars(percentile(r.cost_usd, 0.9))
-        << std::setw(11) << restarts.str() << '\n';
-    ++shown;
-  }
-  out << kAccuracyNote;
-  return meeting ? 0 : 1;
-}
-
-}  // namespace
-
 int plan_command(const PlanConfig& c, std::ostream& out) {
-  if (c.deadline_seconds >= 0 || c.budget_usd >= 0) return search_command(c, out);
+  if (c.deadline_seconds >= 0 || c.budget_usd >= 0) return plan_search_command(c, out);
   const PlanResult r = run_plan(c);
   if (c.json)
     out << plan_json(c, r).dump() << '\n';

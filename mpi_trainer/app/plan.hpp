@@ -36,6 +36,7 @@ struct PlanConfig {
   std::string prices;                    // price table file; empty: the paper's Table II
   std::string devices;                   // device table file; empty: the shipped one
   std::string worker_links;
+  std::string ps_link;                   // each shard's link (parse_ps_link); empty: the default
   double ps_update_seconds = -1;         // < 0: default_ps_update_seconds(model)
   std::string revocation_model = "gce";  // gce, a table file, or none
   double failure_timeout = 1.5;
@@ -46,6 +47,11 @@ struct PlanConfig {
   int ps_standby = -1;
   std::int64_t replica_interval = 10;
   double restart_seconds = 120;
+  // The cloud's warning before it reclaims a server (GCE and Azure Spot: 30 s, AWS Spot: 120 s;
+  // 0: none acted on, as the paper's TensorFlow). A worker warned at least a step ahead pushes
+  // that step and leaves (nothing lost, nothing to detect); a parameter server warned at least
+  // kNoticeCheckpointSeconds ahead checkpoints first (its restart loses nothing).
+  double notice_seconds = 0;
   // A ULFM build (train's takeover, docs/fault-model.md): a lost parameter server whose standby
   // outlives it is taken over in the job: --replica-interval updates lost at most, and
   // takeover_seconds (measured: bench/ps_takeover.sh) instead of a restart. Modelled as a new
@@ -65,6 +71,11 @@ struct PlanConfig {
   int max_workers = 16;  // the largest worker count the search tries
 };
 
+// The warning a parameter server needs to write its checkpoint before it is reclaimed: measured
+// 0.10-0.16 s from the notice to a durable resnet32 checkpoint (docs/fault-model.md, "Measured"),
+// 3.38 s for a 16 MB one to cloud storage (CM-DARE); 5 s covers both.
+inline constexpr double kNoticeCheckpointSeconds = 5;
+
 // One configuration's prediction.
 struct PlanResult {
   // What was planned, as checked and resolved (the report and the JSON say it).
@@ -80,7 +91,11 @@ struct PlanResult {
   std::vector<double> first_attempt_seconds;
   std::vector<std::vector<double>> worker_ends;
   double ps_utilisation = 0;   // the parameter server's busy fraction without revocations
-  double ps_saturation_workers = 0;  // workers of this type at which one shard is always busy
+  double ps_link_utilisation = 0;  // its busiest shard link's busiest direction's, likewise
+  // Workers like these at which the parameter servers are always busy: updating (compute) or
+  // carrying pushes and replies (link), and the lower of the two (kNeverSeconds: never).
+  double ps_compute_saturation_workers = 0, ps_link_saturation_workers = 0, ps_saturation_workers = 0;
+  std::string ps_limit;        // "compute" or "link": which saturates first
   int unfinished = 0;          // draws that needed more than the restart limit
 };
 
@@ -92,8 +107,10 @@ struct PlanShape {
   PlanResult result;
   bool meets = false;  // p90 time within the deadline and p90 cost within the budget
 };
-// Every shape tried, the ones meeting both first, cheapest (median cost) first.
+// Every shape tried, the ones meeting both first, cheapest (median cost) first (app/plan_search).
 std::vector<PlanShape> search_plans(const PlanConfig& cfg);
+// `mpi_trainer plan --deadline/--budget`: prints the search (or its JSON); 1 when no shape meets both.
+int plan_search_command(const PlanConfig& cfg, std::ostream& out);
 nlohmann::ordered_json plan_json(const PlanConfig& cfg, const PlanResult& r);
 // The human-readable report.
 void print_plan(const PlanConfig& cfg, const PlanResult& r, std::ostream& out);

@@ -116,10 +116,11 @@ std::vector<std::string> worker_types(const TrainConfig& cfg, const PriceTable& 
       throw UsageError("--worker-types lists " + std::to_string(types.size()) + " types for " +
                        std::to_string(workers) + " workers; give one per worker, in rank order");
   }
+  const bool transient = cfg.pricing == "transient";
   for (const auto& t : types)
-    prices.at(t);
-  prices.at(cfg.ps_type);
-  if (cfg.max_workers > 0) prices.at(cfg.instance_type);  // joined workers are billed at it
+    prices.per_hour(t, transient);
+  prices.per_hour(cfg.ps_type, cfg.ps_pricing == "transient");
+  if (cfg.max_workers > 0) prices.per_hour(cfg.instance_type, transient);  // joined workers are billed at it
   return types;
 }
 
@@ -154,7 +155,7 @@ RunSetup prepare_run(const TrainConfig& cfg) {
     throw UsageError("--ps-pricing must be on-demand or transient, not '" + cfg.ps_pricing + "'");
   // Prices and instance types are checked before any work.
   r.prices = PriceTable::load(cfg.prices);
-  if (cfg.worker_types.empty()) r.prices.at(cfg.instance_type);  // else checked per worker
+  if (cfg.worker_types.empty()) r.prices.per_hour(cfg.instance_type, r.transient);  // else checked per worker
   r.device = resolve_device(cfg.device);
   const int cores = usable_cores();
   r.threads = cfg.threads > 0 ? cfg.threads : cores;

@@ -63,7 +63,7 @@ TrainConfig resolved(const TrainConfig& cfg) {
 std::vector<std::string> all_types(const TrainConfig& c, const RunSetup& setup, const std::vector<VirtualJoin>& joins) {
   std::vector<std::string> types = worker_types(c, setup.prices, c.virtual_workers);
   for (const auto& j : joins) {
-    setup.prices.at(j.type);
+    setup.prices.per_hour(j.type, setup.transient);
     types.push_back(j.type);
   }
   return types;
@@ -205,6 +205,8 @@ ClusterSim VirtualRun::make_sim() {
   SimOptions sim_options;
   sim_options.update_seconds = update_seconds_;
   sim_options.message_bytes = message_bytes_;
+  sim_options.ps_link = parse_ps_link(c_.ps_link);
+  sim_options.shard_bytes = {message_bytes_};
   sim_options.failure_timeout = c_.failure_timeout;
   sim_options.seed = c_.seed;
   if (!c_.revocation_model.empty()) sim_options.lifetimes = lifetimes_by_type_;
@@ -234,6 +236,10 @@ void VirtualRun::write_config() {
   for (const auto& w : sim_.workers())
     config["worker_links_seconds"].push_back(w.link.seconds(message_bytes_));
   config["ps_update_seconds"] = update_seconds_;
+  if (const auto link = parse_ps_link(c_.ps_link))
+    config["ps_link_gbit"] = link->gbit_per_s;
+  else
+    config["ps_link_gbit"] = nullptr;
   config["failure_timeout"] = c_.failure_timeout;
   config["revoke"] = c_.revoke;
   config["revocation_model"] = c_.revocation_model;

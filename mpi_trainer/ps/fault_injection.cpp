@@ -164,10 +164,11 @@ RevocationModel RevocationModel::load(const std::string& name_or_file, const std
   if (name == "gce-k80") return parse(kGceK80RevocationCsv, "gce-k80 (built in: ps/revocation_gce_k80.csv)");
   if (name == "gce-p100") return parse(kGceP100RevocationCsv, "gce-p100 (built in: ps/revocation_gce_p100.csv)");
   if (name == "gce-v100") return parse(kGceV100RevocationCsv, "gce-v100 (built in: ps/revocation_gce_v100.csv)");
+  if (name == "aws-v100") return parse(kAwsV100RevocationCsv, "aws-v100 (built in: ps/revocation_aws_v100.csv)");
   std::ifstream in(name_or_file);
   if (!in)
-    throw DataError(name_or_file +
-                    ": cannot open the revocation model (give gce, gce-k80, gce-p100, gce-v100 or a table file)");
+    throw DataError(name_or_file + ": cannot open the revocation model (give gce, gce-k80, gce-p100, gce-v100, "
+                                   "aws-v100 or a table file)");
   std::stringstream text;
   text << in.rdbuf();
   return parse(text.str(), name_or_file);

@@ -1,0 +1,129 @@
+// `mpi_trainer plan --deadline/--budget`: every cluster shape tried, the cheapest meeting both first.
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "app/cluster_sim.hpp"
+#include "app/cost.hpp"
+#include "app/emulation.hpp"
+#include "app/plan.hpp"
+#include "app/plan_format.hpp"
+#include "core/error.hpp"
+
+namespace mt {
+
+using namespace plan_format;
+
+namespace {
+
+// The search tries 1 and 2 shards, then 4 and 8 while the parameter servers saturate below the
+// worker count.
+constexpr int kMaxSearchShards = 8;
+
+}  // namespace
+
+std::vector<PlanShape> search_plans(const PlanConfig& c) {
+  if (c.max_workers < 1) throw UsageError("--max-workers must be 1 or more");
+  const PriceTable prices = PriceTable::load(c.prices);
+  const DeviceTable table = c.devices.empty() ? DeviceTable::shipped() : DeviceTable::from_file(c.devices);
+  std::vector<std::string> types;  // every worker type with both a step time and a price
+  const std::vector<std::string> priced = prices.types();
+  for (const auto& t : table.names())
+    if (t != c.ps_type && std::find(priced.begin(), priced.end(), t) != priced.end()) types.push_back(t);
+  if (types.empty()) throw UsageError("plan: no instance type has both a step time and a price to search");
+  std::vector<int> counts;
+  for (int n : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64})
+    if (n <= c.max_workers) counts.push_back(n);
+  if (counts.back() != c.max_workers && c.max_workers > 1) counts.push_back(c.max_workers);
+  std::vector<PlanShape> out;
+  for (const auto& type : types)
+    for (const char* pricing : {"transient", "on-demand"})
+      for (int n : counts) {
+        const InstancePrice& p = prices.at(type);
+        if (!std::isfinite(std::string(pricing) == "transient" ? p.transient : p.on_demand)) break;  // not offered so
+        for (int ps = n == 1 ? 0 : 1; ps <= 2 || (ps <= kMaxSearchShards &&
+                                                  out.back().result.ps_saturation_workers < n);
+             ps = ps < 2 ? ps + 1 : ps * 2) {  // one worker: also alone; more shards while they saturate
+          if (n == 1 && ps == 2) break;
+          PlanShape shape;
+          shape.cfg = c;
+          shape.cfg.workers = n;
+          shape.cfg.worker_types = type;
+          shape.cfg.pricing = pricing;
+          shape.cfg.num_ps = ps;
+          shape.cfg.worker_links.clear();
+          shape.result = run_plan(shape.cfg);
+          const auto& r = shape.result;
+          shape.meets = !r.seconds.empty() && r.unfinished == 0 &&
+                        (c.deadline_seconds < 0 || percentile(r.seconds, 0.9) <= c.deadline_seconds) &&
+                        (c.budget_usd < 0 || percentile(r.cost_usd, 0.9) <= c.budget_usd);
+          out.push_back(std::move(shape));
+        }
+      }
+  std::stable_sort(out.begin(), out.end(), [](const PlanShape& a, const PlanShape& b) {
+    if (a.meets != b.meets) return a.meets;
+    const double ca = a.result.cost_usd.empty() ? kNeverSeconds : percentile(a.result.cost_usd, 0.5);
+    const double cb = b.result.cost_usd.empty() ? kNeverSeconds : percentile(b.result.cost_usd, 0.5);
+    return ca < cb;
+  });
+  return out;
+}
+
+namespace {
+
+std::string shape_name(const PlanConfig& c) {
+  if (c.num_ps == 0) return "1 " + c.worker_types + " alone (" + c.pricing + ")";
+  return std::to_string(c.workers) + " x " + c.worker_types + " (" + c.pricing + ") + " + std::to_string(c.num_ps) +
+         " PS";
+}
+
+}  // namespace
+
+int plan_search_command(const PlanConfig& c, std::ostream& out) {
+  const std::vector<PlanShape> shapes = search_plans(c);
+  const auto meeting = std::count_if(shapes.begin(), shapes.end(), [](const PlanShape& s) { return s.meets; });
+  if (c.json) {
+    nlohmann::ordered_json all = nlohmann::ordered_json::array();
+    for (const auto& s : shapes) {
+      nlohmann::ordered_json j = plan_json(s.cfg, s.result);
+      j["meets"] = s.meets;
+      all.push_back(std::move(j));
+    }
+    out << nlohmann::ordered_json{{"event", "plan_search"},
+                                  {"deadline_seconds", c.deadline_seconds < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.deadline_seconds)},
+                                  {"budget_usd", c.budget_usd < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.budget_usd)},
+                                  {"meeting", meeting},
+                                  {"shapes", all}}
+               .dump()
+        << '\n';
+    return 0;
+  }
+  out << "plan search: " << c.model << ", " << shapes.front().result.steps << " global steps of " << c.batch_size << "; deadline "
+      << (c.deadline_seconds < 0 ? std::string("none") : hours(c.deadline_seconds)) << ", budget "
+      << (c.budget_usd < 0 ? std::string("none") : dollars(c.budget_usd))
+      << " (both at the 90th percentile); parameter servers " << c.ps_type << " (" << c.ps_pricing << "); " << c.draws
+      << " draws per shape; evidence S\n"
+      << "  " << shapes.size() << " shapes tried, " << meeting << " meet both"
+      << (meeting ? "; the cheapest:" : ": none does; the closest, cheapest first:") << '\n';
+  out << "  " << std::left << std::setw(34) << "cluster" << std::right << std::setw(9) << "time" << std::setw(9)
+      << "p90" << std::setw(9) << "cost" << std::setw(9) << "p90" << std::setw(11) << "restarts" << '\n';
+  int shown = 0;
+  for (const auto& s : shapes) {
+    if (shown == 10 || (meeting && !s.meets)) break;
+    const auto& r = s.result;
+    if (r.seconds.empty()) continue;
+    std::ostringstream restarts;
+    restarts << std::fixed << std::setprecision(1) << 100 * fraction_positive(r.restarts) << '%';
+    out << "  " << std::left << std::setw(34) << shape_name(s.cfg) << std::right << std::setw(9)
+        << hours(percentile(r.seconds, 0.5)) << std::setw(9) << hours(percentile(r.seconds, 0.9)) << std::setw(9)
+        << dollars(percentile(r.cost_usd, 0.5)) << std::setw(9) << dollars(percentile(r.cost_usd, 0.9))
+        << std::setw(11) << restarts.str() << '\n';
+    ++shown;
+  }
+  out << kAccuracyNote;
+  return meeting ? 0 : 1;
+}
+
+}  // namespace mt
