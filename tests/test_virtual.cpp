@@ -247,7 +247,7 @@ TEST_CASE("a shard's link is shared: one direction at a time per message, first 
   CHECK(seconds_per_step(4, 1000, 2e6) == Approx(0.002).epsilon(0.005));
 }
 
-TEST_CASE("--ps-link and each shard's bytes, as the partition splits them", "[unit][virtual]") {
+TEST_CASE("the shard link flag (--ps-link) and each shard's bytes, as the partition splits them", "[unit][virtual]") {
   const auto dflt = mt::parse_ps_link("");
   REQUIRE(dflt);
   CHECK(dflt->gbit_per_s == mt::kDefaultPsLinkGbit);
