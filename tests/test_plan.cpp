@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "app/accuracy_table.hpp"
 #include "app/cluster_sim.hpp"
 #include "app/plan.hpp"
 #include "core/error.hpp"
@@ -309,4 +310,41 @@ TEST_CASE("mpi_trainer calibrate writes a device table that plan and --emulate-d
   CHECK(Json::parse(p.output)["seconds"]["mean"].get<double>() == Approx(100 * step).epsilon(0.1));
   CHECK(run("calibrate --name 'a b'").code == mt::kExitUsage);
   CHECK(run("calibrate --steps 1").code == mt::kExitUsage);
+}
+
+TEST_CASE("plan's accuracy line: the measured cost of asynchrony for its shape, or what was measured", "[unit][plan]") {
+  // app/accuracy_measured.csv, from bench/README.md's "Speed-up" tables.
+  const auto rows = mt::measured_accuracy();
+  REQUIRE(rows.size() == 7);
+  for (const auto& m : rows) {
+    CHECK(m.seeds == 3);
+    CHECK(m.sd_points < 1);
+  }
+  const auto four = mt::accuracy_for("resnet8", 20, 4);
+  REQUIRE(four);
+  CHECK(four->delta_points == Approx(-0.17));
+  CHECK(mt::accuracy_for("resnet8", 20.5, 8)->delta_points == Approx(-0.41));  // within 5% of 20 epochs
+  CHECK_FALSE(mt::accuracy_for("resnet8", 5, 8));                              // measured before --momentum auto
+  CHECK_FALSE(mt::accuracy_for("resnet32", 20, 4));
+  // As a user runs it: 20 epochs of Fashion-MNIST (60,000 images) at batch 128 = 9,375 steps.
+  const auto measured = run("plan --model resnet8 --epochs 20 --train-images 60000 --workers 4 --draws 3");
+  REQUIRE(measured.code == 0);
+  CHECK(contains(measured.output, "accuracy: -0.17 points against one worker (sd 0.19, 3 seeds; one worker 92.56%)"));
+  const auto other = run("plan --workers 4 --draws 3");
+  REQUIRE(other.code == 0);
+  CHECK(contains(other.output, "accuracy: not measured for resnet32 over 163.8 epochs with 4 workers"));
+  const auto json = Json::parse(run("plan --model resnet8 --epochs 10 --train-images 60000 --workers 2 --draws 3 --json").output);
+  CHECK(json["accuracy"]["delta_points"].get<double>() == Approx(0.06));
+  CHECK(json["accuracy"]["evidence"] == "E");
+  CHECK(Json::parse(run("plan --workers 4 --draws 3 --json").output)["accuracy"].is_null());
+  const std::string shape_flags = "plan --model resnet8 --epochs 20 --train-images 60000 --deadline 10h --draws 3 --max-workers 4";
+  CHECK(contains(run(shape_flags).output, "acc."));
+  int four_workers = 0;
+  const Json shapes = Json::parse(run(shape_flags + " --json").output)["shapes"];
+  for (const auto& s : shapes)
+    if (s["workers"] == 4 && s["num_ps"] == 1) {
+      ++four_workers;
+      CHECK(s["accuracy"]["delta_points"].get<double>() == Approx(-0.17));
+    }
+  CHECK(four_workers > 0);
 }

@@ -5,7 +5,7 @@
 #include <limits>
 #include <sstream>
 
-#include "app/prices_builtin.hpp"
+#include "app/tables_builtin.hpp"
 #include "app/table_file.hpp"
 #include "core/error.hpp"
 

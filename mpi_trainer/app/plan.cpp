@@ -8,6 +8,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "app/accuracy_table.hpp"
 #include "app/cluster_sim.hpp"
 #include "app/cost.hpp"
 #include "app/emulation.hpp"
@@ -292,6 +293,16 @@ std::string number_text(double v) {
 }
 
 
+// The measured cost of asynchrony for this shape (app/accuracy_table), or null.
+nlohmann::ordered_json accuracy_json(const PlanConfig& c, const PlanResult& r) {
+  if (!c.joins.empty() || c.num_ps == 0) return nullptr;
+  const auto m = accuracy_for(c.model, plan_epochs(r.steps, c.batch_size, c.train_images), c.workers);
+  if (!m) return nullptr;
+  return {{"delta_points", m->delta_points}, {"sd_points", m->sd_points},        {"seeds", m->seeds},
+          {"one_worker_percent", m->one_worker_percent}, {"data", m->data}, {"evidence", "E"},
+          {"source", "bench/README.md, Speed-up (app/accuracy_measured.csv)"}};
+}
+
 nlohmann::ordered_json finite_or_null(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
 }
@@ -454,6 +465,7 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"ps_link_saturation_workers", finite_or_null(r.ps_link_saturation_workers)},
       {"ps_limit", c.num_ps > 0 ? nlohmann::ordered_json(r.ps_limit) : nlohmann::ordered_json()},
       {"unfinished_draws", r.unfinished},
+      {"accuracy", accuracy_json(c, r)},
       {"joins", c.joins}};
   if (c.per_draw)
     out["per_draw"] = {{"seconds", r.seconds}, {"cost_usd", r.cost_usd}, {"revocations", r.revocations},
@@ -501,7 +513,11 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
   if (r.unfinished > 0)
     out << "  " << r.unfinished << " of " << c.draws << " draws did not finish within " << kMaxRestarts
         << " restarts (left out above)\n";
-  out << kAccuracyNote;
+  if (!c.joins.empty())
+    out << "  accuracy: not measured for clusters that grow (--joins); bench/README.md, \"Speed-up\", has the "
+           "paper's Fig. 5 schedule\n";
+  else
+    out << accuracy_line(c.model, plan_epochs(r.steps, c.batch_size, c.train_images), c.num_ps == 0 ? 1 : c.workers);
 }
 
 int plan_command(const PlanConfig& c, std::ostream& out) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <iomanip>
 #include <sstream>
 #include <string>
@@ -11,9 +12,10 @@
 
 namespace mt::plan_format {
 
-inline constexpr const char* kAccuracyNote =
-    "  (time to the global steps: what asynchrony costs in accuracy with more workers is not in the plan; "
-    "measured in bench/README.md, \"Speed-up\", and by train --virtual-workers)\n";
+// The epochs a plan's global steps make.
+inline double plan_epochs(std::int64_t steps, std::int64_t batch_size, std::int64_t train_images) {
+  return double(steps) * double(batch_size) / double(std::max<std::int64_t>(train_images, 1));
+}
 
 inline double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;

@@ -5,6 +5,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "app/accuracy_table.hpp"
 #include "app/cluster_sim.hpp"
 #include "app/cost.hpp"
 #include "app/emulation.hpp"
@@ -108,21 +109,30 @@ int plan_search_command(const PlanConfig& c, std::ostream& out) {
       << "  " << shapes.size() << " shapes tried, " << meeting << " meet both"
       << (meeting ? "; the cheapest:" : ": none does; the closest, cheapest first:") << '\n';
   out << "  " << std::left << std::setw(34) << "cluster" << std::right << std::setw(9) << "time" << std::setw(9)
-      << "p90" << std::setw(9) << "cost" << std::setw(9) << "p90" << std::setw(11) << "restarts" << '\n';
+      << "p90" << std::setw(9) << "cost" << std::setw(9) << "p90" << std::setw(11) << "restarts" << std::setw(8)
+      << "acc." << '\n';
   int shown = 0;
   for (const auto& s : shapes) {
     if (shown == 10 || (meeting && !s.meets)) break;
     const auto& r = s.result;
     if (r.seconds.empty()) continue;
-    std::ostringstream restarts;
+    std::ostringstream restarts, accuracy;
     restarts << std::fixed << std::setprecision(1) << 100 * fraction_positive(r.restarts) << '%';
+    const int workers = s.cfg.num_ps == 0 ? 1 : s.cfg.workers;
+    if (workers == 1)
+      accuracy << "ref.";
+    else if (const auto m = accuracy_for(c.model, plan_epochs(r.steps, c.batch_size, c.train_images), workers))
+      accuracy << std::fixed << std::showpos << std::setprecision(2) << m->delta_points;
+    else
+      accuracy << '?';
     out << "  " << std::left << std::setw(34) << shape_name(s.cfg) << std::right << std::setw(9)
         << hours(percentile(r.seconds, 0.5)) << std::setw(9) << hours(percentile(r.seconds, 0.9)) << std::setw(9)
         << dollars(percentile(r.cost_usd, 0.5)) << std::setw(9) << dollars(percentile(r.cost_usd, 0.9))
-        << std::setw(11) << restarts.str() << '\n';
+        << std::setw(11) << restarts.str() << std::setw(8) << accuracy.str() << '\n';
     ++shown;
   }
-  out << kAccuracyNote;
+  out << "  acc.: final test accuracy against one worker, points, where measured for the shape (--model, "
+         "--epochs, workers; bench/README.md, \"Speed-up\"); ?: not measured\n";
   return meeting ? 0 : 1;
 }
 
