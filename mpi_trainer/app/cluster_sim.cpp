@@ -145,30 +145,30 @@ void ClusterSim::next_step(SimWorker& w, double at) {
     w.arrival = at + w.link.seconds(opt_.message_bytes) + w.last_step_seconds + w.link.seconds(opt_.message_bytes);
     return;
   }
-  // Each shard sends its part when its link is free (replies leave in the order they are made);
-  // the parameters are in once every part came through both links.
-  double in = at + w.link.seconds(opt_.message_bytes);
-  for (std::size_t s = 0; s < out_free_.size(); ++s) {
-    const double wire = opt_.ps_link->seconds(opt_.shard_bytes[s]) - opt_.ps_link->latency_seconds;
-    out_free_[s] = std::max(at, out_free_[s]) + wire;
-    out_busy_[s] += wire;
-    in = std::max(in, out_free_[s] + opt_.ps_link->latency_seconds);
-  }
-  w.send_at = in + w.last_step_seconds;
+  // Each shard sends its part when its link is free (replies leave in the order they are made).
+  w.send_at = through_shard_links(w, at, out_free_, out_busy_) + w.last_step_seconds;
   w.arrival = kNeverSeconds;
+}
+
+// A message between worker `w` and every shard, begun at `at`, one direction: each shard's part
+// takes its turn on that direction of the shard's link (`free`: when each is free, `busy`: its
+// time carrying bytes); it is through once every part came through both links.
+double ClusterSim::through_shard_links(const SimWorker& w, double at, std::vector<double>& free,
+                                       std::vector<double>& busy) const {
+  double done = at + w.link.seconds(opt_.message_bytes);
+  for (std::size_t s = 0; s < free.size(); ++s) {
+    const double wire = opt_.ps_link->seconds(opt_.shard_bytes[s]) - opt_.ps_link->latency_seconds;
+    free[s] = std::max(at, free[s]) + wire;
+    busy[s] += wire;
+    done = std::max(done, free[s] + opt_.ps_link->latency_seconds);
+  }
+  return done;
 }
 
 // A push starts up at send_at: each part takes its turn on its shard's inbound link, in the order
 // the pushes were sent; it has arrived once every part came through both links.
 void ClusterSim::upload(SimWorker& w) {
-  double arrival = w.send_at + w.link.seconds(opt_.message_bytes);
-  for (std::size_t s = 0; s < in_free_.size(); ++s) {
-    const double wire = opt_.ps_link->seconds(opt_.shard_bytes[s]) - opt_.ps_link->latency_seconds;
-    in_free_[s] = std::max(w.send_at, in_free_[s]) + wire;
-    in_busy_[s] += wire;
-    arrival = std::max(arrival, in_free_[s] + opt_.ps_link->latency_seconds);
-  }
-  w.arrival = arrival;
+  w.arrival = through_shard_links(w, w.send_at, in_free_, in_busy_);
   w.send_at = kNeverSeconds;
 }
 

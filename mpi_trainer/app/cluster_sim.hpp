@@ -163,6 +163,7 @@ class ClusterSim {
   Event pick() const;
   void settle_sends();
   void upload(SimWorker& w);
+  double through_shard_links(const SimWorker& w, double at, std::vector<double>& free, std::vector<double>& busy) const;
   void start(std::size_t who, double at);
   void kill(SimWorker& w, double at, const std::string& why);
   void next_step(SimWorker& w, double at);

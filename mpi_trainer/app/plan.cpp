@@ -307,11 +307,6 @@ nlohmann::ordered_json finite_or_null(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
 }
 
-nlohmann::ordered_json ps_link_gbit_json(const PlanConfig& c) {
-  const std::optional<Link> link = c.num_ps > 0 ? parse_ps_link(c.ps_link) : std::nullopt;
-  return link ? nlohmann::ordered_json(link->gbit_per_s) : nlohmann::ordered_json();
-}
-
 // "  parameter server: busy 12.3% of the time (its link 4.5%) without revocations; ..."
 std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
   const auto count = [](double n) {
@@ -323,11 +318,10 @@ std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
     return s.str();
   };
   const std::string shards = c.num_ps > 1 ? std::to_string(c.num_ps) + " shards" : "one shard";
-  const std::optional<Link> link = parse_ps_link(c.ps_link);
   std::ostringstream s;
   s << std::fixed << std::setprecision(1) << "  parameter server: busy " << 100 * r.ps_utilisation << "% of the time";
-  if (link)
-    s << ", its link (" << std::setprecision(0) << link->gbit_per_s << " Gbit/s each way per shard) "
+  if (r.ps_link_gbit > 0)
+    s << ", its link (" << std::setprecision(0) << r.ps_link_gbit << " Gbit/s each way per shard) "
       << std::setprecision(1) << 100 * r.ps_link_utilisation << "%";
   s << ", without revocations\n  " << shards << " saturate" << (c.num_ps > 1 ? "" : "s") << " at "
     << count(r.ps_saturation_workers) << " workers like these";
@@ -335,7 +329,8 @@ std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
     if (r.ps_limit == "link")
       s << ": the link first (updates at " << count(r.ps_compute_saturation_workers) << ")";
     else
-      s << ": updates first" << (link ? " (the link at " + count(r.ps_link_saturation_workers) + ")" : std::string());
+      s << ": updates first"
+        << (r.ps_link_gbit > 0 ? " (the link at " + count(r.ps_link_saturation_workers) + ")" : std::string());
   }
   s << '\n';
   // Near the limit, more workers add little: say what moves it.
@@ -381,6 +376,7 @@ PlanResult run_plan(const PlanConfig& c) {
   r.ideal_seconds = ideal.seconds;
   r.ps_utilisation = ideal.seconds > 0 ? ideal.ps_busy / ideal.seconds : 0;
   r.ps_link_utilisation = ideal.seconds > 0 ? ideal.ps_link_busy / ideal.seconds : 0;
+  r.ps_link_gbit = k.ps_link ? k.ps_link->gbit_per_s : 0;
   // The parameter servers are always busy when the workers' pushes per second reach 1 / (a
   // shard's time per update), or 1 / (the busiest shard link's time per message) in either
   // direction, with each worker's exchange unhindered (its step and its own link both ways).
@@ -457,7 +453,7 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"lost_steps_mean_when_restarted", mean(lost_steps_of_restarted(r))},
       {"takeovers_mean", mean(r.takeovers)},
       {"probability_takeover", fraction_positive(r.takeovers)},
-      {"ps_link_gbit", ps_link_gbit_json(c)},
+      {"ps_link_gbit", r.ps_link_gbit > 0 ? nlohmann::ordered_json(r.ps_link_gbit) : nlohmann::ordered_json()},
       {"ps_utilisation", r.ps_utilisation},
       {"ps_link_utilisation", r.ps_link_utilisation},
       {"ps_saturation_workers", finite_or_null(r.ps_saturation_workers)},

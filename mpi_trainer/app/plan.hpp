@@ -92,6 +92,7 @@ struct PlanResult {
   std::vector<std::vector<double>> worker_ends;
   double ps_utilisation = 0;   // the parameter server's busy fraction without revocations
   double ps_link_utilisation = 0;  // its busiest shard link's busiest direction's, likewise
+  double ps_link_gbit = 0;         // each shard's link as resolved from --ps-link; 0: not modelled
   // Workers like these at which the parameter servers are always busy: updating (compute) or
   // carrying pushes and replies (link), and the lower of the two (kNeverSeconds: never).
   double ps_compute_saturation_workers = 0, ps_link_saturation_workers = 0, ps_saturation_workers = 0;
