@@ -77,3 +77,23 @@ bench_env() {
   dir=$(mktemp -d)
   trap 'rm -rf "$dir"' EXIT
 }
+
+# bench_trainer_runs RUNS JOBS PREFIX FLAGS...: each line of the file RUNS, "NAME SEED ARGS...", is
+# one `$trainer train ARGS FLAGS --metrics $out/NAME.SEED.jsonl` (its output in $out/NAME.SEED.txt),
+# JOBS at a time; a run whose metrics already end with a summary is not run again (a measurement
+# can be resumed or given more seeds). PREFIX names the script in its messages.
+bench_trainer_runs() {
+  local runs=$1 jobs=$2
+  export _bench_prefix=$3 trainer out
+  shift 3
+  export -f _bench_run_one
+  xargs -P "$jobs" -L 1 bash -c '_bench_run_one "$@" '"${*@Q}" _ <"$runs"
+}
+_bench_run_one() {
+  local name=$1 seed=$2
+  shift 2
+  [[ -s $out/$name.$seed.jsonl && $(tail -1 "$out/$name.$seed.jsonl") == *'"summary"'* ]] && return 0
+  OMP_WAIT_POLICY=passive "$trainer" train "$@" --metrics "$out/$name.$seed.jsonl" >"$out/$name.$seed.txt" 2>&1 ||
+    { echo "$_bench_prefix: $name $seed failed:" >&2; tail -5 "$out/$name.$seed.txt" >&2; return 1; }
+  echo "  done $name $seed"
+}

@@ -4,6 +4,9 @@
 # both see the same machine state; the table shows medians and new/old.
 #   bench/ps_ab.sh OLD_PS_BENCH NEW_PS_BENCH [--rounds 4] [--steps 10000] [--model resnet32]
 #                  [--configs "4/1/shm 8/1/shm 4/2/shm 4/1/messages 8/1/messages"]  (workers/shards/transport)
+#                  [--old-flags "..."] [--new-flags "..."]  (more ps_bench flags for each side)
+# One binary against itself with other flags, e.g. bf16 pushes against fp32:
+#   bench/ps_ab.sh build/release/bench/ps_bench build/release/bench/ps_bench --new-flags "--push-precision bf16"
 # Runs shorter than a few seconds are too noisy here to show a few percent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,13 +17,16 @@ bench_opt --rounds rounds 4
 bench_opt --steps steps 10000
 bench_opt --model model resnet32
 bench_opt --configs configs "4/1/shm 8/1/shm 4/2/shm 4/1/messages 8/1/messages"
-bench_parse "OLD_PS_BENCH NEW_PS_BENCH [--rounds R] [--steps N] [--model M] [--configs LIST]" "$@"
+bench_opt --old-flags old_flags ""
+bench_opt --new-flags new_flags ""
+bench_parse "OLD_PS_BENCH NEW_PS_BENCH [--rounds R] [--steps N] [--model M] [--configs LIST] [--old-flags F] [--new-flags F]" "$@"
 old=$(realpath "$old") new=$(realpath "$new")
 bench_env
 out=$dir/results.jsonl
 run() {  # which binary workers shards shm
-  local bin=$old; [[ $1 == new ]] && bin=$new
-  mpirun -np $(($2 + $3)) --oversubscribe -x MT_PS_SHM=$4 "$bin" --model "$model" --num-ps "$3" --steps "$steps" |
+  local bin=$old flags=$old_flags; [[ $1 == new ]] && bin=$new flags=$new_flags
+  # shellcheck disable=SC2086 # the flags are words
+  mpirun -np $(($2 + $3)) --oversubscribe -x MT_PS_SHM=$4 "$bin" --model "$model" --num-ps "$3" --steps "$steps" $flags |
     grep '^{' | sed "s/^{/{\"build\": \"$1\", \"transport\": \"$([[ $4 == 1 ]] && echo shm || echo messages)\", /" >>"$out"
 }
 for cfg in $configs; do

@@ -1,10 +1,13 @@
 // Parameter-server throughput against its bound, measured in one MPI job.
 //
 //   mpirun -np 1+W [--oversubscribe] ps_bench [--num-ps S] [--model resnet32] [--steps N]
+//                                             [--push-precision fp32|bf16]
 //
 // 1. The bound: rank 0 and rank S time a round trip of the whole model (the worker sends the
 //    gradients, rank 0 answers with the parameters, each one MPI message with our header), and
 //    rank 0 times one optimizer update of the whole model. bound = 1 / (round trip + update).
+//    Under bf16 the round trip's messages have the bf16 size; the update is the fp32 one (the
+//    conversions are what the real run below adds).
 // 2. The real parameter server (mpi_trainer's own code) with S shards and W workers pushing a
 //    fixed, precomputed gradient as fast as they are answered (`--synthetic-gradients`).
 // Rank 0 prints one JSON line: updates/s achieved, the bound and their ratio.
@@ -25,6 +28,7 @@
 #include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "ps/mpi_env.hpp"
+#include "ps/precision.hpp"
 #include "ps/protocol.hpp"
 #include "nn/resnet.hpp"
 
@@ -55,6 +59,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--momentum-correction", cfg.momentum_correction, "The update policy's momentum (the trainer's flag)")
       ->capture_default_str();
+  app.add_option("--push-precision", cfg.push_precision, "The values on the wire (the trainer's flag)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -63,10 +70,11 @@ int main(int argc, char** argv) {
     if (workers < 1) throw UsageError("needs at least one worker rank beside --num-ps");
     const Model model(parse_model(cfg.model));
     const std::int64_t p = model.param_count();
+    const PushPrecision precision = parse_push_precision(cfg.push_precision);
 
     // 1. The bound, between rank 0 and the first worker, everyone else waiting.
     std::vector<double> rtt, upd;
-    std::vector<float> out(static_cast<std::size_t>(kHeaderFloats + p), 0.5f), in(out.size());
+    std::vector<float> out(static_cast<std::size_t>(kHeaderFloats + wire_floats(precision, p)), 0.5f), in(out.size());
     if (mpi.rank() == 0 || mpi.rank() == shards) {
       const int peer = mpi.rank() == 0 ? shards : 0;
       for (int r = 0; r < reps + 5; ++r) {
@@ -110,7 +118,8 @@ int main(int argc, char** argv) {
       const double rt = median(rtt), up = median(upd), bound = 1.0 / (rt + up);
       const double achieved = double(r.global_step) / r.train_seconds;
       std::cout << nlohmann::ordered_json{
-                       {"model", cfg.model}, {"parameters", p}, {"message_mb", double(p) * 4 / 1e6},
+                       {"model", cfg.model}, {"parameters", p}, {"push_precision", cfg.push_precision},
+                       {"message_mb", double(p) * wire_bytes_per_value(precision) / 1e6},
                        {"num_ps", shards}, {"workers", workers}, {"round_trip_ms", rt * 1e3},
                        {"update_ms", up * 1e3}, {"bound_updates_per_second", bound},
                        {"updates_per_second", achieved}, {"ratio_to_bound", achieved / bound},

@@ -70,17 +70,7 @@ for ((s = 1; s <= seeds; s++)); do
   done
 done | sed 's/ *$//' >"$runs"  # xargs -L joins a line ending in a blank to the next
 echo "time_to_accuracy: $(wc -l <"$runs") virtual runs of $steps steps ($epochs epochs, $model, batch $batch), $jobs at a time; results in $out"
-export trainer out
-run_one() {
-  local name=$1 seed=$2
-  shift 2
-  [[ -s $out/$name.$seed.jsonl && $(tail -1 "$out/$name.$seed.jsonl") == *'"summary"'* ]] && return 0  # done before
-  OMP_WAIT_POLICY=passive "$trainer" train "$@" --metrics "$out/$name.$seed.jsonl" >"$out/$name.$seed.txt" 2>&1 ||
-    { echo "time_to_accuracy: $name $seed failed:" >&2; tail -5 "$out/$name.$seed.txt" >&2; return 1; }
-  echo "  done $name $seed"
-}
-export -f run_one
 t0=$SECONDS
-xargs -P "$jobs" -L 1 bash -c 'run_one "$@" '"${common[*]@Q}" _ <"$runs"
+bench_trainer_runs "$runs" "$jobs" time_to_accuracy "${common[@]}"
 echo "time_to_accuracy: runs took $((SECONDS - t0)) s"
 /usr/bin/python3 bench/time_to_accuracy.py "$out" "$seeds" "$workers" "$steps" "$model" "$epochs" "$policy"

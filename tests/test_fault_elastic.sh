@@ -83,9 +83,11 @@ for scaling in active-workers none; do
     via_server=("$mpiexec" --ompi-server "file:$dir/uri" -np 1 -x OMP_WAIT_POLICY=passive -x MT_TEST_JOIN_SILENT)
     MT_TEST_JOIN_SILENT= refuse wrong "the parameter server refused this worker" "${via_server[@]}"
     join_flags=(); MT_TEST_JOIN_SILENT=1 refuse silent "the parameter server refused this worker" "${via_server[@]}"
-    # The secret, but another batch size: refused, and never counted as joined.
+    # The secret, but another batch size, or bf16 pushes: refused, and never counted as joined.
     flags_job=("${flags[@]}"); flags=("${flags[@]/#32/16}")
-    MT_TEST_JOIN_SILENT= refuse mismatch "the job trains .* parameters with --batch-size 32, this worker .* with --batch-size 16" "${via_server[@]}"
+    MT_TEST_JOIN_SILENT= refuse mismatch "the job trains .* parameters with --batch-size 32 and --push-precision fp32, this worker .* with --batch-size 16 and" "${via_server[@]}"
+    flags=("${flags_job[@]}" --push-precision bf16)
+    MT_TEST_JOIN_SILENT= refuse precision "the job trains .* and --push-precision fp32, this worker .* and --push-precision bf16 (give" "${via_server[@]}"
     flags=("${flags_job[@]}")
     unset join_flags
   fi
@@ -118,9 +120,10 @@ assert s["event"] == "summary" and s["global_step"] == steps and s["exit_code"] 
 assert s["workers_start"] == 1 and s["joined_workers"] == 2 and s["workers_end"] == 3, s
 assert s["test_accuracy"] > 0.3, s
 refused = [e for e in events if e["event"] == "join_refused"]
-if scaling == "active-workers":  # the wrong proof, the silent joiner, another batch size (the others never connected)
-    assert [r["why"] for r in refused] == ["unauthenticated"] * 2 + ["mismatch"], refused
-    assert "parameters with batch 16, this job" in refused[2]["detail"], refused
+if scaling == "active-workers":  # the wrong proof, the silent joiner, another batch size, bf16 (the others never connected)
+    assert [r["why"] for r in refused] == ["unauthenticated"] * 2 + ["mismatch"] * 2, refused
+    assert "parameters with --batch-size 16 and --push-precision fp32, this job" in refused[2]["detail"], refused
+    assert "--push-precision bf16, this job" in refused[3]["detail"], refused
     assert "a wrong proof" in refused[0]["detail"] and "no answer to the challenge within 2 s" in refused[1]["detail"], refused
 else:
     assert not refused, refused

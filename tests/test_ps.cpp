@@ -1,19 +1,24 @@
 // The parameter-server runtime's parts that need no MPI job: membership transitions, the failure
 // detector on a fake clock, the learning-rate / momentum policy, snapshot consistency, shard 0's
-// cadence of progress reports, checkpoints and evaluations, the standbys' bookkeeping, and a
-// surviving shard's options after a takeover.
+// cadence of progress reports, checkpoints and evaluations, the standbys' bookkeeping, a
+// surviving shard's options after a takeover, and the wire's bf16 values.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
 #include "ps/cadence.hpp"
 #include "ps/membership.hpp"
+#include "ps/fault_injection.hpp"
 #include "ps/partition.hpp"
+#include "ps/precision.hpp"
 #include "ps/push_check.hpp"
 #include "ps/snapshot.hpp"
 #include "ps/standbys.hpp"
@@ -466,4 +471,54 @@ TEST_CASE("takeover: a surviving shard's options on the survivors' communicator"
   serve_survivors(o, MPI_COMM_SELF, {}, {}, 3, 130, 1);  // no worker left: no standby, no handover
   CHECK(o.ps_standby == 0);
   CHECK_FALSE(o.hand_over);
+}
+
+TEST_CASE("push precision: bf16 rounds to nearest even, keeps NaN and infinities", "[unit][ps]") {
+  const auto bf = [](float f) { return std::bit_cast<float>(std::uint32_t{to_bf16(std::bit_cast<std::uint32_t>(f))} << 16); };
+  CHECK(bf(1.0f) == 1.0f);
+  CHECK(bf(-2.5f) == -2.5f);
+  // bf16 keeps 8 significant bits: 1 + 2^-7 is one step above 1. Half a step is a tie: to the even one.
+  CHECK(bf(1.0f + 0x1p-8f) == 1.0f);
+  CHECK(bf(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);
+  CHECK(bf(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);  // past the tie: up
+  CHECK(bf(1.0f + 0x1p-8f - 0x1p-20f) == 1.0f);            // below it: down
+  CHECK(std::isnan(bf(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(std::isnan(bf(std::bit_cast<float>(0x7f800001u))));  // a NaN whose payload sits in the low bits
+  CHECK(bf(std::numeric_limits<float>::infinity()) == std::numeric_limits<float>::infinity());
+  CHECK(bf(-std::numeric_limits<float>::infinity()) == -std::numeric_limits<float>::infinity());
+  CHECK(bf(std::numeric_limits<float>::max()) == std::numeric_limits<float>::infinity());  // rounds past the largest
+  CHECK(bf(0.0f) == 0.0f);
+  CHECK(std::signbit(bf(-0.0f)));
+  CHECK(to_string(parse_push_precision("bf16")) == std::string("bf16"));
+  CHECK_THROWS_AS(parse_push_precision("fp16"), UsageError);
+}
+
+TEST_CASE("push precision: two bf16 values per float slot, decoded as rounded; fp32 as it is", "[unit][ps]") {
+  for (const std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{1000}}) {
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = std::sin(0.37f * float(i + 1)) * std::pow(10.f, float(i % 9) - 4);
+    CHECK(wire_floats(PushPrecision::kBf16, std::int64_t(n)) == std::int64_t((n + 1) / 2));
+    CHECK(wire_floats(PushPrecision::kFp32, std::int64_t(n)) == std::int64_t(n));
+    std::vector<float> slots(static_cast<std::size_t>(wire_floats(PushPrecision::kBf16, std::int64_t(n))), -1.f);
+    encode_values(PushPrecision::kBf16, x, slots.data());
+    std::vector<float> back(n), rounded = x;
+    decode_values(PushPrecision::kBf16, slots.data(), back);
+    round_to_wire(PushPrecision::kBf16, rounded);
+    for (std::size_t i = 0; i < n; ++i) {
+      CHECK(std::memcmp(&back[i], &rounded[i], sizeof(float)) == 0);
+      CHECK(std::abs(back[i] - x[i]) <= 0x1p-8f * std::abs(x[i]));  // half a step of 8 significant bits
+    }
+    std::vector<float> plain(n), plain_back(n);
+    encode_values(PushPrecision::kFp32, x, plain.data());
+    decode_values(PushPrecision::kFp32, plain.data(), plain_back);
+    CHECK(plain_back == x);
+  }
+}
+
+TEST_CASE("fault injection: --corrupt-push kinds, zero among them", "[unit][ps]") {
+  const auto faults = parse_corrupt_push("rank=1@push=2:zero,rank=1@push=3:nan,rank=2@push=1:huge", 1);
+  REQUIRE(faults.size() == 2);
+  CHECK(faults.at(2) == PushFault::kZero);
+  CHECK(faults.at(3) == PushFault::kNan);
+  CHECK_THROWS_AS(parse_corrupt_push("rank=1@push=2:ones", 1), UsageError);
 }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -23,14 +24,17 @@ namespace {
 
 // One client of a one-shard parameter server at rank 0 of MPI_COMM_SELF, and the fake shard's side.
 struct Fixture {
-  Model model{parse_model("resnet8")};
-  WorkerOptions opts = [] {
+  explicit Fixture(PushPrecision precision = PushPrecision::kFp32) : opts(options(precision)) {}
+  static WorkerOptions options(PushPrecision precision) {
     WorkerOptions o;
     o.num_ps = 1;
     o.batch_size = 32;
     o.failure_timeout = 0.3;
+    o.push_precision = precision;
     return o;
-  }();
+  }
+  Model model{parse_model("resnet8")};
+  WorkerOptions opts;
   std::mutex mpi;
   std::atomic<bool> ps_failed{false};
   std::vector<int> reported;  // shards on_failed named
@@ -45,9 +49,10 @@ struct Fixture {
                         ps_failed = true;
                       },
                       [this] { ++after_tests; }};
-  const std::int64_t push_floats = model.param_count() + model.stats().total();
+  const std::int64_t reply_floats = wire_floats(opts.push_precision, model.param_count());
+  const std::int64_t push_floats = reply_floats + model.stats().total();
   Buffer push{push_floats};  // what the shard received
-  Buffer reply{model.param_count()};
+  Buffer reply{reply_floats};
   MPI_Request push_req = MPI_REQUEST_NULL, reply_req = MPI_REQUEST_NULL;
 
   // The shard's receive of the worker's next message.
@@ -60,10 +65,12 @@ struct Fixture {
     reply.header().model_version = step;
     reply.header().end = end;
     reply.header().exit_code = exit_code;
-    const std::int64_t payload = kind == MsgKind::kParams ? model.param_count() : 0;
+    const std::int64_t payload = kind == MsgKind::kParams ? reply_floats : 0;
     reply.header().payload = payload;
-    for (std::int64_t i = 0; i < payload; ++i)
-      reply.payload()[i] = value;
+    if (payload > 0) {
+      const std::vector<float> params(static_cast<std::size_t>(model.param_count()), value);
+      encode_values(opts.push_precision, params, reply.payload());
+    }
     isend(reply, payload, 0, kTagToWorker, &reply_req, MPI_COMM_SELF);
   }
   void settle() {
@@ -165,4 +172,33 @@ TEST_CASE("worker client: a shard the MPI library reported failed sends nothing 
   CHECK_FALSE(arrived);  // nothing was sent
   MT_MPI(MPI_Cancel(&f.push_req));
   CHECK(wait_for(&f.push_req, 5.0));
+}
+
+TEST_CASE("worker client: bf16 pushes and replies carry two values a slot, the statistics in fp32", "[mpi][ps][client]") {
+  Fixture f(PushPrecision::kBf16);
+  f.join(1.0f / 3);
+  CHECK(f.push.header().precision == static_cast<std::int32_t>(PushPrecision::kBf16));
+  float third = 1.0f / 3;
+  round_to_wire(PushPrecision::kBf16, std::span<float>(&third, 1));
+  CHECK(third != 1.0f / 3);
+  CHECK(f.client.params().flat().data()[0] == third);  // the reply's bf16, decoded
+  CHECK(f.client.params().flat().data()[f.model.param_count() - 1] == third);
+
+  FlatTensors grads(f.model.params()), stats(f.model.stats());
+  for (std::int64_t i = 0; i < grads.flat().numel(); ++i) grads.flat().data()[i] = 0.1f * float(i % 7 + 1);
+  for (std::int64_t i = 0; i < stats.flat().numel(); ++i) stats.flat().data()[i] = 1.0f / 3;
+  f.client.prepare_push(StepComputer::Step{}, grads, stats, false);
+  f.shard_receives();
+  f.shard_replies(MsgKind::kParams, 1, 0.25f);
+  REQUIRE(f.client.push_pull(MsgKind::kPush) == WorkerClient::Reply::kOk);
+  f.settle();
+  CHECK(f.push.header().payload == f.push_floats);
+  CHECK(f.push_floats == (f.model.param_count() + 1) / 2 + f.model.stats().total());
+  std::vector<float> got(static_cast<std::size_t>(f.model.param_count()));
+  decode_values(PushPrecision::kBf16, f.push.payload(), got);
+  std::vector<float> want(grads.flat().data(), grads.flat().data() + f.model.param_count());
+  round_to_wire(PushPrecision::kBf16, want);
+  CHECK(got == want);
+  CHECK(f.push.payload()[f.reply_floats] == 1.0f / 3);  // statistics: fp32, exact
+  CHECK(f.push.payload()[f.push_floats - 1] == 1.0f / 3);
 }

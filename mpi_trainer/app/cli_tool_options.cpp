@@ -46,6 +46,11 @@ void add_plan_options(CLI::App& cmd, PlanConfig& c, std::string& deadline) {
   cmd.add_option("--worker-links", c.worker_links,
                  "Each worker's link LATENCY_MS/GBIT_PER_S, one for all or one per worker (default 0.1/10)");
   cmd.add_option("--ps-link", c.ps_link, kPsLinkHelp);
+  cmd.add_option("--push-precision", c.push_precision,
+                 "The values of pushes and replies: fp32, or bf16 (half the bytes on every link; train's "
+                 "--push-precision)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd.add_option("--ps-update-seconds", c.ps_update_seconds,
                  "The parameter server's time per update (default: measured with bench/ps_bench, in proportion "
                  "to the model's parameters)")

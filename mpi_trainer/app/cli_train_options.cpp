@@ -150,6 +150,14 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber),
       "MT_MAX_REJECTED_PUSHES");
+  env(cmd.add_option("--push-precision", c.push_precision,
+                     "The values workers push and are sent: fp32, or bf16 (half the bytes each way; the "
+                     "parameter server keeps and updates fp32 state, and under --lr-scaling gap measures "
+                     "how far a parameter moved on its own fp32 values). Every worker and `join` must "
+                     "give the job's (docs/user-guide.md, \"Smaller pushes\")")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"fp32", "bf16"})),
+      "MT_PUSH_PRECISION");
   env(cmd.add_option("--device", c.device,
                      "cpu, cuda or auto (auto: a GPU when this build has the CUDA backend and the "
                      "runtime sees one). Each process takes GPU <node-local rank> mod <GPUs visible>, "
@@ -425,8 +433,9 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
       "MT_REVOKE");
   env(cmd.add_option("--corrupt-push", c.corrupt_push,
                      "Fault injection: 'rank=2@push=30:nan' makes worker rank 2 put NaN in its 30th "
-                     "push; ':huge' multiplies that push's gradient by 1e6; ':discard' sends it marked "
-                     "not to be applied (the reference a rejected push is compared with)")
+                     "push; ':huge' multiplies that push's gradient by 1e6; ':zero' sends zeros; "
+                     "':discard' sends it marked not to be applied (the reference a rejected push is "
+                     "compared with)")
           ->check([](const std::string& v) {
             try {
               (void)parse_corrupt_push(v, -1);

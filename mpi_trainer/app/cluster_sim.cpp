@@ -92,11 +92,11 @@ std::optional<Link> parse_ps_link(const std::string& spec) {
   return link;
 }
 
-std::vector<double> shard_message_bytes(const std::string& model, int shards) {
+std::vector<double> shard_message_bytes(const std::string& model, int shards, double bytes_per_value) {
   const Model m(parse_model(model));
   const Partition part(m.params(), shards);
   std::vector<double> bytes;
-  for (int s = 0; s < shards; ++s) bytes.push_back(double(part.floats(s)) * sizeof(float));
+  for (int s = 0; s < shards; ++s) bytes.push_back(double(part.floats(s)) * bytes_per_value);
   return bytes;
 }
 

@@ -50,8 +50,9 @@ inline constexpr double kDefaultPsLinkGbit = 8;
 // --ps-link: "GBIT_PER_S" or "LATENCY_MS/GBIT_PER_S" for every shard; "none": not modelled (an
 // unlimited link); empty: the default. Throws UsageError.
 std::optional<Link> parse_ps_link(const std::string& spec);
-// The bytes of each shard's part of a message of `params` floats, as ps/partition splits them.
-std::vector<double> shard_message_bytes(const std::string& model, int shards);
+// The bytes of each shard's part of a message of the model's parameters, as ps/partition splits
+// them, `bytes_per_value` each (--push-precision: 4 fp32, 2 bf16).
+std::vector<double> shard_message_bytes(const std::string& model, int shards, double bytes_per_value = sizeof(float));
 
 // A worker that joins on the virtual clock: "k80@step=16000" or "k80@2h" (s, m, h).
 struct VirtualJoin {

@@ -33,6 +33,7 @@ void add_policy_fields(nlohmann::ordered_json& event, const TrainConfig& c, cons
   event["join_warmup"] = c.join_warmup;
   event["spike_guard"] = c.spike_guard;
   event["max_staleness"] = c.max_staleness;
+  event["push_precision"] = c.push_precision;
   event["worker_types"] = types;
   event["ps_type"] = c.ps_type;
   event["ps_pricing"] = c.ps_pricing;

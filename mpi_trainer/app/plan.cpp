@@ -105,11 +105,12 @@ Cluster prepare(const PlanConfig& c) {
     if (!c.worker_links.empty()) throw UsageError("--worker-links: --num-ps 0 sends no messages");
     k.links.assign(1, Link{0, kNeverSeconds});
   } else {
-    k.message_bytes = double(k.params) * sizeof(float);
+    const double value_bytes = wire_bytes_per_value(parse_push_precision(c.push_precision));
+    k.message_bytes = double(k.params) * value_bytes;
     const double update = c.ps_update_seconds >= 0 ? c.ps_update_seconds : default_ps_update_seconds(k.params);
     k.update_seconds = update / c.num_ps;  // each shard updates its part of every push
     k.ps_link = parse_ps_link(c.ps_link);
-    k.shard_bytes = shard_message_bytes(c.model, c.num_ps);
+    k.shard_bytes = shard_message_bytes(c.model, c.num_ps, value_bytes);
   }
   if (c.revocation_model != "none") {
     k.lifetimes = revocation_models(c.revocation_model, k.types);
@@ -321,8 +322,9 @@ std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(1) << "  parameter server: busy " << 100 * r.ps_utilisation << "% of the time";
   if (r.ps_link_gbit > 0)
-    s << ", its link (" << std::setprecision(0) << r.ps_link_gbit << " Gbit/s each way per shard) "
-      << std::setprecision(1) << 100 * r.ps_link_utilisation << "%";
+    s << ", its link (" << std::setprecision(0) << r.ps_link_gbit << " Gbit/s each way per shard"
+      << (c.push_precision == "bf16" ? ", bf16 pushes" : "") << ") " << std::setprecision(1)
+      << 100 * r.ps_link_utilisation << "%";
   s << ", without revocations\n  " << shards << " saturate" << (c.num_ps > 1 ? "" : "s") << " at "
     << count(r.ps_saturation_workers) << " workers like these";
   if (std::isfinite(r.ps_saturation_workers)) {
@@ -336,8 +338,9 @@ std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
   // Near the limit, more workers add little: say what moves it.
   if (double(r.worker_types.size()) >= 0.75 * r.ps_saturation_workers)
     s << "  near or past that limit more workers add little: "
-      << (r.ps_limit == "link" ? "more shards split each message (--num-ps), or a faster link (--ps-link)"
-                               : "more shards split each update (--num-ps)")
+      << (r.ps_limit == "link" ? std::string("more shards split each message (--num-ps), or a faster link (--ps-link)") +
+                                     (c.push_precision == "bf16" ? "" : ", or half the bytes (--push-precision bf16)")
+                               : std::string("more shards split each update (--num-ps)"))
       << '\n';
   return s.str();
 }
@@ -454,6 +457,7 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"takeovers_mean", mean(r.takeovers)},
       {"probability_takeover", fraction_positive(r.takeovers)},
       {"ps_link_gbit", r.ps_link_gbit > 0 ? nlohmann::ordered_json(r.ps_link_gbit) : nlohmann::ordered_json()},
+      {"push_precision", c.push_precision},
       {"ps_utilisation", r.ps_utilisation},
       {"ps_link_utilisation", r.ps_link_utilisation},
       {"ps_saturation_workers", finite_or_null(r.ps_saturation_workers)},

@@ -37,6 +37,7 @@ struct PlanConfig {
   std::string devices;                   // device table file; empty: the shipped one
   std::string worker_links;
   std::string ps_link;                   // each shard's link (parse_ps_link); empty: the default
+  std::string push_precision = "fp32";   // fp32 | bf16: the bytes of each push and reply
   double ps_update_seconds = -1;         // < 0: default_ps_update_seconds(model)
   std::string revocation_model = "gce";  // gce, a table file, or none
   double failure_timeout = 1.5;

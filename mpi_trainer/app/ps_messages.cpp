@@ -21,10 +21,10 @@ void PsReport::joins_open(int max_workers, const std::string& port_file, bool ul
 void PsReport::join_refused(const JoinRefused& e) {
   using Why = JoinRefused::Why;
   const std::string detail =
-      e.why == Why::kMismatch ? "it trains a model of " + std::to_string(e.params) + " parameters with batch " +
-                                    std::to_string(e.batch) + ", this job " + std::to_string(model_.param_count()) +
-                                    " with batch " + std::to_string(cfg_.batch_size)
-                              : e.detail;
+      e.why == Why::kMismatch
+          ? "it trains " + e.shape.describe() + ", this job " +
+                JobShape{model_.param_count(), cfg_.batch_size, parse_push_precision(cfg_.push_precision)}.describe()
+          : e.detail;
   metrics_.write(nlohmann::ordered_json{
       {"event", "join_refused"},
       {"why", e.why == Why::kMismatch          ? "mismatch"
@@ -41,7 +41,7 @@ void PsReport::join_refused(const JoinRefused& e) {
   }
   if (e.why == Why::kMismatch) {
     log("mpi_trainer: worker rank " + std::to_string(e.rank) + " refused: " + detail +
-        " (give it the job's --model and --batch-size)");
+        " (give it the job's --model, --batch-size and --push-precision)");
     return;
   }
   log(std::string("mpi_trainer: a worker asked to join, but ") +

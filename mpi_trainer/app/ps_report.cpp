@@ -165,7 +165,7 @@ void PsReport::started(const Started& e) {
          << ", lr scaling " << cfg_.lr_scaling << emulating_note(cfg_, emulated)
          << describe_momentum(parse_momentum_correction(cfg_.momentum_correction), cfg_.momentum, e.workers,
                               e.momentum_applied)
-         << '\n'
+         << (cfg_.push_precision == "bf16" ? ", bf16 pushes" : "") << '\n'
          << std::flush;
   if (cfg_.eval_every_steps > 0) eval_.emplace(model_, setup_, cfg_.batch_size, 1);
   write_status("running", e.global_step, 0, 0);

@@ -88,6 +88,7 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.max_loss = cfg.max_loss;
   o.push_norm_limit = cfg.push_norm_limit;
   o.max_rejected_pushes = cfg.max_rejected_pushes;
+  o.push_precision = parse_push_precision(cfg.push_precision);
   o.failure_timeout = cfg.failure_timeout;
   o.drain_deadline = cfg.drain_deadline;
   o.ps_standby = standbys(cfg, static_cast<int>(types.size()));
@@ -120,6 +121,7 @@ WorkerOptions worker_options(const TrainConfig& cfg) {
   o.quiet = cfg.quiet;
   o.synthetic_gradients = cfg.synthetic_gradients;
   o.seed = cfg.seed;
+  o.push_precision = parse_push_precision(cfg.push_precision);
   return o;
 }
 

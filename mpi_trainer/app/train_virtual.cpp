@@ -33,7 +33,8 @@ namespace {
 struct Trainee {
   int slot = 0;
   std::unique_ptr<BatchLoader> loader;
-  FlatTensors snapshot;    // the parameters of its last reply
+  FlatTensors snapshot;    // the parameters of its last reply, in the parameter server's fp32
+  FlatTensors received;    // --push-precision bf16: the same as the worker receives them, rounded
   std::optional<Sgd> own;  // --momentum-correction dana: its own (its data slot's) momentum
   std::int64_t window_pushes = 0, window_images = 0;
   double window_staleness = 0, window_step_seconds = 0;
@@ -83,6 +84,7 @@ class VirtualRun {
   // A worker's training state once it starts: its data shard, the parameters it was sent, its
   // own momentum under dana.
   void start_trainee(std::size_t i);
+  void sent(Trainee& w);  // a reply: the parameters `w` computes its next step on
   void write_config();
   // A worker no longer counted: lost (noticed after --failure-timeout) or left after a notice.
   void departure(std::size_t who, bool lost_it, double at, const std::string& detail);
@@ -104,6 +106,7 @@ class VirtualRun {
   const std::vector<Emulation> emulated_;
   const std::vector<Link> links_;
   Model model_;
+  const PushPrecision precision_;  // --push-precision: gradients and replies rounded as on the wire
   const double update_seconds_, message_bytes_;
   UpdatePolicy policy_;
   // Revocations on the virtual clock: --revoke names worker ranks 1..N (rank 0 is the parameter
@@ -149,9 +152,10 @@ VirtualRun::VirtualRun(const TrainConfig& cfg, std::ostream& log)
         return links;
       }()),
       model_(setup_.spec),
+      precision_(parse_push_precision(c_.push_precision)),
       update_seconds_(c_.ps_update_seconds >= 0 ? c_.ps_update_seconds
                                                 : default_ps_update_seconds(model_.param_count())),
-      message_bytes_(double(model_.param_count()) * sizeof(float)),
+      message_bytes_(double(model_.param_count()) * wire_bytes_per_value(precision_)),
       policy_(setup_.schedule, parse_lr_scaling(c_.lr_scaling), parse_momentum_correction(c_.momentum_correction),
               c_.momentum, c_.join_warmup, c_.momentum_auto),
       revokes_(parse_revoke(c_.revoke)),
@@ -213,6 +217,13 @@ ClusterSim VirtualRun::make_sim() {
   return ClusterSim(std::move(sim_options), sim_workers(), n0_, joins_);
 }
 
+void VirtualRun::sent(Trainee& w) {
+  std::copy(params_.span().begin(), params_.span().end(), w.snapshot.span().begin());
+  if (precision_ == PushPrecision::kFp32) return;
+  std::copy(params_.span().begin(), params_.span().end(), w.received.span().begin());
+  round_to_wire(precision_, w.received.span());
+}
+
 void VirtualRun::start_trainee(std::size_t i) {
   Trainee& w = trainees_[i];
   w.slot = static_cast<int>(i);
@@ -221,7 +232,8 @@ void VirtualRun::start_trainee(std::size_t i) {
   lo.num_shards = total_;
   w.loader = std::make_unique<BatchLoader>(setup_.data.train, lo);
   w.snapshot = FlatTensors(model_.params());
-  std::copy(params_.span().begin(), params_.span().end(), w.snapshot.span().begin());
+  if (precision_ != PushPrecision::kFp32) w.received = FlatTensors(model_.params());
+  sent(w);
   if (policy_.per_slot_momentum())
     w.own.emplace(model_.params(), SgdConfig{static_cast<float>(c_.momentum), static_cast<float>(c_.weight_decay), true});
 }
@@ -255,7 +267,7 @@ void VirtualRun::write_config() {
          << ", lr scaling " << c_.lr_scaling
          << describe_momentum(parse_momentum_correction(c_.momentum_correction), c_.momentum, n0_,
                               policy_.momentum(n0_))
-         << emulating_note(c_, emulated_) << "\n"
+         << (precision_ == PushPrecision::kBf16 ? ", bf16 pushes" : "") << emulating_note(c_, emulated_) << "\n"
          << std::flush;
 }
 
@@ -297,8 +309,9 @@ void VirtualRun::arrived(const ClusterSim::Event& ev) {
   const int active = sim_.active();
   const std::int64_t step = sim_.step();
   const Batch& batch = w.loader->next();
-  const StepStats st =
-      net_.train_step(net_.stage_images(batch.images), batch.labels, w.snapshot, grads_, batch_stats_, nullptr);
+  const StepStats st = net_.train_step(net_.stage_images(batch.images), batch.labels,
+                                       precision_ == PushPrecision::kFp32 ? w.snapshot : w.received, grads_, batch_stats_, nullptr);
+  round_to_wire(precision_, grads_.span());  // the push as the parameter server decodes it
   const double staleness = sim_.staleness(ev.who);
   const bool too_stale = c_.max_staleness >= 0 && staleness > double(c_.max_staleness);
   if (too_stale) {
@@ -332,7 +345,7 @@ void VirtualRun::arrived(const ClusterSim::Event& ev) {
     ++window_pushes_;
   }
   // The reply: this worker's next step starts from the parameters after its push.
-  std::copy(params_.span().begin(), params_.span().end(), w.snapshot.span().begin());
+  sent(w);
   if (sim_.pushed(ev.who, !too_stale).kind == ClusterSim::Kind::kLeft)
     departure(ev.who, false, sim_.applied_at(), sw.kill_why + ": a notice, its last step pushed");
   const std::int64_t done_steps = sim_.step();

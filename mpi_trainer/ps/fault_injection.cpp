@@ -110,7 +110,7 @@ std::map<std::int64_t, PushFault> parse_corrupt_push(const std::string& spec, in
     item = trim(item);
     if (item.empty()) continue;
     const auto bad = [&](const std::string& why) {
-      return UsageError("--corrupt-push: '" + item + "': " + why + " (expected rank=R@push=N:nan, :huge or :discard)");
+      return UsageError("--corrupt-push: '" + item + "': " + why + " (expected rank=R@push=N:nan, :huge, :zero or :discard)");
     };
     const auto at = item.find('@'), colon = item.rfind(':');
     if (item.rfind("rank=", 0) != 0 || at == std::string::npos || colon == std::string::npos || colon < at)
@@ -119,9 +119,11 @@ std::map<std::int64_t, PushFault> parse_corrupt_push(const std::string& spec, in
     if (!to_int64(item.substr(5, at - 5), r)) throw bad("bad rank");
     const std::string when = item.substr(at + 1, colon - at - 1), kind = item.substr(colon + 1);
     if (when.rfind("push=", 0) != 0 || !to_int64(when.substr(5), n) || n < 1) throw bad("bad push number (>= 1)");
-    const PushFault f = kind == "nan" ? PushFault::kNan : kind == "huge" ? PushFault::kHuge
-                        : kind == "discard"          ? PushFault::kDiscard
-                                                     : PushFault::kNone;
+    const PushFault f = kind == "nan"       ? PushFault::kNan
+                        : kind == "huge"    ? PushFault::kHuge
+                        : kind == "zero"    ? PushFault::kZero
+                        : kind == "discard" ? PushFault::kDiscard
+                                            : PushFault::kNone;
     if (f == PushFault::kNone) throw bad("unknown kind '" + kind + "'");
     if (r == rank) out[n] = f;
   }

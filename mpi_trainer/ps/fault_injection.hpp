@@ -60,10 +60,11 @@ double sampled_lifetime_seconds(const RevocationModel& model, std::uint64_t seed
 
 // --corrupt-push: what a worker does to one of its pushes, to test the parameter server's push
 // check (ps/push_check.hpp): NaN in every 1024th gradient value and the last (every shard's part), every
-// value times 1e6, or the push sent as it is but marked not to be applied (the reference run: a
-// rejected push must leave the state exactly as a discarded one does).
-enum class PushFault { kNone, kNan, kHuge, kDiscard };
-// This rank's entries of "rank=R@push=N:nan|huge|discard,..." by its push number N (1: its first
+// value times 1e6, every value zero (a device that returns nothing; the reference that shows the
+// parameter server's state untouched by a push), or the push sent as it is but marked not to be
+// applied (the reference run: a rejected push must leave the state exactly as a discarded one does).
+enum class PushFault { kNone, kNan, kHuge, kZero, kDiscard };
+// This rank's entries of "rank=R@push=N:nan|huge|zero|discard,..." by its push number N (1: its first
 // push after joining). Throws UsageError naming a malformed entry.
 std::map<std::int64_t, PushFault> parse_corrupt_push(const std::string& spec, int rank);
 

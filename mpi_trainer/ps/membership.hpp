@@ -36,6 +36,7 @@ struct Member {
   std::string type;                // instance type, for the cost
   MemberState state = MemberState::kJoining;
   Buffer recv, send, hb{0};
+  std::vector<float> sent;  // --push-precision bf16: the fp32 parameters its last reply carried rounded
   PairBells bells;  // a same-node worker's doorbells (shared memory), else none
   MPI_Request rreq = MPI_REQUEST_NULL, sreq = MPI_REQUEST_NULL, hbreq = MPI_REQUEST_NULL;
   Clock::time_point added_at{};                 // launched (the shard's start) or connected

@@ -3,7 +3,7 @@
 // single MPI message. Each header field has one meaning (named below); a message leaves the
 // fields it does not use at their defaults.
 //
-//   worker -> shard  kJoin   param_count, batch: checked by the shard against its own; with
+//   worker -> shard  kJoin   param_count, batch, precision: checked by the shard against its own; with
 //                            shm = kShmOffer the payload is the name of a shared-memory segment
 //                            for this pair (ps/shm.hpp)
 //   shard -> worker  kParams the shard's parameters (model_version, step); the reply to a kJoin
@@ -13,6 +13,9 @@
 //                            messages are headers alone (`payload` still counts it)
 //   worker -> shard  kPush   gradients [+ BN batch stats] computed on model_version; data
 //                            cursor after the batch, loss, correct, batch: one global step
+//                            (under --push-precision bf16, parameters and gradients travel as
+//                            pairs of bf16 values per float slot, the statistics as floats:
+//                            ps/precision.hpp; `payload` counts slots)
 //   shard -> worker  kStop   (no payload) training is over; end = kCleanEnd when no rank is
 //                            known lost, kFailedEnd when the parameter server failed (an error
 //                            it cannot recover from): exit_code is the job's exit code
@@ -44,7 +47,7 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 6;
+inline constexpr std::uint16_t kProtocolVersion = 7;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
@@ -67,8 +70,8 @@ inline constexpr std::int32_t kHandover = 0x444e4148;  // "HAND"
 // In `end` of a kStop to a worker whose pushes the check kept rejecting: it is dropped.
 inline constexpr std::int32_t kRejectedEnd = 0x4a434552;  // "REJC"
 inline constexpr std::int32_t kDiscardPush = 0x50534944;  // "DISP"
-// In `end` of a kStop answering a join from a worker with another model or batch size; its
-// `param_count` and `batch` are the job's.
+// In `end` of a kStop answering a join from a worker with another model, batch size or push
+// precision; its `param_count`, `batch` and `precision` are the job's.
 inline constexpr std::int32_t kMismatchEnd = 0x4d53494d;  // "MISM"
 
 enum class MsgKind : std::uint16_t {
@@ -105,8 +108,10 @@ struct MsgHeader {
   std::int32_t end = 0;              // stop: kCleanEnd, kFailedEnd, kRejectedEnd or kMismatchEnd; replica: kHandover; push: kDiscardPush
   std::int32_t exit_code = 0;        // stop with kFailedEnd: the job's exit code
   float step_seconds = 0;            // push: the worker's step time (an emulated device's padding included)
+  std::int32_t precision = 0;        // join: the worker's PushPrecision; stop with kMismatchEnd: the job's
+  std::int32_t reserved = 0;         // zero (the header stays a multiple of 8 bytes)
 };
-static_assert(sizeof(MsgHeader) == 104, "header is 104 bytes = 26 floats");
+static_assert(sizeof(MsgHeader) == 112, "header is 112 bytes = 28 floats");
 inline constexpr std::int64_t kHeaderFloats = sizeof(MsgHeader) / sizeof(float);
 
 // A message buffer: header then payload.

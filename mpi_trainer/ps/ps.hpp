@@ -24,6 +24,7 @@
 #include "optim/schedule.hpp"
 #include "ps/fault_injection.hpp"
 #include "ps/join_auth.hpp"  // the join secret and its files (app: --join-secret)
+#include "ps/precision.hpp"
 
 namespace mt {
 
@@ -44,6 +45,19 @@ const char* to_string(MomentumCorrection m);
 struct RateStability {
   std::int64_t start_warmup = 0;
   bool spike_guard = false;
+};
+
+// What a worker trains, as a shard checks its join: the model's size, the batch size and the push
+// precision must be the job's.
+struct JobShape {
+  std::int64_t params = 0;
+  std::int32_t batch = 0;
+  PushPrecision precision = PushPrecision::kFp32;
+  // "272474 parameters with --batch-size 128 and --push-precision fp32"
+  std::string describe() const {
+    return std::to_string(params) + " parameters with --batch-size " + std::to_string(batch) +
+           " and --push-precision " + to_string(precision);
+  }
 };
 
 // What the runtime is told, typed (the app translates its flags).
@@ -86,6 +100,8 @@ struct PsOptions {
   // max_rejected_pushes in a row stop and drop the worker (0: never).
   double push_norm_limit = 0;
   int max_rejected_pushes = 3;
+  // The values on the wire (ps/precision.hpp): bf16 halves pushes and replies; the state stays fp32.
+  PushPrecision push_precision = PushPrecision::kFp32;
   // Fault tolerance (docs/fault-model.md).
   double failure_timeout = 1.5;  // a worker silent this long is lost (s)
   double drain_deadline = 10;    // after a notice: workers stop within this (s)
@@ -263,7 +279,7 @@ class PsEvents {
     enum class Why { kMismatch, kFull, kStopping, kFailed, kUnauthenticated };
     Why why = Why::kFull;
     int rank = -1;
-    std::int64_t params = 0, batch = 0;
+    JobShape shape;  // kMismatch: the worker's
     std::string detail;
   };
   virtual void join_refused(const JoinRefused& /*e*/) {}
@@ -393,6 +409,7 @@ struct WorkerOptions {
   bool quiet = false;
   bool synthetic_gradients = false;  // no computer: a fixed gradient, packed once
   std::uint64_t seed = 1;
+  PushPrecision push_precision = PushPrecision::kFp32;  // the job's (a shard refuses another's join)
   std::map<std::int64_t, PushFault> push_faults;  // --corrupt-push: this worker's, by push number
   // Called once when the parameter server is lost and this worker holds a whole replica of it
   // (a standby), before the worker exits 10: the app writes it as a checkpoint.

@@ -77,6 +77,9 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
       part_(model.params(), shards_),
       mine_(part_.floats(shard_)),
       stats_floats_(shard_ == 0 ? model.stats().total() : 0),
+      bf16_(opts.push_precision == PushPrecision::kBf16),
+      push_slots_(wire_floats(opts.push_precision, mine_) + stats_floats_),
+      reply_slots_(wire_floats(opts.push_precision, mine_)),
       momenta_(opts.momentum_correction == MomentumCorrection::kDana ? data_slots(opts, workers_) : 1),
       gap_aware_(policy_.gap_aware()),
       full_(model.params()),
@@ -96,6 +99,7 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
     gap_.emplace(velocity(static_cast<std::size_t>(momenta_)));
     gap_before_.resize(static_cast<std::size_t>(mine_));
   }
+  if (bf16_) grad_.resize(static_cast<std::size_t>(mine_));
   policy_.stabilize(opts.stability);
   if (opts.ps_standby > 0) standbys_.emplace(opts, lead(), state_buffers(), events, plan_, self_);
   if (lead())
@@ -142,9 +146,12 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
   h.kind = kind;
   h.step = step_;
   h.model_version = step_;
-  h.payload = kind == MsgKind::kParams ? mine_ : 0;
-  if (kind == MsgKind::kParams && current_ != m.send.payload())
-    std::copy_n(current_, mine_, m.send.payload());  // a join or a dropped push; updates write in place
+  h.payload = kind == MsgKind::kParams ? reply_slots_ : 0;
+  if (kind == MsgKind::kParams) {
+    float* sent = sent_params(m);
+    if (current_ != sent) std::copy_n(current_, mine_, sent);  // a join or a dropped push; updates write in place
+    if (bf16_) encode_values(opts_.push_precision, {sent, static_cast<std::size_t>(mine_)}, m.send.payload());
+  }
   if (m.state == MemberState::kJoining) {            // the reply to a join: where its data starts, its slot of how many
     h.cursor_epoch = m.cursor.epoch;
     h.cursor_position = m.cursor.position;
@@ -158,6 +165,7 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
   if (end == kMismatchEnd) {  // what the job trains, for the refused worker's message
     h.param_count = model_.param_count();
     h.batch = opts_.batch_size;
+    h.precision = static_cast<std::int32_t>(opts_.push_precision);
   }
   if (kind == MsgKind::kStop) stamp_failure(h);
   isend(m.send, h.payload, m.peer, kTagToWorker, &m.sreq, m.comm);
@@ -169,17 +177,20 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
 
 bool Shard::apply_push(Member& m, const MsgHeader& h) {
   if (h.end == kDiscardPush) return reject_push(m, "its worker marked it not to be applied (--corrupt-push discard)");
-  const float* g = m.recv.payload();
   const double staleness = double(step_ - h.model_version);
   // The worker's previous reply is complete (it pushed again), so its buffer takes the update.
   if (!settle_send(m)) return false;
-  const std::span<float> out(m.send.payload(), static_cast<std::size_t>(mine_));
-  const std::span<float> grad(m.recv.payload(), static_cast<std::size_t>(mine_));
-  // `out` still holds the parameters this worker was sent, which its gradient was computed on.
-  // The penalty's pass also sums the squares the check needs; a rejected push's gradient is
-  // penalized for nothing, and no state has changed yet.
+  const std::span<float> out(sent_params(m), static_cast<std::size_t>(mine_));
+  const std::span<float> grad =
+      bf16_ ? std::span<float>(grad_) : std::span<float>(m.recv.payload(), static_cast<std::size_t>(mine_));
+  if (bf16_) decode_values(opts_.push_precision, m.recv.payload(), grad);
+  const float* g = grad.data();
+  const float* batch_stats = m.recv.payload() + (push_slots_ - stats_floats_);
+  // `out` still holds the parameters this worker was sent (in fp32), which its gradient was
+  // computed on. The penalty's pass also sums the squares the check needs; a rejected push's
+  // gradient is penalized for nothing, and no state has changed yet.
   const double sum_squares = gap_ ? gap_->penalize(grad, current(), out, staleness) : sum_of_squares(grad);
-  if (const std::string why = check_.judge(sum_squares, {g + mine_, static_cast<std::size_t>(stats_floats_)});
+  if (const std::string why = check_.judge(sum_squares, {batch_stats, static_cast<std::size_t>(stats_floats_)});
       !why.empty())
     return reject_push(m, why);
   m.rejected_in_row = 0;
@@ -205,7 +216,7 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   if (gap_) gap_->track(before, out);
   current_ = out.data();
   if (coord_) {  // shard 0 holds the BatchNorm running statistics
-    std::copy(g + mine_, g + mine_ + stats_floats_, batch_stats_.flat().data());
+    std::copy(batch_stats, batch_stats + stats_floats_, batch_stats_.flat().data());
     model_.update_running_stats(stats_, batch_stats_, counts_);
   }
   ++step_;
@@ -249,28 +260,9 @@ bool Shard::count_unapplied(Member& m) {
   return true;
 }
 
-// A joining worker on this node offered a segment for this pair: map it and move both buffers'
-// payloads there. A worker on another node (no such segment here) keeps plain messages.
-void Shard::accept_segment(Member& m, const MsgHeader& h) {
-  const auto* chars = reinterpret_cast<const char*>(m.recv.payload());
-  const std::string name(chars, strnlen(chars, static_cast<std::size_t>(h.payload) * sizeof(float)));
-  std::string why;
-  auto seg = ShmSegment::open(name, shm_bytes(mine_ + stats_floats_, mine_), &why);
-  if (!seg) {
-    if (opts_.shm_debug)
-      events_.log("mpi_trainer: shard " + std::to_string(shard_) + ": worker rank " + std::to_string(m.rank) +
-                  ": plain messages (" + why + ")");
-    return;
-  }
-  m.recv.share(seg, 0);
-  m.send.share(seg, shm_reply_offset(mine_ + stats_floats_));
-  m.bells = shm_bells(*seg, mine_ + stats_floats_, mine_);
-  ++shm_workers_;
-}
-
 void Shard::handle_worker(Member& m) {
   const MsgHeader h = m.recv.header();
-  if (const auto bad = check_header(h, mine_ + stats_floats_); !bad.empty())
+  if (const auto bad = check_header(h, push_slots_); !bad.empty())
     throw Error(kExitInternal, "parameter server: malformed message from rank " + std::to_string(m.rank) + ": " + bad);
   const auto now = Clock::now();
   Membership::heard(m, now);
@@ -282,11 +274,13 @@ void Shard::handle_worker(Member& m) {
   }
   switch (h.kind) {
     case MsgKind::kJoin:
-      if (h.param_count != model_.param_count() || h.batch != opts_.batch_size) {
-        // A worker started with another model or batch size (a `join` with other flags).
+      if (h.param_count != model_.param_count() || h.batch != opts_.batch_size ||
+          h.precision != static_cast<std::int32_t>(opts_.push_precision)) {
+        // A worker started with another model, batch size or push precision (a `join` with other flags).
         if (lead())
           events_.join_refused(
-              PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kMismatch, m.rank, h.param_count, h.batch, {}});
+              PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kMismatch, m.rank,
+                                    JobShape{h.param_count, h.batch, static_cast<PushPrecision>(h.precision)}, {}});
         if (!reply(m, MsgKind::kStop, kMismatchEnd)) return;
         Membership::finished(m, now);
         return;
@@ -339,7 +333,7 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
   Membership::departed(m, lost, now);
   if (lost) {
     // The newest parameters may live in its reply buffer, which is abandoned now.
-    if (current_ == m.send.payload()) {
+    if (current_ == sent_params(m)) {
       std::copy_n(current_, mine_, params_.data());
       current_ = params_.data();
     }
@@ -425,8 +419,7 @@ PsResult Shard::run() {
       const int slot = opts_.worker_slots.empty() ? w : opts_.worker_slots.at(i);
       Member& m = members_.add(opts_.worker_ranks.empty() ? shards_ + w : opts_.worker_ranks.at(i), opts_.comm,
                                shards_ + w, slot, opts_.worker_types.at(static_cast<std::size_t>(slot)), t0_);
-      m.recv = Buffer(mine_ + stats_floats_);
-      m.send = Buffer(mine_);
+      give_buffers(m);
       irecv(m.recv, m.peer, kTagToPs, &m.rreq, m.comm);
       irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);
     }

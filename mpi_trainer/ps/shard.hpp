@@ -73,6 +73,11 @@ class Shard {
   // the same pushes: the worker gets the current parameters. False: no reply owed any more.
   bool count_unapplied(Member& m);
   void accept_segment(Member& m, const MsgHeader& h);
+  // A worker's message buffers, sized for the push precision (ps/precision.hpp).
+  void give_buffers(Member& m) const;
+  // The fp32 parameters last sent to `m` (what its next gradient is computed on): its reply's
+  // payload in fp32, the copy kept beside it in bf16 (Member::sent).
+  float* sent_params(Member& m) const { return bf16_ ? m.sent.data() : m.send.payload(); }
   // The worker's previous reply is complete, within --failure-timeout; false: the worker is
   // dropped as lost (its buffers abandoned).
   bool settle_send(Member& m);
@@ -107,6 +112,9 @@ class Shard {
   const int self_;  // this process's rank in the launched job (PsOptions::self_rank)
   const Partition part_;
   const std::int64_t mine_, stats_floats_;
+  // --push-precision: float slots of a push (gradient, then fp32 statistics) and of a reply.
+  const bool bf16_;
+  const std::int64_t push_slots_, reply_slots_;
   // Momentum buffers: one, or one per data slot under --momentum-correction dana (each worker's
   // pushes go through its slot's); under --lr-scaling gap one more state buffer follows them, the
   // penalty's running mean steps (so snapshots and checkpoints carry it like a momentum).
@@ -118,12 +126,14 @@ class Shard {
   // This shard's part, packed. The newest parameters live in `current_`: at first in params_,
   // then in the reply buffer of the worker whose push was applied last (each update reads the
   // newest parameters and writes the updated ones straight into the next reply, so a reply costs
-  // no copy). A buffer with a send in flight is only read, never written.
+  // no copy; under bf16, into that worker's fp32 copy, which the reply encodes: sent_params). A
+  // buffer with a send in flight is only read, never written.
   std::vector<float> params_, velocity_;  // velocity_: this shard's part of each state buffer, one after the other
   // --lr-scaling gap: the penalty (over velocity(momenta_)), and the parameters before an update
   // where it is made in place (the same worker twice in a row).
   std::optional<GapPenalty> gap_;
   std::vector<float> gap_before_;
+  std::vector<float> grad_;  // --push-precision bf16: a push's gradient, decoded
   PushCheck check_;
   float* current_ = nullptr;
   const std::vector<Partition::Run> runs_;

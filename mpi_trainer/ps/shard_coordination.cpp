@@ -1,7 +1,9 @@
-// The shard's side of coordination (ps/shard.hpp): joins taken from the listener, and after
-// each step shard 0's coordinator (ps/coordinator.hpp) and the standbys' replicas (ps/standbys.hpp).
+// The shard's side of coordination (ps/shard.hpp): a worker's buffers and shared-memory segment,
+// joins taken from the listener, and after each step shard 0's coordinator (ps/coordinator.hpp)
+// and the standbys' replicas (ps/standbys.hpp).
 #include "ps/shard.hpp"
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,31 @@
 
 namespace mt {
 
+void Shard::give_buffers(Member& m) const {
+  m.recv = Buffer(push_slots_);
+  m.send = Buffer(reply_slots_);
+  if (bf16_) m.sent.assign(static_cast<std::size_t>(mine_), 0.f);
+}
+
+// A joining worker on this node offered a segment for this pair: map it and move both buffers'
+// payloads there. A worker on another node (no such segment here) keeps plain messages.
+void Shard::accept_segment(Member& m, const MsgHeader& h) {
+  const auto* chars = reinterpret_cast<const char*>(m.recv.payload());
+  const std::string name(chars, strnlen(chars, static_cast<std::size_t>(h.payload) * sizeof(float)));
+  std::string why;
+  auto seg = ShmSegment::open(name, shm_bytes(push_slots_, reply_slots_), &why);
+  if (!seg) {
+    if (opts_.shm_debug)
+      events_.log("mpi_trainer: shard " + std::to_string(shard_) + ": worker rank " + std::to_string(m.rank) +
+                  ": plain messages (" + why + ")");
+    return;
+  }
+  m.recv.share(seg, 0);
+  m.send.share(seg, shm_reply_offset(push_slots_));
+  m.bells = shm_bells(*seg, push_slots_, reply_slots_);
+  ++shm_workers_;
+}
+
 void Shard::take_joins() {
   std::string error;
   std::vector<std::string> refused;
@@ -17,7 +44,7 @@ void Shard::take_joins() {
   if (!error.empty()) events_.log("mpi_trainer: warning: " + error);
   for (std::string& why : refused)
     events_.join_refused(
-        PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kUnauthenticated, -1, 0, 0, std::move(why)});
+        PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kUnauthenticated, -1, {}, std::move(why)});
   for (const MPI_Comm comm : comms) {
     const auto slot = members_.free_slot();
     if (stop_at_ || failure_code_ != 0 || members_.live() >= opts_.max_workers || !slot) {
@@ -32,14 +59,13 @@ void Shard::take_joins() {
       abandon(std::move(b));
       using Why = PsEvents::JoinRefused::Why;
       events_.join_refused(PsEvents::JoinRefused{
-          failure_code_ != 0 ? Why::kFailed : stop_at_ ? Why::kStopping : Why::kFull, -1, 0, 0, {}});
+          failure_code_ != 0 ? Why::kFailed : stop_at_ ? Why::kStopping : Why::kFull, -1, {}, {}});
       continue;
     }
     Member& m = members_.add(shards_ + workers_ + connected_, comm, 0, *slot, opts_.join_type, Clock::now());
     ++connected_;
     m.late = true;
-    m.recv = Buffer(mine_ + stats_floats_);
-    m.send = Buffer(mine_);
+    give_buffers(m);
     m.cursor = coord_->cursor(m.slot);
     irecv(m.recv, m.peer, kTagToPs, &m.rreq, m.comm);
     irecv(m.hb, m.peer, kTagHeartbeat, &m.hbreq, m.comm);

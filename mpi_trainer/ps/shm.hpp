@@ -1,6 +1,6 @@
 // Shared memory between a worker and a parameter-server shard on the same node: the push's
 // gradients and the reply's parameters live in one POSIX shared-memory segment per (worker,
-// shard), so the messages carry only their 104-byte headers and the shard updates straight from
+// shard), so the messages carry only their 112-byte headers and the shard updates straight from
 // the worker's gradients into the worker's parameters (no MPI copy of either). The worker
 // creates the segment and offers its name in its join; a shard that can map it (same node)
 // accepts, anything else keeps the plain messages. The name is unlinked as soon as both have it

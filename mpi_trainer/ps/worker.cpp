@@ -96,7 +96,7 @@ class Worker {
  private:
   enum class Exchange { kGoOn, kStopped, kBecamePs, kLost };
 
-  // --corrupt-push: this push's fault, done to the gradient (nan, huge); discard marks the push.
+  // --corrupt-push: this push's fault, done to the gradient (nan, huge, zero); discard marks the push.
   PushFault corrupt(std::int64_t push) {
     const auto it = opts_.push_faults.find(push);
     if (it == opts_.push_faults.end()) return PushFault::kNone;
@@ -105,8 +105,8 @@ class Worker {
     if (it->second == PushFault::kNan)  // every 1024th value and the last: in every shard's part
       for (std::int64_t i = 0; i < n; i += (i + 1024 < n ? 1024 : std::max<std::int64_t>(1, n - 1 - i)))
         g[i] = std::numeric_limits<float>::quiet_NaN();
-    if (it->second == PushFault::kHuge)
-      for (std::int64_t i = 0; i < n; ++i) g[i] *= 1e6f;
+    if (it->second == PushFault::kHuge || it->second == PushFault::kZero)
+      for (std::int64_t i = 0; i < n; ++i) g[i] = it->second == PushFault::kZero ? 0.f : g[i] * 1e6f;
     return it->second;
   }
   enum class Recovered { kRejoin, kBecamePs, kLost };  // kBecamePs: res_.takeover; kLost: lost_
@@ -140,10 +140,9 @@ class Worker {
   WorkerResult refused() {
     res_.exit_code = client_->failed_code();
     if (const auto& job = client_->job_shape()) {
-      res_.refused = "the parameter server refused this worker: the job trains " + std::to_string(job->first) +
-                     " parameters with --batch-size " + std::to_string(job->second) + ", this worker " +
-                     std::to_string(model_.param_count()) + " with --batch-size " + std::to_string(opts_.batch_size) +
-                     " (give `join` the job's --model and --batch-size)";
+      const JobShape mine{model_.param_count(), opts_.batch_size, opts_.push_precision};
+      res_.refused = "the parameter server refused this worker: the job trains " + job->describe() + ", this worker " +
+                     mine.describe() + " (give `join` the job's --model, --batch-size and --push-precision)";
       return std::move(res_);
     }
     // The parameter server's own message says what failed; a worker of the job adds nothing.

@@ -43,12 +43,17 @@ WorkerClient::WorkerClient(const WorkerOptions& opts, const Model& model, MPI_Co
       version_(static_cast<std::size_t>(shards_), 0) {
   for (int s = 0; s < shards_; ++s) {
     send_.emplace_back(send_floats(s));
-    recv_.emplace_back(part_.floats(s));
+    recv_.emplace_back(reply_floats(s));
+    if (opts_.push_precision != PushPrecision::kFp32)
+      scratch_.resize(std::max(scratch_.size(), static_cast<std::size_t>(part_.floats(s))));
   }
 }
 
-// Shard 0's part carries the batch's BatchNorm statistics too.
-std::int64_t WorkerClient::send_floats(int s) const { return part_.floats(s) + (s == 0 ? model_.stats().total() : 0); }
+// Shard 0's part carries the batch's BatchNorm statistics too, in fp32.
+std::int64_t WorkerClient::send_floats(int s) const {
+  return reply_floats(s) + (s == 0 ? model_.stats().total() : 0);
+}
+std::int64_t WorkerClient::reply_floats(int s) const { return wire_floats(opts_.push_precision, part_.floats(s)); }
 
 void WorkerClient::prepare_join(bool offer_shm) {
   for (int s = 0; s < shards_; ++s) {
@@ -56,6 +61,7 @@ void WorkerClient::prepare_join(bool offer_shm) {
     b.header() = MsgHeader{};
     b.header().param_count = model_.param_count();
     b.header().batch = opts_.batch_size;
+    b.header().precision = static_cast<std::int32_t>(opts_.push_precision);
     if (!offer_shm || !shm_transport_enabled()) continue;
     auto seg = ShmSegment::create(
         shm_bytes(b.count() - kHeaderFloats, recv_[static_cast<std::size_t>(s)].count() - kHeaderFloats));
@@ -85,10 +91,16 @@ void WorkerClient::prepare_push(const StepComputer::Step& st, const FlatTensors&
     h.step_seconds = static_cast<float>(st.seconds);
     h.batch = opts_.batch_size;
     if (!synthetic || !packed_) {
-      part_.pack(s, grads, std::span<float>(b.payload(), static_cast<std::size_t>(part_.floats(s))));
+      const auto n = static_cast<std::size_t>(part_.floats(s));
+      if (scratch_.empty()) {
+        part_.pack(s, grads, std::span<float>(b.payload(), n));
+      } else {  // bf16: packed in fp32, then rounded into the message
+        part_.pack(s, grads, std::span<float>(scratch_).first(n));
+        encode_values(opts_.push_precision, std::span<const float>(scratch_).first(n), b.payload());
+      }
       if (s == 0)
         std::copy(batch_stats.flat().data(), batch_stats.flat().data() + model_.stats().total(),
-                  b.payload() + part_.floats(0));
+                  b.payload() + reply_floats(0));
     }
   }
   packed_ = true;
@@ -108,13 +120,14 @@ WorkerClient::Reply WorkerClient::push_pull(MsgKind kind) {
   bool stop = false;
   for (int s = 0; s < shards_; ++s) {
     const MsgHeader& h = recv_[static_cast<std::size_t>(s)].header();
-    if (const auto bad = check_header(h, part_.floats(s)); !bad.empty())
+    if (const auto bad = check_header(h, reply_floats(s)); !bad.empty())
       throw Error(kExitInternal, "worker: malformed reply from shard " + std::to_string(s) + ": " + bad);
     stop = stop || h.kind == MsgKind::kStop;
     if (h.kind == MsgKind::kStop) clean_end_ = clean_end_ && h.end == kCleanEnd;
     if (h.kind == MsgKind::kStop && h.end == kFailedEnd) failed_code_ = h.exit_code;
     if (h.kind == MsgKind::kStop && h.end == kRejectedEnd) rejected_ = true;
-    if (h.kind == MsgKind::kStop && h.end == kMismatchEnd) job_shape_ = {h.param_count, h.batch};
+    if (h.kind == MsgKind::kStop && h.end == kMismatchEnd)
+      job_shape_ = JobShape{h.param_count, h.batch, static_cast<PushPrecision>(h.precision)};
   }
   if (stop) return tell_others_stop();
   take_replies(kind);
@@ -219,14 +232,21 @@ void WorkerClient::take_replies(MsgKind kind) {
         const std::int64_t push_floats = b.count() - kHeaderFloats;
         b.share(seg, 0);
         r.share(seg, shm_reply_offset(push_floats));
-        bells_[static_cast<std::size_t>(s)] = shm_bells(*seg, push_floats, part_.floats(s));
+        bells_[static_cast<std::size_t>(s)] = shm_bells(*seg, push_floats, reply_floats(s));
       }
       if (seg) seg->unlink();
       seg.reset();
     }
     // A synthetic-gradient worker (benchmark) does not use the parameters.
-    if (!opts_.synthetic_gradients)
-      part_.unpack(s, std::span<const float>(r.payload(), static_cast<std::size_t>(part_.floats(s))), params_);
+    if (!opts_.synthetic_gradients) {
+      const auto n = static_cast<std::size_t>(part_.floats(s));
+      if (scratch_.empty()) {
+        part_.unpack(s, std::span<const float>(r.payload(), n), params_);
+      } else {  // bf16: decoded, then unpacked
+        decode_values(opts_.push_precision, r.payload(), std::span<float>(scratch_).first(n));
+        part_.unpack(s, std::span<const float>(scratch_).first(n), params_);
+      }
+    }
     version_[static_cast<std::size_t>(s)] = r.header().model_version;
     global_step_ = std::max(global_step_, r.header().step);
   }
@@ -238,7 +258,7 @@ void WorkerClient::renew() {
     abandon(std::move(send_[k]));
     abandon(std::move(recv_[k]));
     send_[k] = Buffer(send_floats(s));
-    recv_[k] = Buffer(part_.floats(s));
+    recv_[k] = Buffer(reply_floats(s));
     bells_[k] = PairBells{};
   }
   std::fill(reqs_.begin(), reqs_.end(), MPI_REQUEST_NULL);

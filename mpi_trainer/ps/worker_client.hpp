@@ -71,8 +71,8 @@ class WorkerClient {
   bool clean_end() const { return clean_end_ && failed_code_ == 0; }  // every stop said no rank was lost
   int failed_code() const { return failed_code_; }  // a shard said it failed, with this exit code
   bool rejected() const { return rejected_; }       // a shard stopped it: its pushes kept being rejected
-  // A shard refused its join: the job's parameter count and batch size differ from this worker's.
-  const std::optional<std::pair<std::int64_t, std::int32_t>>& job_shape() const { return job_shape_; }
+  // A shard refused its join: the job's model size, batch size or push precision differ from this worker's.
+  const std::optional<JobShape>& job_shape() const { return job_shape_; }
   const PsLoss& loss() const { return loss_; }
   // The longest this process went without polling while it waited for replies (seconds): longer
   // than --failure-timeout, it was suspended (SIGSTOP, a debugger, a frozen VM) and the parameter
@@ -91,7 +91,8 @@ class WorkerClient {
   void abandon_in_flight();
 
  private:
-  std::int64_t send_floats(int s) const;
+  std::int64_t send_floats(int s) const;   // float slots of a push to shard s
+  std::int64_t reply_floats(int s) const;  // of its reply
   void post(MsgKind kind);                  // irecv + isend to every shard
   Reply wait_replies(double deadline);      // until every request completes
   Reply tell_others_stop();                 // shards that did not say stop are told this worker leaves
@@ -107,6 +108,7 @@ class WorkerClient {
   const std::function<void(int)> on_failed_;
   const std::function<void()> after_test_;
   FlatTensors params_;
+  std::vector<float> scratch_;  // --push-precision bf16: one shard's part in fp32, before encoding or after decoding
   std::vector<Buffer> send_, recv_;
   std::vector<std::shared_ptr<ShmSegment>> offered_;  // until the join's reply
   std::vector<PairBells> bells_;                      // with the shards that took a segment
@@ -119,7 +121,7 @@ class WorkerClient {
   bool clean_end_ = true;
   int failed_code_ = 0;
   bool rejected_ = false;
-  std::optional<std::pair<std::int64_t, std::int32_t>> job_shape_;
+  std::optional<JobShape> job_shape_;
   bool packed_ = false;  // a synthetic gradient in the send buffers
   PsLoss loss_;
   double longest_gap_ = 0;
