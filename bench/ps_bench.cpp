@@ -6,8 +6,8 @@
 // 1. The bound: rank 0 and rank S time a round trip of the whole model (the worker sends the
 //    gradients, rank 0 answers with the parameters, each one MPI message with our header), and
 //    rank 0 times one optimizer update of the whole model. bound = 1 / (round trip + update).
-//    Under bf16 the round trip's messages have the bf16 size; the update is the fp32 one (the
-//    conversions are what the real run below adds).
+//    Under bf16 the round trip's messages have the bf16 size, and the update includes what a shard
+//    adds to it: decoding the push's gradient and encoding the reply (codec_ms, timed apart too).
 // 2. The real parameter server (mpi_trainer's own code) with S shards and W workers pushing a
 //    fixed, precomputed gradient as fast as they are answered (`--synthetic-gradients`).
 // Rank 0 prints one JSON line: updates/s achieved, the bound and their ratio.
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     const PushPrecision precision = parse_push_precision(cfg.push_precision);
 
     // 1. The bound, between rank 0 and the first worker, everyone else waiting.
-    std::vector<double> rtt, upd;
+    std::vector<double> rtt, upd, codec;
     std::vector<float> out(static_cast<std::size_t>(kHeaderFloats + wire_floats(precision, p)), 0.5f), in(out.size());
     if (mpi.rank() == 0 || mpi.rank() == shards) {
       const int peer = mpi.rank() == 0 ? shards : 0;
@@ -92,10 +92,19 @@ int main(int argc, char** argv) {
     if (mpi.rank() == 0) {
       auto backend = make_cpu_backend(1);
       std::vector<float> w(static_cast<std::size_t>(p), 0.1f), g(w.size(), 1e-3f), v(w.size(), 0.f);
+      std::vector<float> wire(static_cast<std::size_t>(wire_floats(precision, p)));
+      encode_values(precision, g, wire.data());
       for (int r = 0; r < reps + 5; ++r) {
         const auto t0 = Clock::now();
+        if (precision != PushPrecision::kFp32) decode_values(precision, wire.data(), g);
+        const auto t1 = Clock::now();
         backend->sgd_update(w, g, v, SgdSpec{0.1f, 0.9f, 1e-4f, false});
-        if (r >= 5) upd.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        const auto t2 = Clock::now();
+        if (precision != PushPrecision::kFp32) encode_values(precision, w, wire.data());
+        const auto t3 = Clock::now();
+        if (r < 5) continue;
+        upd.push_back(std::chrono::duration<double>(t3 - t0).count());
+        codec.push_back(std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count());
       }
     }
     // The others wait without spinning (MPI_Barrier would poll and take the two timing ranks'
@@ -121,7 +130,8 @@ int main(int argc, char** argv) {
                        {"model", cfg.model}, {"parameters", p}, {"push_precision", cfg.push_precision},
                        {"message_mb", double(p) * wire_bytes_per_value(precision) / 1e6},
                        {"num_ps", shards}, {"workers", workers}, {"round_trip_ms", rt * 1e3},
-                       {"update_ms", up * 1e3}, {"bound_updates_per_second", bound},
+                       {"update_ms", up * 1e3}, {"codec_ms", median(codec) * 1e3},
+                       {"bound_updates_per_second", bound},
                        {"updates_per_second", achieved}, {"ratio_to_bound", achieved / bound},
                        {"global_steps", r.global_step}, {"seconds", r.train_seconds}}
                        .dump()

@@ -101,8 +101,18 @@ TEST_CASE("plan finds where the parameter server's link saturates, as a hand cal
   c.num_ps = 2;
   const auto two = plan_of(c);
   CHECK(two.ps_link_saturation_workers == Approx(2 * cycle / wire).epsilon(0.03));
-  // Without the link model (the simulator before issue 44): only the updates saturate.
+  // bf16 pushes: half the bytes each way, on the shard's link and each worker's.
   c.num_ps = 1;
+  c.push_precision = "bf16";
+  const double cycle16 = 0.069 + 2 * (0.0001 + wire / 2);
+  const auto half = plan_of(c);
+  CHECK(half.ps_limit == "link");
+  CHECK(half.ps_link_saturation_workers == Approx(cycle16 / (wire / 2)).epsilon(0.001));  // 26.3
+  // 24 workers fit under the limit now: about steps x cycle / 24 (3% more: queueing at 91% of the link)
+  CHECK(half.ideal_seconds == Approx(4000 * cycle16 / 24).epsilon(0.05));
+  CHECK(half.ideal_seconds < 0.6 * 4000 * wire);
+  c.push_precision = "fp32";
+  // Without the link model (the simulator before issue 44): only the updates saturate.
   c.ps_link = "none";
   r = plan_of(c);
   CHECK(r.ps_limit == "compute");

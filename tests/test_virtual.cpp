@@ -200,6 +200,7 @@ TEST_CASE("links, joins and the parameter server's update time", "[unit][virtual
   CHECK(j[0].step == 16000);
   CHECK(j[1].seconds == Approx(5400));
   CHECK(mt::default_ps_update_seconds(464154) == Approx(0.00011));
+  CHECK(mt::default_ps_update_seconds(464154, mt::PushPrecision::kBf16) == Approx(0.0002));  // + the codec
 }
 
 // The parameter server's own link (issue 44): every push comes in and every reply goes out

@@ -100,7 +100,10 @@ std::vector<double> shard_message_bytes(const std::string& model, int shards, do
   return bytes;
 }
 
-double default_ps_update_seconds(std::int64_t params) { return 0.00011 * double(params) / 464154.0; }
+double default_ps_update_seconds(std::int64_t params, PushPrecision precision) {
+  const double per_resnet32 = precision == PushPrecision::kBf16 ? 0.00011 + 0.00009 : 0.00011;
+  return per_resnet32 * double(params) / 464154.0;
+}
 
 std::map<std::string, RevocationModel> revocation_models(const std::string& name, const std::vector<std::string>& types) {
   std::map<std::string, RevocationModel> out;

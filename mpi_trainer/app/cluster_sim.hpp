@@ -65,7 +65,9 @@ std::vector<VirtualJoin> parse_virtual_joins(const std::string& spec);
 // The parameter server's time per update when --ps-update-seconds is not given: 0.11 ms per
 // ResNet-32 (464,154 parameters) update, measured with bench/ps_bench (one shard, shared memory,
 // about 9,000 updates/s on the 2-core development machine), in proportion to the parameters.
-double default_ps_update_seconds(std::int64_t params);
+// bf16 pushes add decoding the gradient and encoding the reply, 0.09 ms per ResNet-32 update
+// (ps_bench's codec_ms, the same machine): 0.20 ms.
+double default_ps_update_seconds(std::int64_t params, PushPrecision precision = PushPrecision::kFp32);
 
 // `--revocation-model NAME` (empty: none) for each of `types`: RevocationModel::load(NAME, type).
 std::map<std::string, RevocationModel> revocation_models(const std::string& name, const std::vector<std::string>& types);

@@ -105,9 +105,11 @@ Cluster prepare(const PlanConfig& c) {
     if (!c.worker_links.empty()) throw UsageError("--worker-links: --num-ps 0 sends no messages");
     k.links.assign(1, Link{0, kNeverSeconds});
   } else {
-    const double value_bytes = wire_bytes_per_value(parse_push_precision(c.push_precision));
+    const PushPrecision precision = parse_push_precision(c.push_precision);
+    const double value_bytes = wire_bytes_per_value(precision);
     k.message_bytes = double(k.params) * value_bytes;
-    const double update = c.ps_update_seconds >= 0 ? c.ps_update_seconds : default_ps_update_seconds(k.params);
+    const double update =
+        c.ps_update_seconds >= 0 ? c.ps_update_seconds : default_ps_update_seconds(k.params, precision);
     k.update_seconds = update / c.num_ps;  // each shard updates its part of every push
     k.ps_link = parse_ps_link(c.ps_link);
     k.shard_bytes = shard_message_bytes(c.model, c.num_ps, value_bytes);
@@ -340,7 +342,8 @@ std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
     s << "  near or past that limit more workers add little: "
       << (r.ps_limit == "link" ? std::string("more shards split each message (--num-ps), or a faster link (--ps-link)") +
                                      (c.push_precision == "bf16" ? "" : ", or half the bytes (--push-precision bf16)")
-                               : std::string("more shards split each update (--num-ps)"))
+                               : std::string("more shards split each update (--num-ps)") +
+                                     (c.push_precision == "bf16" ? ", or fp32 pushes (bf16 adds coding to each update)" : ""))
       << '\n';
   return s.str();
 }

@@ -154,7 +154,7 @@ VirtualRun::VirtualRun(const TrainConfig& cfg, std::ostream& log)
       model_(setup_.spec),
       precision_(parse_push_precision(c_.push_precision)),
       update_seconds_(c_.ps_update_seconds >= 0 ? c_.ps_update_seconds
-                                                : default_ps_update_seconds(model_.param_count())),
+                                                : default_ps_update_seconds(model_.param_count(), precision_)),
       message_bytes_(double(model_.param_count()) * wire_bytes_per_value(precision_)),
       policy_(setup_.schedule, parse_lr_scaling(c_.lr_scaling), parse_momentum_correction(c_.momentum_correction),
               c_.momentum, c_.join_warmup, c_.momentum_auto),
