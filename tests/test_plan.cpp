@@ -358,3 +358,50 @@ TEST_CASE("plan's accuracy line: the measured cost of asynchrony for its shape, 
     }
   CHECK(four_workers > 0);
 }
+
+TEST_CASE("plan --target-accuracy: each shape runs the shortest measured schedule reaching it, soonest first",
+          "[unit][plan]") {
+  // One worker's accuracy plus the measured cost of asynchrony (app/accuracy_measured.csv):
+  // 4 workers reach 88.04% after 5 epochs, 90.87% after 10, 92.39% after 20.
+  CHECK(mt::epochs_to_reach("resnet8", 4, 91.0)->epochs == 20);
+  CHECK(mt::epochs_to_reach("resnet8", 4, 90.8)->epochs == 10);
+  CHECK(mt::epochs_to_reach("resnet8", 4, 90.8)->predicted_percent == Approx(90.87));
+  CHECK(mt::epochs_to_reach("resnet8", 2, 91.0)->epochs == 10);  // 91.55
+  CHECK(mt::epochs_to_reach("resnet8", 1, 91.0)->epochs == 10);  // one worker's own 91.49
+  CHECK_FALSE(mt::epochs_to_reach("resnet8", 8, 92.5));           // 92.15 at 20 epochs, the longest measured
+  CHECK_FALSE(mt::epochs_to_reach("resnet8", 3, 80));             // 3 workers: not measured
+  CHECK_FALSE(mt::epochs_to_reach("resnet32", 2, 50));
+  const auto r = run("plan --model resnet8 --train-images 60000 --target-accuracy 91 --draws 3 --max-workers 4 --json");
+  REQUIRE(r.code == 0);
+  const Json j = Json::parse(r.output);
+  CHECK(j["target_accuracy_percent"].get<double>() == 91);
+  bool met = true;
+  double last = 0;
+  int checked = 0;
+  for (const auto& s : j["shapes"]) {
+    const bool meets = s["meets"].get<bool>();
+    const int workers = s["num_ps"] == 0 ? 1 : s["workers"].get<int>();
+    if (meets) {
+      CHECK(met);  // the shapes reaching it first, soonest first
+      CHECK(s["seconds"]["median"].get<double>() >= last);
+      last = s["seconds"]["median"].get<double>();
+      const int epochs = workers == 4 ? 20 : 10;
+      CHECK(s["target"]["epochs"].get<double>() == epochs);
+      CHECK(s["global_steps"].get<std::int64_t>() == (epochs * 60000 + 127) / 128);
+      ++checked;
+    } else {
+      CHECK(s["target"].is_null());  // 3 workers: no measured schedule
+      CHECK(workers == 3);
+    }
+    met = meets;
+  }
+  CHECK(checked > 4);
+  const auto text = run("plan --model resnet8 --target-accuracy 91 --draws 3 --max-workers 2");
+  CHECK(contains(text.output, "the shortest measured schedule predicted to reach 91.0% test accuracy"));
+  CHECK(contains(text.output, "epochs"));
+  const auto never = run("plan --model resnet8 --target-accuracy 99 --draws 3 --max-workers 2");
+  CHECK(never.code == 1);
+  CHECK(contains(never.output, "no measured schedule of resnet8 is predicted to reach 99.0%; measured: resnet8 on "
+                               "fashion-mnist, 92.56% at most (one worker, 20 epochs)"));
+  CHECK(run("plan --target-accuracy 0").code == mt::kExitUsage);
+}

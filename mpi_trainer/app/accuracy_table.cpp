@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <iomanip>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -58,6 +59,34 @@ std::optional<MeasuredAccuracy> accuracy_for(const std::string& model, double ep
   for (const auto& m : measured_accuracy())
     if (m.model == model && m.workers == workers && std::abs(epochs - m.epochs) <= 0.05 * m.epochs) return m;
   return std::nullopt;
+}
+
+std::optional<EpochsToTarget> epochs_to_reach(const std::string& model, int workers, double target_percent) {
+  std::optional<EpochsToTarget> best;
+  for (const auto& m : measured_accuracy()) {
+    if (m.model != model || (workers != 1 && m.workers != workers)) continue;
+    const double predicted = m.one_worker_percent + (workers == 1 ? 0 : m.delta_points);
+    if (predicted >= target_percent && (!best || m.epochs < best->epochs))
+      best = EpochsToTarget{m.epochs, predicted, m.data};
+  }
+  return best;
+}
+
+std::string target_unreached_line(const std::string& model, double target_percent) {
+  std::map<std::string, const MeasuredAccuracy*> best;  // by model and data: the highest one-worker accuracy
+  const std::vector<MeasuredAccuracy> all = measured_accuracy();
+  for (const auto& m : all) {
+    auto& b = best[m.model + " on " + m.data];
+    if (!b || m.one_worker_percent > b->one_worker_percent) b = &m;
+  }
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << "  no measured schedule of " << model << " is predicted to reach "
+    << target_percent << "%; measured: ";
+  for (auto it = best.begin(); it != best.end(); ++it)
+    s << (it == best.begin() ? "" : "; ") << it->first << ", " << std::setprecision(2) << it->second->one_worker_percent
+      << "% at most (one worker, " << std::setprecision(0) << it->second->epochs << " epochs)";
+  s << " (bench/README.md, \"Speed-up\"); train --virtual-workers measures yours\n";
+  return s.str();
 }
 
 std::string accuracy_line(const std::string& model, double epochs, int workers) {

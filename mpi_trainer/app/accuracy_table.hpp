@@ -26,4 +26,18 @@ std::optional<MeasuredAccuracy> accuracy_for(const std::string& model, double ep
 // plan's line: "  accuracy: ..." with the row, or what was measured instead.
 std::string accuracy_line(const std::string& model, double epochs, int workers);
 
+// plan --target-accuracy: the shortest measured schedule after which `workers` workers of `model`
+// are predicted to reach `target_percent` test accuracy (one worker's measured final accuracy
+// plus the measured cost of asynchrony; one worker: its own), or none where no measured schedule
+// does. The predicted time to the target is then the plan of that many epochs: the schedules
+// measured anneal the rate at 50% and 75% of their steps, so their accuracy is the end's.
+struct EpochsToTarget {
+  double epochs = 0;
+  double predicted_percent = 0;
+  std::string data;
+};
+std::optional<EpochsToTarget> epochs_to_reach(const std::string& model, int workers, double target_percent);
+// The search's line when no shape reaches the target: the best each measured model reached.
+std::string target_unreached_line(const std::string& model, double target_percent);
+
 }  // namespace mt

@@ -111,6 +111,11 @@ void add_plan_options(CLI::App& cmd, PlanConfig& c, std::string& deadline) {
   cmd.add_option("--budget", c.budget_usd,
                  "Search (as --deadline) for shapes whose 90th-percentile cost stays within these dollars")
       ->check(kPositive);
+  cmd.add_option("--target-accuracy", c.target_accuracy,
+                 "Search (as --deadline) for the shapes that reach this test accuracy (percent) soonest: each "
+                 "runs the shortest schedule measured to reach it with its worker count (bench/README.md, "
+                 "\"Speed-up\"; measured: resnet8 on Fashion-MNIST); exit 1 when none does")
+      ->check(CLI::Range(0.01, 100.0));
   cmd.add_option("--max-workers", c.max_workers, "The largest worker count the search tries")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

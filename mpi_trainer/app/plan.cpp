@@ -524,7 +524,7 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
 }
 
 int plan_command(const PlanConfig& c, std::ostream& out) {
-  if (c.deadline_seconds >= 0 || c.budget_usd >= 0) return plan_search_command(c, out);
+  if (c.deadline_seconds >= 0 || c.budget_usd >= 0 || c.target_accuracy > 0) return plan_search_command(c, out);
   const PlanResult r = run_plan(c);
   if (c.json)
     out << plan_json(c, r).dump() << '\n';

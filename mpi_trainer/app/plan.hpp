@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <iosfwd>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "app/accuracy_table.hpp"
 #include "app/cost.hpp"
 #include "ps/ps.hpp"
 
@@ -70,6 +72,9 @@ struct PlanConfig {
   double deadline_seconds = -1;
   double budget_usd = -1;
   int max_workers = 16;  // the largest worker count the search tries
+  // --target-accuracy (percent): each shape of the search runs the shortest measured schedule
+  // predicted to reach it (epochs_to_reach), and shapes rank by that time; < 0: not given.
+  double target_accuracy = -1;
 };
 
 // The warning a parameter server needs to write its checkpoint before it is reclaimed: measured
@@ -108,8 +113,11 @@ struct PlanShape {
   PlanConfig cfg;  // workers, worker_types, pricing, num_ps set
   PlanResult result;
   bool meets = false;  // p90 time within the deadline and p90 cost within the budget
+  // --target-accuracy: the schedule this shape runs to reach it, none when no measured one does.
+  std::optional<EpochsToTarget> target;
 };
-// Every shape tried, the ones meeting both first, cheapest (median cost) first (app/plan_search).
+// Every shape tried, the ones meeting both first, cheapest (median cost) first, or with
+// --target-accuracy soonest (median time) first (app/plan_search).
 std::vector<PlanShape> search_plans(const PlanConfig& cfg);
 // `mpi_trainer plan --deadline/--budget`: prints the search (or its JSON); 1 when no shape meets both.
 int plan_search_command(const PlanConfig& cfg, std::ostream& out);

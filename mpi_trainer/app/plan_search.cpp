@@ -55,19 +55,28 @@ std::vector<PlanShape> search_plans(const PlanConfig& c) {
           shape.cfg.pricing = pricing;
           shape.cfg.num_ps = ps;
           shape.cfg.worker_links.clear();
+          if (c.target_accuracy > 0) {  // the shortest measured schedule reaching it, else the steps asked
+            shape.target = epochs_to_reach(c.model, ps == 0 ? 1 : n, c.target_accuracy);
+            if (shape.target) shape.cfg.epochs = shape.target->epochs;
+          }
           shape.result = run_plan(shape.cfg);
           const auto& r = shape.result;
           shape.meets = !r.seconds.empty() && r.unfinished == 0 &&
                         (c.deadline_seconds < 0 || percentile(r.seconds, 0.9) <= c.deadline_seconds) &&
-                        (c.budget_usd < 0 || percentile(r.cost_usd, 0.9) <= c.budget_usd);
+                        (c.budget_usd < 0 || percentile(r.cost_usd, 0.9) <= c.budget_usd) &&
+                        (c.target_accuracy < 0 || shape.target.has_value());
           out.push_back(std::move(shape));
         }
       }
-  std::stable_sort(out.begin(), out.end(), [](const PlanShape& a, const PlanShape& b) {
+  const bool by_time = c.target_accuracy > 0;
+  std::stable_sort(out.begin(), out.end(), [by_time](const PlanShape& a, const PlanShape& b) {
     if (a.meets != b.meets) return a.meets;
-    const double ca = a.result.cost_usd.empty() ? kNeverSeconds : percentile(a.result.cost_usd, 0.5);
-    const double cb = b.result.cost_usd.empty() ? kNeverSeconds : percentile(b.result.cost_usd, 0.5);
-    return ca < cb;
+    const auto median = [](const std::vector<double>& v) { return v.empty() ? kNeverSeconds : percentile(v, 0.5); };
+    const auto key = [&](const PlanShape& s) {  // cheapest first, or soonest then cheapest
+      const double cost = median(s.result.cost_usd);
+      return by_time ? std::pair(median(s.result.seconds), cost) : std::pair(cost, 0.0);
+    };
+    return key(a) < key(b);
   });
   return out;
 }
@@ -90,27 +99,43 @@ int plan_search_command(const PlanConfig& c, std::ostream& out) {
     for (const auto& s : shapes) {
       nlohmann::ordered_json j = plan_json(s.cfg, s.result);
       j["meets"] = s.meets;
+      if (c.target_accuracy > 0)
+        j["target"] = s.target ? nlohmann::ordered_json{{"epochs", s.target->epochs},
+                                                        {"predicted_accuracy_percent", s.target->predicted_percent},
+                                                        {"data", s.target->data}}
+                               : nlohmann::ordered_json();
       all.push_back(std::move(j));
     }
     out << nlohmann::ordered_json{{"event", "plan_search"},
                                   {"deadline_seconds", c.deadline_seconds < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.deadline_seconds)},
                                   {"budget_usd", c.budget_usd < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.budget_usd)},
+                                  {"target_accuracy_percent", c.target_accuracy < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.target_accuracy)},
                                   {"meeting", meeting},
                                   {"shapes", all}}
                .dump()
         << '\n';
     return 0;
   }
-  out << "plan search: " << c.model << ", " << shapes.front().result.steps << " global steps of " << c.batch_size << "; deadline "
-      << (c.deadline_seconds < 0 ? std::string("none") : hours(c.deadline_seconds)) << ", budget "
-      << (c.budget_usd < 0 ? std::string("none") : dollars(c.budget_usd))
+  const bool target = c.target_accuracy > 0;
+  out << "plan search: " << c.model << ", ";
+  if (target)
+    out << "the shortest measured schedule predicted to reach " << std::fixed << std::setprecision(1)
+        << c.target_accuracy << "% test accuracy, batch " << std::defaultfloat << c.batch_size;
+  else
+    out << shapes.front().result.steps << " global steps of " << c.batch_size;
+  out << "; deadline " << (c.deadline_seconds < 0 ? std::string("none") : hours(c.deadline_seconds))
+      << ", budget " << (c.budget_usd < 0 ? std::string("none") : dollars(c.budget_usd))
       << " (both at the 90th percentile); parameter servers " << c.ps_type << " (" << c.ps_pricing << "); " << c.draws
-      << " draws per shape; evidence S\n"
-      << "  " << shapes.size() << " shapes tried, " << meeting << " meet both"
-      << (meeting ? "; the cheapest:" : ": none does; the closest, cheapest first:") << '\n';
+      << " draws per shape; evidence S" << (target ? " and E (the accuracy)" : "") << "\n"
+      << "  " << shapes.size() << " shapes tried, " << meeting << (target ? " meet all three" : " meet both")
+      << (meeting ? (target ? "; the soonest:" : "; the cheapest:")
+                  : (target ? ": none does; the closest, soonest first:" : ": none does; the closest, cheapest first:"))
+      << '\n';
+  if (target && !meeting && std::none_of(shapes.begin(), shapes.end(), [](const PlanShape& s) { return s.target; }))
+    out << target_unreached_line(c.model, c.target_accuracy);
   out << "  " << std::left << std::setw(34) << "cluster" << std::right << std::setw(9) << "time" << std::setw(9)
       << "p90" << std::setw(9) << "cost" << std::setw(9) << "p90" << std::setw(11) << "restarts" << std::setw(8)
-      << "acc." << '\n';
+      << (target ? "epochs" : "acc.") << '\n';
   int shown = 0;
   for (const auto& s : shapes) {
     if (shown == 10 || (meeting && !s.meets)) break;
@@ -119,7 +144,9 @@ int plan_search_command(const PlanConfig& c, std::ostream& out) {
     std::ostringstream restarts, accuracy;
     restarts << std::fixed << std::setprecision(1) << 100 * fraction_positive(r.restarts) << '%';
     const int workers = s.cfg.num_ps == 0 ? 1 : s.cfg.workers;
-    if (workers == 1)
+    if (target)
+      accuracy << (s.target ? std::to_string(static_cast<int>(s.target->epochs)) : std::string("-"));
+    else if (workers == 1)
       accuracy << "ref.";
     else if (const auto m = accuracy_for(c.model, plan_epochs(r.steps, c.batch_size, c.train_images), workers))
       accuracy << std::fixed << std::showpos << std::setprecision(2) << m->delta_points;
@@ -131,8 +158,13 @@ int plan_search_command(const PlanConfig& c, std::ostream& out) {
         << std::setw(11) << restarts.str() << std::setw(8) << accuracy.str() << '\n';
     ++shown;
   }
-  out << "  acc.: final test accuracy against one worker, points, where measured for the shape (--model, "
-         "--epochs, workers; bench/README.md, \"Speed-up\"); ?: not measured\n";
+  if (target)
+    out << "  epochs: the shortest schedule measured to reach the target with that many workers (one worker's "
+           "final accuracy plus the measured cost of asynchrony; bench/README.md, \"Speed-up\"); -: none measured "
+           "does\n";
+  else
+    out << "  acc.: final test accuracy against one worker, points, where measured for the shape (--model, "
+           "--epochs, workers; bench/README.md, \"Speed-up\"); ?: not measured\n";
   return meeting ? 0 : 1;
 }
 
