@@ -308,3 +308,22 @@ TEST_CASE("join warm-up (--join-warmup): after a join the rate ramps up from the
   const auto off = lr_at("0");
   CHECK(off[21] == Approx(0.1));
 }
+
+TEST_CASE("push precision as a user gives it: a virtual run in bf16, one process refused, a bad value",
+          "[unit][virtual]") {
+  Data d;
+  const auto m = d.dir.path() / "bf16.jsonl";
+  const std::string base = "train --data " + d.path + " --model resnet8 --batch-size 8 --train-steps 6 --threads 1";
+  const auto virt = run(base + " --virtual-workers 2 --push-precision bf16 --metrics " + m.string());
+  REQUIRE(virt.code == 0);
+  CHECK(contains(virt.output, "bf16 pushes"));
+  bool said = false;
+  for (const auto& e : events(m))
+    if (e["event"] == "config") said = e["push_precision"] == "bf16";
+  CHECK(said);
+  const auto single = run(base + " --push-precision bf16");
+  CHECK(single.code == mt::kExitUsage);
+  CHECK(contains(single.output, "--push-precision bf16: one process sends no pushes"));
+  CHECK(run(base + " --virtual-workers 2 --push-precision fp16").code == mt::kExitUsage);
+  CHECK(run("plan --push-precision fp8").code == mt::kExitUsage);
+}

@@ -116,6 +116,9 @@ Clock::time_point check_flags_and_catch_notices(const TrainConfig& cfg) {
                      "--instance-type");
   if (cfg.synthetic_gradients)
     throw UsageError("--synthetic-gradients is a parameter-server benchmark mode (mpirun -np 2 or more)");
+  if (cfg.push_precision != "fp32")
+    throw UsageError("--push-precision " + cfg.push_precision + ": one process sends no pushes (mpirun -np 2 or "
+                     "more, or --virtual-workers)");
   install_notice_handlers();
   install_interrupt_handler();
   return Clock::now();
