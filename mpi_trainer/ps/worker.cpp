@@ -1,5 +1,6 @@
 // The worker: pulls parameters, computes a gradient on its own mini-batch (StepComputer, from the
 // app), pushes it to every shard, and repeats until a shard says stop.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <iomanip>
@@ -105,8 +106,9 @@ class Worker {
     if (it->second == PushFault::kNan)  // every 1024th value and the last: in every shard's part
       for (std::int64_t i = 0; i < n; i += (i + 1024 < n ? 1024 : std::max<std::int64_t>(1, n - 1 - i)))
         g[i] = std::numeric_limits<float>::quiet_NaN();
-    if (it->second == PushFault::kHuge || it->second == PushFault::kZero)
-      for (std::int64_t i = 0; i < n; ++i) g[i] = it->second == PushFault::kZero ? 0.f : g[i] * 1e6f;
+    if (it->second == PushFault::kHuge)
+      for (std::int64_t i = 0; i < n; ++i) g[i] *= 1e6f;
+    if (it->second == PushFault::kZero) std::fill_n(g, n, 0.f);
     return it->second;
   }
   enum class Recovered { kRejoin, kBecamePs, kLost };  // kBecamePs: res_.takeover; kLost: lost_

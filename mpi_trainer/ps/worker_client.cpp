@@ -92,7 +92,7 @@ void WorkerClient::prepare_push(const StepComputer::Step& st, const FlatTensors&
     h.batch = opts_.batch_size;
     if (!synthetic || !packed_) {
       const auto n = static_cast<std::size_t>(part_.floats(s));
-      if (scratch_.empty()) {
+      if (opts_.push_precision == PushPrecision::kFp32) {
         part_.pack(s, grads, std::span<float>(b.payload(), n));
       } else {  // bf16: packed in fp32, then rounded into the message
         part_.pack(s, grads, std::span<float>(scratch_).first(n));
@@ -240,7 +240,7 @@ void WorkerClient::take_replies(MsgKind kind) {
     // A synthetic-gradient worker (benchmark) does not use the parameters.
     if (!opts_.synthetic_gradients) {
       const auto n = static_cast<std::size_t>(part_.floats(s));
-      if (scratch_.empty()) {
+      if (opts_.push_precision == PushPrecision::kFp32) {
         part_.unpack(s, std::span<const float>(r.payload(), n), params_);
       } else {  // bf16: decoded, then unpacked
         decode_values(opts_.push_precision, r.payload(), std::span<float>(scratch_).first(n));
