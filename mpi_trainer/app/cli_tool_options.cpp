@@ -53,7 +53,7 @@ void add_plan_options(CLI::App& cmd, PlanConfig& c, std::string& deadline) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd.add_option("--ps-update-seconds", c.ps_update_seconds,
                  "The parameter server's time per update (default: measured with bench/ps_bench, in proportion "
-                 "to the model's parameters)")
+                 "to the model's parameters; bf16 pushes add their coding)")
       ->check(kNonNegative);
   cmd.add_option("--revocation-model", c.revocation_model,
                  "Lifetimes of transient servers: gce (built in: the paper's GCE preemptible VMs, per GPU "

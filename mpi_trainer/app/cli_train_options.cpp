@@ -154,7 +154,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "The values workers push and are sent: fp32, or bf16 (half the bytes each way; the "
                      "parameter server keeps and updates fp32 state, and under --lr-scaling gap measures "
                      "how far a parameter moved on its own fp32 values). Every worker and `join` must "
-                     "give the job's (docs/user-guide.md, \"Smaller pushes\")")
+                     "give the job's (docs/user-guide.md, \"Train with a parameter server\")")
           ->capture_default_str()
           ->check(CLI::IsMember({"fp32", "bf16"})),
       "MT_PUSH_PRECISION");
