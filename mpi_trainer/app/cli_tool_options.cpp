@@ -57,7 +57,9 @@ void add_plan_options(CLI::App& cmd, PlanConfig& c, std::string& deadline) {
       ->check(kNonNegative);
   cmd.add_option("--revocation-model", c.revocation_model,
                  "Lifetimes of transient servers: gce (built in: the paper's GCE preemptible VMs, per GPU "
-                 "type), aws-v100 (built in: AWS spot V100s, public traces of 2023), a table file "
+                 "type), aws-v100 (built in: AWS spot V100s, public traces of 2023), aws-advisor[:REGION] "
+                 "(each type's AWS interruption band there, default us-east-1, as a constant hazard), "
+                 "aws-band:BAND (<5%, 5-10%, 10-15%, 15-20% or a percentage revoked a month), a table file "
                  "(HOURS,FRACTION_REVOKED), or none")
       ->capture_default_str();
   cmd.add_option("--failure-timeout", c.failure_timeout, "Seconds until a lost worker is noticed")

@@ -449,7 +449,9 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "Revocation injection: each worker samples its lifetime from this model and "
                      "SIGKILLs itself when it ends: 'gce' (built in: GCE preemptible servers, ~20% "
                      "revoked within 2 h, none living past 24 h), aws-v100 (built in: AWS spot V100s, "
-                     "public traces of 2023, half revoked within 40 min) or a table file HOURS,FRACTION"),
+                     "public traces of 2023, half revoked within 40 min), aws-advisor[:REGION] (the AWS "
+                     "interruption band of --instance-type there), aws-band:BAND (<5%, 5-10%, 10-15%, "
+                     "15-20% or a percentage revoked a month, a constant hazard) or a table file HOURS,FRACTION"),
       "MT_REVOCATION_MODEL");
   env(cmd.add_option("--time-scale", c.time_scale,
                      "Revocation model hours per real hour (3600: one model hour per second)")

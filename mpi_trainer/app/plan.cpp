@@ -492,6 +492,9 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
       << (c.takeover ? ", takeover in the job (ULFM) " + std::to_string(c.takeover_seconds).substr(0, 4) + " s" : std::string()) << "; "
       << c.draws << " draws (seed "
       << c.seed << "); evidence S (simulator)\n";
+  // A model that differs by type (AWS's bands) says which lifetimes each type got.
+  if (c.revocation_model.rfind("aws-advisor", 0) == 0)
+    for (const auto& m : r.revocation_models.items()) out << "  lifetimes: " << m.value().get<std::string>() << '\n';
   if (r.seconds.empty()) {
     out << "  no draw finished within " << kMaxRestarts << " restarts: the servers are revoked faster than it trains\n";
     return;

@@ -17,26 +17,14 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "core/text.hpp"
 #include "ps/notices.hpp"
+#include "ps/revocation_bands.hpp"
 #include "ps/revocation_gce.hpp"  // generated from revocation_gce.csv: kGceRevocationCsv
 
 namespace mt {
 
 namespace {
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return {};
-  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
-}
-
-// Whole string parsed as a number, else nullopt-like failure via `ok`.
-bool to_double(const std::string& s, double& v) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  v = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size();
-}
 
 bool to_int64(const std::string& s, std::int64_t& v) {
   if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 15) return false;
@@ -133,13 +121,7 @@ std::map<std::int64_t, PushFault> parse_corrupt_push(const std::string& spec, in
 RevocationModel RevocationModel::parse(const std::string& text, const std::string& source) {
   RevocationModel m;
   m.source_ = source;
-  std::stringstream ss(text);
-  int line_no = 0;
-  for (std::string line; std::getline(ss, line);) {
-    ++line_no;
-    line = trim(line);
-    if (line.empty() || line[0] == '#') continue;
-    const auto where = source + ":" + std::to_string(line_no) + ": ";
+  for_each_data_line(text, source, [&](const std::string& line, const std::string& where) {
     const auto comma = line.find(',');
     double h = 0, f = 0;
     if (comma == std::string::npos || !to_double(trim(line.substr(0, comma)), h) ||
@@ -152,7 +134,7 @@ RevocationModel RevocationModel::parse(const std::string& text, const std::strin
       throw DataError(where + "hours and the fraction must not decrease");
     m.hours_.push_back(h);
     m.fraction_.push_back(f);
-  }
+  });
   if (m.hours_.size() < 2) throw DataError(source + ": a revocation model needs at least two rows");
   return m;
 }
@@ -167,10 +149,12 @@ RevocationModel RevocationModel::load(const std::string& name_or_file, const std
   if (name == "gce-p100") return parse(kGceP100RevocationCsv, "gce-p100 (built in: ps/revocation_gce_p100.csv)");
   if (name == "gce-v100") return parse(kGceV100RevocationCsv, "gce-v100 (built in: ps/revocation_gce_v100.csv)");
   if (name == "aws-v100") return parse(kAwsV100RevocationCsv, "aws-v100 (built in: ps/revocation_aws_v100.csv)");
+  if (name.rfind("aws-band:", 0) == 0) return aws_band_model(name.substr(9));
+  if (name == "aws-advisor" || name.rfind("aws-advisor:", 0) == 0) return aws_advisor_model(name, instance_type);
   std::ifstream in(name_or_file);
   if (!in)
     throw DataError(name_or_file + ": cannot open the revocation model (give gce, gce-k80, gce-p100, gce-v100, "
-                                   "aws-v100 or a table file)");
+                                   "aws-v100, aws-advisor[:REGION], aws-band:BAND or a table file)");
   std::stringstream text;
   text << in.rdbuf();
   return parse(text.str(), name_or_file);

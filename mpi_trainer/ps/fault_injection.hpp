@@ -38,8 +38,10 @@ std::string parse_duration(const std::string& text, double& seconds);
 class RevocationModel {
  public:
   // "gce" (built in: the table of `instance_type` for k80, p100 and v100, else all GPU types
-  // together), "gce-k80", "gce-p100", "gce-v100", or the path of a table file (see
-  // ps/revocation_gce.csv), which applies to every type. Throws DataError naming the file and line.
+  // together), "gce-k80", "gce-p100", "gce-v100", "aws-v100" (measured lifetimes), "aws-advisor[:REGION]"
+  // (AWS's interruption band of `instance_type`) or "aws-band:BAND" (ps/revocation_bands.hpp), or the
+  // path of a table file (see ps/revocation_gce.csv), which applies to every type. Throws DataError
+  // naming the file and line, UsageError for a band or type that is not there.
   static RevocationModel load(const std::string& name_or_file, const std::string& instance_type = "");
   static RevocationModel parse(const std::string& text, const std::string& source);
   // Fraction revoked by `hours`.

@@ -1,7 +1,8 @@
 // Fuzz target (issue 45): the tables a user gives on the command line or copies from elsewhere.
 // The first byte picks the parser, the rest is the file's text:
 //   0: a device table (--emulate-device FILE, plan --devices)   app/emulation.cpp
-//   1: a revocation model (--revocation-model FILE)              ps/fault_injection.cpp
+//   1: a revocation model (--revocation-model FILE), AWS's bands  ps/fault_injection.cpp,
+//      table and an aws-band:BAND name                            ps/revocation_bands.cpp
 //   2: a price table (--prices FILE)                             app/cost.cpp
 //   3: --revoke and --corrupt-push specifications                ps/fault_injection.cpp
 // A bad input must end in mt::Error (a clear message, an exit code); anything else (another
@@ -17,6 +18,7 @@
 #include "app/emulation.hpp"
 #include "core/error.hpp"
 #include "ps/fault_injection.hpp"
+#include "ps/revocation_bands.hpp"
 
 namespace {
 
@@ -42,7 +44,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     switch (data[0] % 4) {
       case 0: through_file(text, [](const std::string& p) { (void)mt::DeviceTable::from_file(p); }); break;
-      case 1: (void)mt::RevocationModel::parse(text, "fuzz"); break;
+      case 1:
+        try {
+          (void)mt::RevocationModel::parse(text, "fuzz");
+        } catch (const mt::Error&) {
+        }
+        try {
+          (void)mt::parse_aws_bands(text, "fuzz");
+        } catch (const mt::Error&) {
+        }
+        (void)mt::RevocationModel::load("aws-band:" + text.substr(0, 32));
+        break;
       case 2: through_file(text, [](const std::string& p) { (void)mt::PriceTable::from_file(p); }); break;
       default:
         try {
