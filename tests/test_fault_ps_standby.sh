@@ -10,6 +10,9 @@
 #            standby and wrote the replica
 #   both     the standby and the PS killed together (one kill(1), between steps 160 and 199):
 #            back to the periodic checkpoint (100; 200 when, under load, the kill lands late)
+#   bf16     the ps case with --push-precision bf16 (the new parameter server codes its replies in
+#            bf16 and keeps fp32 state from the replica; its per-worker copies of what it sent start
+#            empty, so each survivor's first push after the takeover is penalised as a new worker's)
 #   notice   SIGTERM to the PS at step 150 with --ps-handover: it checkpoints and stops the job
 #            (exit 75), the restart resumes from that checkpoint; under ULFM it hands over to the
 #            standby instead (a ps_handover event), which takes over with nothing lost
@@ -20,14 +23,14 @@
 # over from and restarts as above; in `shards` the standby takes the lost shard over, the
 # surviving shard following it (ps/recovery.hpp).
 # Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both notice", and
-# "shards" too under ULFM. Without ULFM the shards case takes 90 s (shard 0 waits up to 60 s for
+# "shards bf16" too under ULFM. Without ULFM the shards case takes 90 s (shard 0 waits up to 60 s for
 # the lost shard 1 before the attempt ends), so it is run by hand there: ... "ps shards standby both".
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
 ulfm=0
 [[ $("$trainer" --version) == *"failure detection: ULFM"* ]] && ulfm=1
 default_cases="ps standby both notice"
-((ulfm)) && default_cases+=" shards"
+((ulfm)) && default_cases+=" shards bf16"
 steps=240 interval=10 kill=157 cases=" ${3:-$default_cases} "
 case_run() {  # NAME NP KILLS [extra flags]
   local t0=$SECONDS
@@ -105,6 +108,16 @@ if [[ $cases == *" ps "* ]]; then
     grep -q "worker rank 1 (standby): wrote its replica of the parameter server at global step" "$dir/ps.txt"
     grep -q "resumed from .* (attempt 2) (a standby's replica, written by worker rank 1)" "$dir/ps.txt"
     check ps $kill $((kill - interval)) $kill 1
+  fi
+fi
+if [[ $cases == *" bf16 "* ]]; then
+  case_run bf16 4 "rank=0@step=$kill:KILL" --push-precision bf16
+  grep -q '"push_precision":"bf16"' "$dir/m.jsonl"
+  if ((ulfm)); then
+    grep -q "worker rank 1 took over as the parameter server at global step .* from its replica of step" "$dir/bf16.txt"
+    check_takeover bf16 $kill 1 $((2 * interval)) 1
+  else
+    check bf16 $kill $((kill - interval)) $kill 1
   fi
 fi
 if [[ $cases == *" shards "* ]]; then
