@@ -10,9 +10,8 @@
 #            standby and wrote the replica
 #   both     the standby and the PS killed together (one kill(1), between steps 160 and 199):
 #            back to the periodic checkpoint (100; 200 when, under load, the kill lands late)
-#   bf16     the ps case with --push-precision bf16 (the new parameter server codes its replies in
-#            bf16 and keeps fp32 state from the replica; its per-worker copies of what it sent start
-#            empty, so each survivor's first push after the takeover is penalised as a new worker's)
+#   bf16     the ps case with --push-precision bf16: the replica is the fp32 state, and the new
+#            parameter server codes its replies in bf16 as the lost one did
 #   notice   SIGTERM to the PS at step 150 with --ps-handover: it checkpoints and stops the job
 #            (exit 75), the restart resumes from that checkpoint; under ULFM it hands over to the
 #            standby instead (a ps_handover event), which takes over with nothing lost
