@@ -12,6 +12,11 @@
 #            back to the periodic checkpoint (100; 200 when, under load, the kill lands late)
 #   bf16     the ps case with --push-precision bf16: the replica is the fp32 state, and the new
 #            parameter server codes its replies in bf16 as the lost one did
+#   hung     the PS stopped (SIGSTOP) from step 150 on and never continued: not dead, so neither
+#            MPI nor ULFM reports it; the workers lose it after --failure-timeout, the standby writes
+#            its replica and ends the job (MPI_Abort), which kills the stopped process; the attempt
+#            ends within 30 s (before, mpirun waited as long as it was stopped), the restart resumes
+#            from the replica
 #   notice   SIGTERM to the PS at step 150 with --ps-handover: it checkpoints and stops the job
 #            (exit 75), the restart resumes from that checkpoint; under ULFM it hands over to the
 #            standby instead (a ps_handover event), which takes over with nothing lost
@@ -21,14 +26,14 @@
 # updates lost (one, plus the replica in flight at the kill); `both` has no replica left to take
 # over from and restarts as above; in `shards` the standby takes the lost shard over, the
 # surviving shard following it (ps/recovery.hpp).
-# Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both notice", and
+# Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both hung notice", and
 # "shards bf16" too under ULFM. Without ULFM the shards case takes 90 s (shard 0 waits up to 60 s for
 # the lost shard 1 before the attempt ends), so it is run by hand there: ... "ps shards standby both".
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
 ulfm=0
 [[ $("$trainer" --version) == *"failure detection: ULFM"* ]] && ulfm=1
-default_cases="ps standby both notice"
+default_cases="ps standby both hung notice"
 ((ulfm)) && default_cases+=" shards bf16"
 steps=240 interval=10 kill=157 cases=" ${3:-$default_cases} "
 case_run() {  # NAME NP KILLS [extra flags]
@@ -153,6 +158,37 @@ if [[ $cases == *" both "* ]]; then
   wait $loop
   # Under load the kill can land past step 200: the newest periodic checkpoint is then 200's.
   check both 199 100 200 -
+fi
+if [[ $cases == *" hung "* ]]; then
+  rm -f "$dir/m.jsonl"
+  case_run hung 4 "" &
+  loop=$!
+  wait_for_step 150
+  ps_pid=$(rank_pid 0)
+  [[ -n $ps_pid ]] || { echo "no pid for rank 0"; kill $loop; exit 1; }
+  kill -STOP "$ps_pid"
+  stopped=$SECONDS
+  for ((i = 0; i < 300; i++)); do [[ $(rank_pid 0) == "$ps_pid" ]] || break; sleep 0.1; done
+  if [[ $(rank_pid 0) == "$ps_pid" ]]; then
+    echo "FAIL: hung: the stopped parameter server was still there 30 s later (the job waits for it)"
+    kill -KILL "$ps_pid"; wait $loop || true; cat "$dir/hung.txt"; exit 1
+  fi
+  echo "hung: the stopped parameter server was gone $((SECONDS - stopped)) s after its SIGSTOP"
+  wait $loop
+  grep -q "rank 1: the parameter server is silent but not known to be dead" "$dir/hung.txt"
+  # The restart resumes from the replica, or from a newer checkpoint: Open MPI 4.1 continues
+  # (SIGCONT) the processes it ends, and the woken parameter server, its workers gone, checkpoints
+  # its own state (exit 75) before the restart begins.
+  /usr/bin/python3 - "$dir/m.jsonl" "$steps" <<'PY' || { cat "$dir/hung.txt"; exit 1; }
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1])]
+s = events[-1]
+assert s["event"] == "summary" and s["global_step"] == int(sys.argv[2]) and s["exit_code"] == 0, s
+rep = [e for e in events if e["event"] == "ps_replica_checkpoint"]
+assert len(rep) == 1 and rep[0]["rank"] == 1 and s["attempts"] == 2, (rep, s)
+assert 140 <= rep[0]["global_step"] <= s["resumed_from_step"], (rep, s["resumed_from_step"])
+print(f"ok: hung: the standby's replica of step {rep[0]['global_step']}, resumed from step {s['resumed_from_step']}")
+PY
 fi
 if [[ $cases == *" notice "* ]]; then
   case_run notice 4 "rank=0@step=150:TERM" --ps-handover

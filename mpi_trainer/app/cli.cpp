@@ -111,6 +111,13 @@ void write_usage_error_status(int argc, char** argv, const std::string& what) {
 // The end of an MPI process's run: MPI_Finalize within the run's bound, or none (a lost
 // parameter server, a takeover), and then main ends the process (mpi_left_unfinalized).
 int end_mpi(MpiSession& mpi, const TrainResult& r) {
+  if (r.abort_job) {
+    std::cerr << "mpi_trainer: rank " << mpi.rank()
+              << ": the parameter server is silent but not known to be dead (hung: stopped, a stuck disk?): "
+                 "ending the job (MPI_Abort) so that the launcher does not wait for it; a restart resumes from "
+                 "the newest checkpoint\n";
+    return mpi.abort_job(r.exit_code);
+  }
   if (!r.skip_finalize) return mpi.finalize(r.exit_code, r.finalize_timeout_s);
   mpi.leave_unfinalized();
   return r.exit_code;

@@ -29,6 +29,10 @@ struct TrainResult {
   // Leave without MPI_Finalize: a parameter server that handed over to its standby (ULFM), whose
   // MPI_Finalize would wait for the job it left.
   bool skip_finalize = false;
+  // The parameter server went silent but is not known to be dead (hung: stopped, a stuck disk), and
+  // the launcher would wait for it as long as it hangs: this process ends the whole job
+  // (MpiSession::abort_job), which kills the hung one; a restart resumes from the newest checkpoint.
+  bool abort_job = false;
 };
 
 // Trains as the config says; progress lines go to `log`. Throws mt::Error subclasses.

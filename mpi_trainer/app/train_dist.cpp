@@ -213,6 +213,16 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   // without it (docs/fault-model.md, "Ending after a loss").
   if (w.clean_end) res.finalize_timeout_s = kCleanEndFinalizeSeconds;
   res.skip_finalize = w.takeovers > 0 || w.ps_lost || w.peer_lost;
+  // A silent parameter server may be hung, not dead: mpirun (or srun) would wait for it as long as it
+  // hangs, and the restart with it. The standby ends the job once it has written its replica (an
+  // abort by another could kill it mid-write); in a job without standbys every worker does. (Under
+  // Open MPI 4.1's --enable-recovery the job ends once the other ranks have left.) A joiner's MPI
+  // job is its own: nothing of the parameter server's to end.
+  if (w.ps_lost && w.ps_silent && rank >= 0) {
+    int size = 0;
+    MT_MPI(MPI_Comm_size(ps, &size));
+    res.abort_job = w.standby || standbys(cfg, size - cfg.num_ps) == 0;
+  }
   return res;
 }
 

@@ -64,6 +64,14 @@ MpiSession::MpiSession(int* argc, char*** argv, int thread_level) {
   MT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
 }
 
+int MpiSession::abort_job(int exit_code) {
+  std::cout << std::flush;
+  std::cerr << std::flush;
+  leave_unfinalized();
+  MPI_Abort(MPI_COMM_WORLD, exit_code);  // does not return in Open MPI 4.1 or 5
+  return exit_code;
+}
+
 int MpiSession::finalize(int exit_code, double timeout_s) {
   if (finalized_) return exit_code;
   finalized_ = true;

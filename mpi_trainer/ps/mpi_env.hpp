@@ -48,6 +48,10 @@ class MpiSession {
   // is, and main ends the process with std::_Exit (mpi_left_unfinalized()), which runs no static
   // destructor of the MPI library.
   void leave_unfinalized();
+  // Ends every process of the job (MPI_Abort on MPI_COMM_WORLD with `exit_code`), a stopped or hung
+  // one included: the launcher kills them all. For a job that cannot end otherwise; returns only if
+  // the abort does (then exit_code, and the process leaves without MPI_Finalize).
+  int abort_job(int exit_code);
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
   int rank() const { return rank_; }

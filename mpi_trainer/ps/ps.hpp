@@ -447,6 +447,11 @@ struct WorkerResult {
   // The parameter server was lost and not taken over (exit_code kExitPsLost): requests to the dead
   // are abandoned, so the process must end without MPI_Finalize, which could wait for it.
   bool ps_lost = false;
+  // It was lost by its silence (--failure-timeout), not reported dead by the MPI library: it may be
+  // hung (stopped, a stuck disk) and alive, and the launcher would wait for it (ps_silent); and this
+  // worker is a standby (it held replicas; it has tried to write one as the newest checkpoint).
+  bool ps_silent = false;
+  bool standby = false;
 };
 
 // A worker: `ps` holds the shards at ranks 0..S-1 (MPI_COMM_WORLD, or the intercommunicator of a

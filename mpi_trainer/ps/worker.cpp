@@ -345,6 +345,8 @@ WorkerResult Worker::end_lost() {
   client_->abandon_in_flight();
   res_.exit_code = kExitPsLost;
   res_.ps_lost = true;
+  res_.ps_silent = lost_->waited >= 0;
+  res_.standby = replicas_->any();
   return std::move(res_);
 }
 
