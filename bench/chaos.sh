@@ -10,6 +10,13 @@
 #                  in the plan under ULFM (--kill-runs N of them), else only with --only (each
 #                  run then waits ~60 s for the lost shard before the restart)
 #   ps-term-mid    SIGTERM reaches the PS in the middle of writing a random checkpoint
+#   hung-worker    a random worker is stopped (SIGSTOP) at a random step and continued 3 s later:
+#                  dropped after --failure-timeout, it wakes, says so and exits 0; the job goes on
+#   hung-ps        the PS is stopped at a random step and never continued: the standby ends the
+#                  job (MPI_Abort) once its replica is written, the restart resumes
+#   notice-one     one worker gets SIGTERM at a random step (--revoke ...:TERM): it leaves
+#   notice-all     every process of the job gets SIGTERM at a random step (a preemption of all):
+#                  the PS checkpoints and exits 75, the restart resumes from that checkpoint
 #   disk-full      the checkpoint directory (a tmpfs) has room for 1-5 checkpoints: the next writes
 #                  fail (ENOSPC), training goes on, exit 4; space is freed and the job rerun
 #   read-only      the directory is read-only at the start (the restart loop exits 3 before an
@@ -31,8 +38,14 @@
 # a PS kill (ps-kill, ps-kill-mid, ps-kill-rep, ps-shard-kill) must not restart the job at all: the
 # standby takes the parameter server (or the lost shard) over in the same attempt (a `ps_takeover` event, docs/fault-model.md), the
 # global step never goes back, and the work lost is the takeover's lost updates.
+# The conformance report (bench/chaos_report.py; schema in docs/fault-model.md, "The conformance
+# report"): one JSON document per suite run with every run's record and, per scenario, runs,
+# finished, detection time, time to the first applied step, updates lost, checkpoints lost
+# (published, among the newest --ckpt-keep, and missing or failing to verify at the end) and
+# resumes behind a durable checkpoint; its table is printed at the end.
 #
 #   bench/chaos.sh [--kill-runs N] [--other-runs M] [--only S1,S2] [--sync|--async] [--seed S] [--trainer PATH] [--shim PATH]
+#                  [--report FILE]
 #   --kill-runs N   N worker-kill runs and N PS-kill runs (ps-kill-mid, ps-kill-rep, ps-kill in turn),
 #                   under ULFM N ps-shard-kill runs too; default 20
 #   --other-runs M  M runs of each other scenario; default 3 (CTest's chaos_short: 2 and 1)
@@ -41,6 +54,7 @@
 #                   default: the trainer's --ckpt-sync auto, a bounded wait)
 #   --async         train with --ckpt-sync off (the write overlaps training)
 #   --shim PATH     the fsync shim (default: bench/libmt_fsync_fault.so beside the trainer's build)
+#   --report FILE   the conformance report (default: bench/results/chaos/report-<UTC time>.json)
 # disk-full and read-only need to mount a tmpfs (root); fsync-fail needs the shim. Where they
 # cannot run they are reported as skipped, never as passed. Prints one line per run, the
 # counts per scenario and the figures: runs finished / runs, work lost per PS kill (median, max).
@@ -56,7 +70,8 @@ bench_flag --async sync "--ckpt-sync off"
 bench_opt --seed seed 1
 bench_opt --trainer trainer "$here/../build/release/mpi_trainer"
 bench_opt --shim shim ""
-bench_parse "[--kill-runs N] [--other-runs M] [--only S1,S2] [--sync|--async] [--seed S] [--trainer PATH] [--shim PATH]" "$@"
+bench_opt --report report ""
+bench_parse "[--kill-runs N] [--other-runs M] [--only S1,S2] [--sync|--async] [--seed S] [--trainer PATH] [--shim PATH] [--report FILE]" "$@"
 [[ -x $trainer ]] || { echo "chaos.sh: no mpi_trainer at $trainer (launch/build.sh release)" >&2; exit 2; }
 trainer=$(cd "$(dirname "$trainer")" && pwd)/$(basename "$trainer")
 ulfm=0
@@ -87,7 +102,7 @@ done
 if ((ulfm)) || [[ ,$only, == *,ps-shard-kill,* ]]; then
   for ((i = 0; i < kill_runs; i++)); do plan+=(ps-shard-kill); done
 fi
-for s in ps-term-mid disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
+for s in ps-term-mid hung-worker hung-ps notice-one notice-all disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
   for ((i = 0; i < other_runs; i++)); do plan+=("$s"); done
 done
 if [[ -n $only ]]; then
@@ -147,60 +162,43 @@ expect() {  # expect WHAT RC [ATTEMPTS]: sets why on the first mismatch
 # The newest checkpoint file (by step) in the directory, and whether it verifies.
 newest() { ls "$ck" 2>/dev/null | grep -E '^ckpt-[0-9]+\.h5$' | sort | tail -1; }
 
-# Checks every attempt's resume against what was durable, and the finish; writes work lost per PS
-# loss to m.jsonl.lost. DAMAGED: the step of a checkpoint damaged on purpose (not counted durable,
-# and it must have been skipped).
-analyse() {  # analyse SCENARIO DAMAGED
-  /usr/bin/python3 - "$dir/m.jsonl" "$steps" "$1" "${2:-}" "$ulfm" <<'PY' 2>&1 || true
-import json, sys
-events = [json.loads(l) for l in open(sys.argv[1])]
-steps, scenario, damaged, ulfm = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5] == "1"
-damaged = int(damaged) if damaged else None
-s = events[-1]
-if s["event"] != "summary" or s["global_step"] != steps or s["exit_code"] != 0:
-    print(f"did not finish: {s}"); sys.exit()
-# Each later attempt (a "config" event) resumed from a "resume" event just before it, or from 0.
-# The step never goes back past what was durable: a resume starts at or after the newest
-# checkpoint published (a "checkpoint" event) before. Work lost: the last step the PS reported
-# before it was lost minus the step the next attempt resumed from.
-lost, last, durable, resumed, configs = [], 0, 0, None, 0
-for e in events:
-    kind, step = e["event"], e.get("global_step")
-    if kind == "resume":
-        resumed = step
-    elif kind == "config":
-        configs += 1
-        if configs > 1:
-            start = resumed if resumed is not None else 0
-            if start < durable:
-                print(f"resumed from step {start}, older than the checkpoint of step {durable} published before"); sys.exit()
-            lost.append(max(0, last - start))
-            last = start
-        resumed = None
-    elif kind in ("progress", "checkpoint") and step is not None:
-        last = max(last, step)
-        if kind == "checkpoint" and step != damaged:
-            durable = max(durable, step)
-if damaged is not None:
-    name = f"ckpt-{damaged:010d}.h5"
-    if not any(e["event"] == "checkpoint_skipped" and name in e["reason"] for e in events):
-        print(f"the damaged {name} was not reported as skipped"); sys.exit()
-takeovers = [e for e in events if e["event"] == "ps_takeover"]
-ps_kill = scenario in ("ps-kill", "ps-kill-mid", "ps-kill-rep", "ps-shard-kill")
-if ps_kill and ulfm:
-    # Taken over inside the job: one attempt, the step never back, the lost updates reported.
-    if configs != 1 or len(takeovers) != 1:
-        print(f"ULFM: the PS kill was not taken over in the same attempt ({configs} attempt(s), {len(takeovers)} takeover(s))"); sys.exit()
-    seen = [e["global_step"] for e in events if e["event"] == "progress"]
-    if seen != sorted(seen):
-        print(f"the global step went back: {seen}"); sys.exit()
-    lost = [takeovers[0]["lost_updates"]]
-    open(sys.argv[1] + ".lost", "w").write(" ".join(map(str, lost)))
-elif ps_kill:
-    if not lost:
-        print("the PS kill did not lead to a second attempt"); sys.exit()
-    open(sys.argv[1] + ".lost", "w").write(" ".join(map(str, lost)))
-PY
+# A phase in the background, for a fault sent from outside while it trains (phase_wait: its rc
+# and attempts, as phase sets them).
+phase_bg() { (phase "$@"; echo "$rc $made" >"$dir/phase.rc") & phase_pid=$!; }
+phase_wait() { wait "$phase_pid" || true; read -r rc made <"$dir/phase.rc"; }
+# The pid of the job's rank R (its environment says its rank; its command line names this run's
+# directory); empty when there is none.
+rank_pid() {
+  local p
+  for p in $(pgrep -f "$trainer train" 2>/dev/null); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" &&
+       tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "$dir/"; then
+      echo "$p"; return
+    fi
+  done
+}
+# Waits until the job has reached global step N (false after 120 s, or when the phase ended).
+wait_step() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    [[ -f $dir/m.jsonl ]] && (($(awk -f "$here/../tests/max_step.awk" "$dir/m.jsonl") >= $1)) && return 0
+    kill -0 "$phase_pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+# Signals rank R (0: the PS) of the running phase when it reaches step AT: sets fault_unix, or why.
+signal_at() {  # signal_at SIGNAL AT RANK...
+  local sig=$1 at=$2 pids="" r p; shift 2
+  if ! wait_step "$at"; then why="$scenario: the job did not reach step $at"; return 0; fi
+  for r in "$@"; do
+    p=$(rank_pid "$r")
+    [[ -n $p ]] || { why="$scenario: no process for rank $r"; return 0; }
+    pids+=" $p"
+  done
+  fault_unix=$(date +%s.%N)
+  kill -"$sig" $pids
+  stopped_pids=$pids
 }
 
 # Damages FILE as SCENARIO says; prints how.
@@ -239,10 +237,11 @@ PY
 
 passed=0 skipped=0 ran=0 run=0
 : >"$dir/lost.txt"
+: >"$dir/runs.jsonl"
 declare -A n_pass n_run n_skip
 for scenario in "${plan[@]}"; do
   run=$((run + 1))
-  why="" note="" keep=3 lost="" damaged=""
+  why="" note="" keep=3 lost="" damaged="" fault_unix="" fault_rank=-1 stopped_pids=""
   rm -rf "$dir/m.jsonl" "$dir/loop.txt"
   unmount
   rm -rf "$ck"
@@ -250,17 +249,21 @@ for scenario in "${plan[@]}"; do
   if [[ $scenario == disk-full || $scenario == read-only ]] && ((!can_mount)); then
     echo "run $run $scenario: skipped (cannot mount a tmpfs here: needs root)"
     skipped=$((skipped + 1)) n_skip[$scenario]=$((${n_skip[$scenario]:-0} + 1))
+    /usr/bin/python3 "$here/chaos_report.py" run --metrics "$dir/m.jsonl" --scenario "$scenario" --out "$dir/runs.jsonl" \
+      --run "$run" --note "cannot run here" --skipped
     continue
   fi
   if [[ $scenario == fsync-fail && ! -f $shim ]]; then
     echo "run $run $scenario: skipped (no fsync shim at $shim)"
     skipped=$((skipped + 1)) n_skip[$scenario]=$((${n_skip[$scenario]:-0} + 1))
+    /usr/bin/python3 "$here/chaos_report.py" run --metrics "$dir/m.jsonl" --scenario "$scenario" --out "$dir/runs.jsonl" \
+      --run "$run" --note "cannot run here" --skipped
     continue
   fi
   ran=$((ran + 1)) n_run[$scenario]=$((${n_run[$scenario]:-0} + 1))
   t0=$SECONDS
   case $scenario in
-    worker-kill|ps-kill|ps-kill-mid|ps-kill-rep|ps-shard-kill|ps-term-mid)
+    worker-kill|ps-kill|ps-kill-mid|ps-kill-rep|ps-shard-kill|ps-term-mid|notice-one)
       shards="" np=4
       case $scenario in
         worker-kill)
@@ -271,11 +274,43 @@ for scenario in "${plan[@]}"; do
         ps-kill-rep) revoke="rank=0@replica=$((2 + RANDOM % 16))" ;;
         ps-term-mid) revoke="rank=0@ckpt=$((1 + RANDOM % 8)):TERM" ;;
         ps-shard-kill) revoke="rank=$((RANDOM % 2))@step=$((25 + RANDOM % 150))" shards="--num-ps 2" np=5 ;;
+        notice-one) revoke="rank=$((1 + RANDOM % 3))@step=$((10 + RANDOM % 150)):TERM" ;;
       esac
       note=$revoke
       write_cmd "--revoke $revoke" "" "$shards" $np
       phase "$scenario ($revoke)" 4
-      expect "$scenario" 0 ;;
+      expect "$scenario" 0
+      [[ $scenario != notice-one ]] || expect "$scenario" 0 1 ;;
+    hung-worker)
+      fault_rank=$((1 + RANDOM % 3)) at=$((30 + RANDOM % 120))
+      note="worker rank $fault_rank stopped at step $at for 3 s"
+      write_cmd "" ""
+      phase_bg "hung worker" 4
+      signal_at STOP "$at" "$fault_rank"
+      sleep 3
+      [[ -z $stopped_pids ]] || kill -CONT $stopped_pids 2>/dev/null || true
+      phase_wait
+      expect "hung worker" 0 1
+      [[ -n $why ]] || grep -q "worker rank $fault_rank: this process was suspended for" "$dir/loop.txt" ||
+        why="hung worker: the woken worker did not say that it was dropped" ;;
+    hung-ps)
+      at=$((30 + RANDOM % 120))
+      note="the PS stopped at step $at, never continued"
+      write_cmd "" ""
+      phase_bg "hung PS" 4
+      signal_at STOP "$at" 0
+      phase_wait
+      expect "hung PS" 0 2
+      [[ -n $why ]] || grep -q "the parameter server is silent but not known to be dead" "$dir/loop.txt" ||
+        why="hung PS: no worker ended the job" ;;
+    notice-all)
+      at=$((30 + RANDOM % 120))
+      note="SIGTERM to every process at step $at"
+      write_cmd "" ""
+      phase_bg "notice to all" 4
+      signal_at TERM "$at" 0 1 2 3
+      phase_wait
+      expect "notice to all" 0 2 ;;
     disk-full)
       # Room for FIT checkpoints beside the small files; keep them all. Once the filler is gone
       # the tmpfs holds every checkpoint of the run, with 2 MiB to spare.
@@ -345,16 +380,24 @@ for scenario in "${plan[@]}"; do
         expect "rerun" 0 1
       fi ;;
   esac
-  [[ -n $why ]] || why=$(analyse "$scenario" "$damaged")
   if [[ -z $why ]] && ls "$ck" | grep -q '\.tmp$'; then why="a temporary file was left: $(ls "$ck" | grep '\.tmp$')"; fi
-  if [[ -z $why ]]; then
-    for f in $(ls "$ck" | grep -E '^ckpt-[0-9]+\.h5$'); do
-      [[ -n $damaged && $f == $(printf 'ckpt-%010d.h5' "$damaged") ]] && continue
-      "$trainer" ckpt verify "$ck/$f" >"$dir/verify.txt" 2>&1 || { why="ckpt verify: $(head -1 "$dir/verify.txt")"; break; }
-    done
-  fi
-  [[ -f $dir/m.jsonl.lost ]] && lost=$(cat "$dir/m.jsonl.lost") && echo "$lost" >>"$dir/lost.txt" && rm -f "$dir/m.jsonl.lost"
+  # The checkpoints there at the end that verify (but the one damaged on purpose).
+  present=""
+  for f in $(ls "$ck" 2>/dev/null | grep -E '^ckpt-[0-9]+\.h5$'); do
+    [[ -n $damaged && $f == $(printf 'ckpt-%010d.h5' "$damaged") ]] && continue
+    if "$trainer" ckpt verify "$ck/$f" >"$dir/verify.txt" 2>&1; then present+=" $f"
+    elif [[ -z $why ]]; then why="ckpt verify: $(head -1 "$dir/verify.txt")"
+    fi
+  done
   attempts=$(grep -c "attempt [0-9]*/" "$dir/loop.txt" || true)
+  failed=$(/usr/bin/python3 "$here/chaos_report.py" run --metrics "$dir/m.jsonl" --log "$dir/loop.txt" \
+    --scenario "$scenario" --out "$dir/runs.jsonl" --run "$run" --note "$note" --steps "$steps" --keep "$keep" \
+    ${damaged:+--damaged "$damaged"} --ulfm "$ulfm" --rank "$fault_rank" ${fault_unix:+--fault-unix "$fault_unix"} \
+    --present "$present" --seconds $((SECONDS - t0)) --attempts "$attempts" --why "$why" 2>&1) ||
+    failed="chaos_report.py failed: $failed"
+  [[ -n $why ]] || why=$failed
+  lost=$(/usr/bin/python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][-1]; print("" if r["updates_lost"] is None else r["updates_lost"])' "$dir/runs.jsonl" 2>/dev/null || true)
+  [[ -z $lost || ! $scenario =~ ^ps-(kill|kill-mid|kill-rep|shard-kill)$ ]] || echo "$lost" >>"$dir/lost.txt"
   if [[ -z $why ]]; then
     passed=$((passed + 1)) n_pass[$scenario]=$((${n_pass[$scenario]:-0} + 1))
     echo "run $run $scenario ($note): finished in $((SECONDS - t0)) s, $attempts attempt(s)${lost:+, lost $lost step(s)}"
@@ -363,7 +406,8 @@ for scenario in "${plan[@]}"; do
     tail -25 "$dir/loop.txt"
   fi
 done
-for s in worker-kill ps-kill ps-kill-mid ps-kill-rep ps-shard-kill ps-term-mid disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
+for s in worker-kill ps-kill ps-kill-mid ps-kill-rep ps-shard-kill ps-term-mid hung-worker hung-ps notice-one notice-all \
+  disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
   [[ -n ${n_run[$s]:-}${n_skip[$s]:-} ]] || continue
   echo "  $s: ${n_pass[$s]:-0}/${n_run[$s]:-0} finished${n_skip[$s]:+, ${n_skip[$s]} skipped}"
 done
@@ -376,4 +420,10 @@ if lost:
     print(f"work lost per PS kill: median {statistics.median(lost):g} steps, max {max(lost)} "
           f"(checkpoint interval {interval}; {len(lost)} kills)")
 PY
+[[ -n $report ]] || report="$here/results/chaos/report-$(date -u +%Y%m%dT%H%M%SZ).json"
+mkdir -p "$(dirname "$report")"
+job=$(printf '{"processes": "1 PS + 3 workers (1 PS + 4 for ps-shard-kill: 2 shards)", "model": "resnet8", "batch_size": 32, "steps": %d, "ckpt_every_steps": %d, "failure_timeout_seconds": 1, "seed": %d, "ckpt_sync": "%s", "ulfm": %s}' \
+  "$steps" "$interval" "$seed" "$([[ -n $sync ]] && echo "${sync#--ckpt-sync }" || echo auto)" "$( ((ulfm)) && echo true || echo false)")
+/usr/bin/python3 "$here/chaos_report.py" report --runs "$dir/runs.jsonl" --out "$report" \
+  --version "$("$trainer" --version | tr '\n' ';' | sed 's/;$//')" --job "$job"
 ((passed == ran))
