@@ -317,11 +317,15 @@ Worker::Recovered Worker::recover() {
 WorkerResult Worker::end_lost() {
   // The process was suspended longer than --failure-timeout (a gap in the heartbeat thread's ticks
   // or in a wait's polls): the silence was its own.
-  const double suspended = std::max(client_->longest_gap(), agent_ ? agent_->longest_gap() : 0.0);
+  // The heartbeat thread is stopped first: its gap since its last tick counts too (under ULFM the
+  // verdict can come the moment a stopped process is continued, before that thread ticks again).
+  double agent_gap = 0;
   if (agent_) {
     agent_->ps_lost();
+    agent_gap = agent_->stop();
     agent_.reset();
   }
+  const double suspended = std::max(client_->longest_gap(), agent_gap);
   const std::lock_guard<std::mutex> lock(mpi_lock_);
   unlink_pending_segments();
   std::cout << std::flush;

@@ -25,13 +25,18 @@ WorkerAgent::WorkerAgent(std::mutex& mpi, MPI_Comm ps, const WorkerOptions& opts
   thread_ = std::thread([this] { run(); });
 }
 
-WorkerAgent::~WorkerAgent() {
+double WorkerAgent::stop() {
   {
     std::lock_guard<std::mutex> lock(stop_mutex_);
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+  return longest_gap_;
+}
+
+WorkerAgent::~WorkerAgent() {
+  stop();
   std::lock_guard<std::mutex> lock(mpi_);
   for (std::size_t s = 0; s < hbreq_.size(); ++s)
     if (hbreq_[s] != MPI_REQUEST_NULL && (ps_lost_ || !wait_for(&hbreq_[s], 0.5))) abandon(std::move(hb_[s]));
@@ -53,15 +58,16 @@ void WorkerAgent::run() {
   const auto interval = std::chrono::duration<double>(opts_.failure_timeout / 5);
   auto last = Clock::now();
   for (;;) {
+    bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(stop_mutex_);
-      if (cv_.wait_for(lock, std::chrono::duration_cast<std::chrono::microseconds>(interval),
-                       [this] { return stop_; }))
-        return;
+      stopping = cv_.wait_for(lock, std::chrono::duration_cast<std::chrono::microseconds>(interval),
+                              [this] { return stop_; });
     }
     const auto now = Clock::now();
     longest_gap_ = std::max(longest_gap_.load(), seconds_between(last, now));
     last = now;
+    if (stopping) return;
     beat();
     plan_.at_time(rank_);
     if (const int sig = notice_signal()) {

@@ -49,6 +49,8 @@ class WorkerAgent {
   // a --failure-timeout after the step, this thread ticks 5 times in it. One during a wait for a
   // reply, the main thread sees itself (WorkerClient::longest_gap).
   double longest_gap() const { return longest_gap_; }
+  // Stops the heartbeat thread (its last gap, to now, counted) and returns longest_gap().
+  double stop();
 
   // LEAVE to every shard (with `mpi` held), each send waited for briefly: a shard that does not
   // take it will notice the silence instead.
