@@ -117,6 +117,16 @@ class Worker {
     agent_.emplace(mpi_lock_, comm_, opts_, rank_, plan_, [this] { take_replicas(); },
                    [this](int s) { reported_failed(s); });
   }
+  // Ends the heartbeat thread (its gap to now counted: under ULFM a verdict can come the moment a
+  // stopped process is continued, before that thread ticks again).
+  void stop_agent() {
+    if (!agent_) return;
+    agent_gap_ = std::max(agent_gap_, agent_->stop());
+    agent_.reset();
+  }
+  // The longest this process went unscheduled, as either thread saw it (seconds): longer than
+  // --failure-timeout, the silence the parameter server heard was this process's own.
+  double suspended() const { return std::max(client_->longest_gap(), agent_gap_); }
   // The MPI library (ULFM) reported shard `s` failed (with the MPI lock held, on either thread):
   // flagged for the main thread, which at its next exchange ends this worker or (a takeover
   // ahead) takes the parameter server over.
@@ -189,6 +199,7 @@ class Worker {
   PsLoss reported_;             // with the MPI lock held
   std::optional<PsLoss> lost_;  // the main thread's verdict: the parameter server is lost
   std::optional<WorkerAgent> agent_;
+  double agent_gap_ = 0;  // the longest gap of the heartbeat threads stopped so far
   // Declared after the agent: destroyed before it, so the replicas are closed first (as before).
   struct CloseReplicas {
     std::mutex& lock;
@@ -263,7 +274,13 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
 // newest checkpoint.
 Worker::Recovered Worker::recover() {
   const double lost_at = unix_now();
-  agent_.reset();  // no heartbeats to the dead; MPI is this thread's alone from here
+  stop_agent();  // no heartbeats to the dead; MPI is this thread's alone from here
+  // Suspended past --failure-timeout (stopped, then continued), this worker was dropped: the
+  // job went on without it, and it must not disturb the survivors (revoke, agree): it ends.
+  if (suspended() > opts_.failure_timeout) {
+    lost_ = PsLoss{0, kReportedByMpi, lost_at};
+    return Recovered::kLost;
+  }
   const std::lock_guard<std::mutex> lock(mpi_lock_);
   try {
     replicas_->poll(comm_);  // a replica received whole but not yet taken (a handover's last)
@@ -317,15 +334,9 @@ Worker::Recovered Worker::recover() {
 WorkerResult Worker::end_lost() {
   // The process was suspended longer than --failure-timeout (a gap in the heartbeat thread's ticks
   // or in a wait's polls): the silence was its own.
-  // The heartbeat thread is stopped first: its gap since its last tick counts too (under ULFM the
-  // verdict can come the moment a stopped process is continued, before that thread ticks again).
-  double agent_gap = 0;
-  if (agent_) {
-    agent_->ps_lost();
-    agent_gap = agent_->stop();
-    agent_.reset();
-  }
-  const double suspended = std::max(client_->longest_gap(), agent_gap);
+  if (agent_) agent_->ps_lost();
+  stop_agent();
+  const double suspended = this->suspended();
   const std::lock_guard<std::mutex> lock(mpi_lock_);
   unlink_pending_segments();
   std::cout << std::flush;
