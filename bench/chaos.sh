@@ -9,6 +9,10 @@
 #   ps-shard-kill  --num-ps 2 (1 worker more): shard 0 or 1 SIGKILLs itself at a random global step;
 #                  in the plan under ULFM (--kill-runs N of them), else only with --only (each
 #                  run then waits ~60 s for the lost shard before the restart)
+#   takeover-kill  (ULFM) the PS SIGKILLs itself at a random step and a random worker inside the
+#                  takeover that follows (rank=R@takeover=1: the communicator revoked, the
+#                  survivors' agreement ahead): a second failure inside the recovery; in the plan
+#                  under ULFM (--other-runs M of them)
 #   ps-term-mid    SIGTERM reaches the PS in the middle of writing a random checkpoint
 #   hung-worker    a random worker is stopped (SIGSTOP) at a random step and continued 3 s later:
 #                  dropped after --failure-timeout, it wakes, says so and exits 0; the job goes on
@@ -101,6 +105,9 @@ for ((i = 0; i < kill_runs; i++)); do
 done
 if ((ulfm)) || [[ ,$only, == *,ps-shard-kill,* ]]; then
   for ((i = 0; i < kill_runs; i++)); do plan+=(ps-shard-kill); done
+fi
+if ((ulfm)); then
+  for ((i = 0; i < other_runs; i++)); do plan+=(takeover-kill); done
 fi
 for s in ps-term-mid hung-worker hung-ps notice-one notice-all disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
   for ((i = 0; i < other_runs; i++)); do plan+=("$s"); done
@@ -263,7 +270,7 @@ for scenario in "${plan[@]}"; do
   ran=$((ran + 1)) n_run[$scenario]=$((${n_run[$scenario]:-0} + 1))
   t0=$SECONDS
   case $scenario in
-    worker-kill|ps-kill|ps-kill-mid|ps-kill-rep|ps-shard-kill|ps-term-mid|notice-one)
+    worker-kill|ps-kill|ps-kill-mid|ps-kill-rep|ps-shard-kill|takeover-kill|ps-term-mid|notice-one)
       shards="" np=4
       case $scenario in
         worker-kill)
@@ -274,6 +281,7 @@ for scenario in "${plan[@]}"; do
         ps-kill-rep) revoke="rank=0@replica=$((2 + RANDOM % 16))" ;;
         ps-term-mid) revoke="rank=0@ckpt=$((1 + RANDOM % 8)):TERM" ;;
         ps-shard-kill) revoke="rank=$((RANDOM % 2))@step=$((25 + RANDOM % 150))" shards="--num-ps 2" np=5 ;;
+        takeover-kill) revoke="rank=0@step=$((25 + RANDOM % 150)),rank=$((1 + RANDOM % 3))@takeover=1" ;;
         notice-one) revoke="rank=$((1 + RANDOM % 3))@step=$((10 + RANDOM % 150)):TERM" ;;
       esac
       note=$revoke
@@ -406,7 +414,7 @@ for scenario in "${plan[@]}"; do
     tail -25 "$dir/loop.txt"
   fi
 done
-for s in worker-kill ps-kill ps-kill-mid ps-kill-rep ps-shard-kill ps-term-mid hung-worker hung-ps notice-one notice-all \
+for s in worker-kill ps-kill ps-kill-mid ps-kill-rep ps-shard-kill takeover-kill ps-term-mid hung-worker hung-ps notice-one notice-all \
   disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
   [[ -n ${n_run[$s]:-}${n_skip[$s]:-} ]] || continue
   echo "  $s: ${n_pass[$s]:-0}/${n_run[$s]:-0} finished${n_skip[$s]:+, ${n_skip[$s]} skipped}"

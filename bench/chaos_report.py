@@ -28,8 +28,10 @@ import time
 SCHEMA = "mpi_trainer.chaos_report/1"
 PS_KILLS = ("ps-kill", "ps-kill-mid", "ps-kill-rep", "ps-shard-kill")
 # Faults of the parameter server: the job stops applying steps until a takeover or a restart.
-PS_FAULTS = PS_KILLS + ("ps-term-mid", "hung-ps", "notice-all", "truncated", "bit-flipped", "wrong-version")
-SCENARIOS = ["worker-kill", "ps-kill", "ps-kill-mid", "ps-kill-rep", "ps-shard-kill", "ps-term-mid", "hung-worker",
+PS_FAULTS = PS_KILLS + ("takeover-kill", "ps-term-mid", "hung-ps", "notice-all", "truncated", "bit-flipped",
+                        "wrong-version")
+SCENARIOS = ["worker-kill", "ps-kill", "ps-kill-mid", "ps-kill-rep", "ps-shard-kill", "takeover-kill", "ps-term-mid",
+             "hung-worker",
              "hung-ps", "notice-one", "notice-all", "disk-full", "read-only", "fsync-fail", "truncated", "bit-flipped",
              "wrong-version"]
 
@@ -72,17 +74,21 @@ def check_run(a, events, log):
     rec["attempts_seen"] = configs
     rec["resumed_behind_durable"] = bool(behind)
     takeovers = [e for e in events if e["event"] == "ps_takeover"]
-    if a.scenario in PS_KILLS and a.ulfm:
+    if (a.scenario in PS_KILLS and a.ulfm) or (a.scenario in PS_FAULTS and takeovers and not lost):
         rec["updates_lost"] = takeovers[0]["lost_updates"] if takeovers else None
     elif a.scenario in PS_FAULTS:
         rec["updates_lost"] = max(lost) if lost else None
     # Detection and the first step after the fault.
     if fault_unix is not None:
         if a.scenario in ("worker-kill", "hung-worker", "notice-one"):
-            ranks = {r for r, _, _ in faults} if faults else {a.rank}
-            seen = [e["unix_time"] - fault_unix for e in events
-                    if e["event"] == "revocation" and e.get("rank") in ranks and e.get("unix_time", 0) >= fault_unix]
-            rec["detection_seconds"] = max(seen) if len(seen) >= len(ranks) else None
+            # Each worker's own fault to its own revocation event; the slowest of them.
+            at = {r: t for r, _, t in faults} if faults else {a.rank: fault_unix}
+            seen = {}
+            for e in events:
+                r = e.get("rank")
+                if e["event"] == "revocation" and r in at and r not in seen and e.get("unix_time", 0) >= at[r]:
+                    seen[r] = e["unix_time"] - at[r]
+            rec["detection_seconds"] = max(seen.values()) if len(seen) == len(at) else None
         elif a.scenario in PS_FAULTS:
             if takeovers:
                 rec["detection_seconds"] = takeovers[0]["lost_at_unix"] - fault_unix

@@ -255,9 +255,12 @@ TEST_CASE("revocation entries of --revoke: times, steps, checkpoint writes, sign
   CHECK(e[3].seconds == Approx(7200));
   CHECK(e[3].signal == SIGUSR1);
   CHECK(e[4].ckpt_write == 2);
+  const auto t = parse_revoke("rank=2@takeover=1:TERM");
+  REQUIRE(t.size() == 1);
+  CHECK((t[0].takeover == 1 && t[0].signal == SIGTERM && t[0].step < 0 && t[0].seconds < 0));
   CHECK(parse_revoke("").empty());
   for (const char* bad : {"2@30s", "rank=2", "rank=x@30s", "rank=2@30", "rank=2@step=0", "rank=2@step=-3",
-                          "rank=2@30s:HUP", "rank=1@ckpt=1", "rank=2@abc s"})
+                          "rank=2@30s:HUP", "rank=1@ckpt=1", "rank=2@abc s", "rank=1@takeover=0", "rank=1@takeover="})
     CHECK_THROWS_AS(parse_revoke(bad), UsageError);
   try {
     parse_revoke("rank=2@30s:HUP");

@@ -52,7 +52,8 @@ std::vector<RevokeEntry> parse_revoke(const std::string& spec) {
     if (item.empty()) continue;
     const auto bad = [&](const std::string& why) {
       return UsageError("--revoke: '" + item + "': " + why +
-                        " (expected rank=R@30s, rank=R@2m, rank=R@step=N, rank=R@ckpt=N or rank=0@replica=N, optionally "
+                        " (expected rank=R@30s, rank=R@2m, rank=R@step=N, rank=R@ckpt=N, rank=0@replica=N or "
+                        "rank=R@takeover=N, optionally "
                         "followed by :KILL, :TERM or :USR1)");
     };
     RevokeEntry e;
@@ -83,6 +84,8 @@ std::vector<RevokeEntry> parse_revoke(const std::string& spec) {
     } else if (when.rfind("replica=", 0) == 0) {
       if (!to_int64(when.substr(8), e.replica_send) || e.replica_send < 1) throw bad("bad replica number (>= 1)");
       if (e.rank != 0) throw bad("@replica= applies to rank 0, the parameter server that sends replicas");
+    } else if (when.rfind("takeover=", 0) == 0) {
+      if (!to_int64(when.substr(9), e.takeover) || e.takeover < 1) throw bad("bad takeover number (>= 1)");
     } else if (const std::string why = parse_duration(when, e.seconds); !why.empty()) {
       throw bad(why);
     }
@@ -246,6 +249,14 @@ void FaultPlan::at_replica(int rank, std::int64_t nth, std::int64_t global_step)
       fire(rank, e.signal,
            "--revoke as replica " + std::to_string(nth) + " (global step " + std::to_string(global_step) +
                ") left for the standby");
+    }
+}
+
+void FaultPlan::at_takeover(int rank, int nth) {
+  for (auto& e : entries)
+    if (e.takeover > 0 && nth >= e.takeover) {
+      e.takeover = -1;
+      fire(rank, e.signal, "--revoke inside takeover " + std::to_string(nth));
     }
 }
 

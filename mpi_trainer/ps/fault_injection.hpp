@@ -25,10 +25,12 @@ struct RevokeEntry {
   std::int64_t step = -1;
   std::int64_t ckpt_write = -1;
   std::int64_t replica_send = -1;  // rank=0@replica=N: as the Nth replica to the standby leaves
+  std::int64_t takeover = -1;      // rank=R@takeover=N: a worker inside its Nth takeover (ULFM)
   int signal = 9;                  // SIGKILL
 };
 
-// Parses "rank=R@30s", "rank=R@2.5m", "rank=R@step=N", "rank=R@ckpt=N", "rank=0@replica=N", each optionally
+// Parses "rank=R@30s", "rank=R@2.5m", "rank=R@step=N", "rank=R@ckpt=N", "rank=0@replica=N",
+// "rank=R@takeover=N", each optionally
 // followed by ":KILL", ":TERM" or ":USR1", comma-separated. Throws UsageError.
 std::vector<RevokeEntry> parse_revoke(const std::string& spec);
 // "30s", "2.5m", "2h" (--revoke, --virtual-joins) into `seconds`; else why not ("" when parsed).
@@ -97,6 +99,10 @@ struct FaultPlan {
   // `rank=0@replica=N[:SIG]`: the Nth replica sent to the standby (--ps-standby) has just left,
   // not yet arrived: fires now (a kill in the middle of replication).
   void at_replica(int rank, std::int64_t nth, std::int64_t global_step);
+  // `rank=R@takeover=N[:SIG]`: this worker is inside its Nth takeover of a lost parameter server
+  // (ULFM), the communicator revoked, the survivors' agreement ahead: fires now (a second failure
+  // inside the recovery).
+  void at_takeover(int rank, int nth);
 };
 
 }  // namespace mt

@@ -289,6 +289,7 @@ Worker::Recovered Worker::recover() {
   std::optional<ReplicaState> held = replicas_->assemble(model_, client_->partition());
   try {
     ulfm_revoke(comm_);
+    plan_.at_takeover(rank_, res_.takeovers + 1);
     client_->renew();
     replicas_->close();
     std::string why;
