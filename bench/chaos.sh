@@ -173,17 +173,8 @@ newest() { ls "$ck" 2>/dev/null | grep -E '^ckpt-[0-9]+\.h5$' | sort | tail -1; 
 # and attempts, as phase sets them).
 phase_bg() { (phase "$@"; echo "$rc $made" >"$dir/phase.rc") & phase_pid=$!; }
 phase_wait() { wait "$phase_pid" || true; read -r rc made <"$dir/phase.rc"; }
-# The pid of the job's rank R (its environment says its rank; its command line names this run's
-# directory); empty when there is none.
-rank_pid() {
-  local p
-  for p in $(pgrep -f "$trainer train" 2>/dev/null); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" &&
-       tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "$dir/"; then
-      echo "$p"; return
-    fi
-  done
-}
+# rank_pid R: the pid of the job's rank R (tests/rank_pid.sh).
+source "$here/../tests/rank_pid.sh"
 # Waits until the job has reached global step N (false after 120 s, or when the phase ended).
 wait_step() {
   local i
@@ -206,6 +197,18 @@ signal_at() {  # signal_at SIGNAL AT RANK...
   fault_unix=$(date +%s.%N)
   kill -"$sig" $pids
   stopped_pids=$pids
+}
+# One phase with a fault sent from outside: SIGNAL to RANKS at step AT, continued (SIGCONT)
+# RESUME seconds later unless RESUME is "-".
+signal_phase() {  # signal_phase NAME SIGNAL AT RESUME RANK...
+  write_cmd "" ""
+  phase_bg "$1" 4
+  signal_at "$2" "$3" "${@:5}"
+  if [[ $4 != - ]]; then
+    sleep "$4"
+    [[ -z $stopped_pids ]] || kill -CONT $stopped_pids 2>/dev/null || true
+  fi
+  phase_wait
 }
 
 # Damages FILE as SCENARIO says; prints how.
@@ -292,32 +295,21 @@ for scenario in "${plan[@]}"; do
     hung-worker)
       fault_rank=$((1 + RANDOM % 3)) at=$((30 + RANDOM % 120))
       note="worker rank $fault_rank stopped at step $at for 3 s"
-      write_cmd "" ""
-      phase_bg "hung worker" 4
-      signal_at STOP "$at" "$fault_rank"
-      sleep 3
-      [[ -z $stopped_pids ]] || kill -CONT $stopped_pids 2>/dev/null || true
-      phase_wait
+      signal_phase "hung worker" STOP "$at" 3 "$fault_rank"
       expect "hung worker" 0 1
       [[ -n $why ]] || grep -q "worker rank $fault_rank: this process was suspended for" "$dir/loop.txt" ||
         why="hung worker: the woken worker did not say that it was dropped" ;;
     hung-ps)
       at=$((30 + RANDOM % 120))
       note="the PS stopped at step $at, never continued"
-      write_cmd "" ""
-      phase_bg "hung PS" 4
-      signal_at STOP "$at" 0
-      phase_wait
+      signal_phase "hung PS" STOP "$at" - 0
       expect "hung PS" 0 2
       [[ -n $why ]] || grep -q "the parameter server is silent but not known to be dead" "$dir/loop.txt" ||
         why="hung PS: no worker ended the job" ;;
     notice-all)
       at=$((30 + RANDOM % 120))
       note="SIGTERM to every process at step $at"
-      write_cmd "" ""
-      phase_bg "notice to all" 4
-      signal_at TERM "$at" 0 1 2 3
-      phase_wait
+      signal_phase "notice to all" TERM "$at" - 0 1 2 3
       expect "notice to all" 0 2 ;;
     disk-full)
       # Room for FIT checkpoints beside the small files; keep them all. Once the filler is gone

@@ -21,16 +21,7 @@ train() {
   $(train_cmd "$np" "$@") > "$dir/out.txt" 2>&1
 }
 
-# rank_pid R: the pid of MPI rank R of our job (from its environment), empty until it runs.
-rank_pid() {
-  local p
-  for p in $(pgrep -f "$trainer train" 2>/dev/null); do
-    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" &&
-       tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "$dir/"; then
-      echo "$p"; return
-    fi
-  done
-}
+source "$(dirname "${BASH_SOURCE[0]}")/rank_pid.sh"
 
 # wait_for_step N [TIMEOUT]: until the metrics show progress at global step >= N.
 wait_for_step() {
