@@ -166,6 +166,9 @@ expect() {  # expect WHAT RC [ATTEMPTS]: sets why on the first mismatch
   elif [[ -n ${3:-} && $made != "$3" ]]; then why="$1: $made attempt(s), expected $3"
   fi
 }
+expect_line() {  # expect_line PATTERN WHY: sets why when no line of the phases' output matches
+  [[ -n $why ]] || grep -q -- "$1" "$dir/loop.txt" || why=$2
+}
 # The newest checkpoint file (by step) in the directory, and whether it verifies.
 newest() { ls "$ck" 2>/dev/null | grep -E '^ckpt-[0-9]+\.h5$' | sort | tail -1; }
 
@@ -297,15 +300,14 @@ for scenario in "${plan[@]}"; do
       note="worker rank $fault_rank stopped at step $at for 3 s"
       signal_phase "hung worker" STOP "$at" 3 "$fault_rank"
       expect "hung worker" 0 1
-      [[ -n $why ]] || grep -q "worker rank $fault_rank: this process was suspended for" "$dir/loop.txt" ||
-        why="hung worker: the woken worker did not say that it was dropped" ;;
+      expect_line "worker rank $fault_rank: this process was suspended for" \
+        "hung worker: the woken worker did not say that it was dropped" ;;
     hung-ps)
       at=$((30 + RANDOM % 120))
       note="the PS stopped at step $at, never continued"
       signal_phase "hung PS" STOP "$at" - 0
       expect "hung PS" 0 2
-      [[ -n $why ]] || grep -q "the parameter server is silent but not known to be dead" "$dir/loop.txt" ||
-        why="hung PS: no worker ended the job" ;;
+      expect_line "the parameter server is silent but not known to be dead" "hung PS: no worker ended the job" ;;
     notice-all)
       at=$((30 + RANDOM % 120))
       note="SIGTERM to every process at step $at"
@@ -324,7 +326,7 @@ for scenario in "${plan[@]}"; do
       head -c "$filler" /dev/zero >"$ck/filler"
       phase "disk full" 4
       expect "disk full" 4 1
-      [[ -n $why ]] || grep -q "No space left on device" "$dir/loop.txt" || why="disk full: no line naming ENOSPC"
+      expect_line "No space left on device" "disk full: no line naming ENOSPC"
       rm -f "$ck/filler"
       phase "space freed, rerun" 4
       expect "rerun after freeing space" 0 1 ;;
@@ -336,7 +338,7 @@ for scenario in "${plan[@]}"; do
       write_cmd "" ""
       phase "read-only from the start" 4
       expect "read-only at the start" 3 0
-      [[ -n $why ]] || grep -q "cannot create a file in $ck" "$dir/loop.txt" || why="read-only at the start: no line naming the directory"
+      expect_line "cannot create a file in $ck" "read-only at the start: no line naming the directory"
       mount -o remount,rw "$ck"
       rm -f "$dir/m.jsonl"
       # Turns read-only once checkpoint AFTER is published.
@@ -350,7 +352,7 @@ for scenario in "${plan[@]}"; do
       wait "$watcher" 2>/dev/null || true
       watcher=""
       expect "read-only mid-run" 3 1
-      [[ -n $why ]] || grep -q "Read-only file system" "$dir/loop.txt" || why="read-only mid-run: no line naming EROFS"
+      expect_line "Read-only file system" "read-only mid-run: no line naming EROFS"
       mount -o remount,rw "$ck"
       phase "writable again, rerun" 4
       expect "rerun after making it writable" 0 1 ;;
@@ -360,7 +362,7 @@ for scenario in "${plan[@]}"; do
       write_cmd "" "-x LD_PRELOAD=$shim -x MT_FSYNC_FAULT=$first:$count"
       phase "fsync fails" 4
       expect "fsync fails" 4 1
-      [[ -n $why ]] || grep -q "fsync: Input/output error" "$dir/loop.txt" || why="fsync fails: no line naming EIO"
+      expect_line "fsync: Input/output error" "fsync fails: no line naming EIO"
       write_cmd "" ""
       phase "rerun" 4
       expect "rerun" 0 1 ;;

@@ -71,7 +71,6 @@ def check_run(a, events, log):
             last = max(last, step)
             if kind == "checkpoint" and step != a.damaged:
                 durable = max(durable, step)
-    rec["attempts_seen"] = configs
     rec["resumed_behind_durable"] = bool(behind)
     takeovers = [e for e in events if e["event"] == "ps_takeover"]
     if (a.scenario in PS_KILLS and a.ulfm) or (a.scenario in PS_FAULTS and takeovers and not lost):
