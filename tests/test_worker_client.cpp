@@ -105,7 +105,10 @@ TEST_CASE("worker client: a join and a push answered with parameters are ok", "[
   StepComputer::Step st;
   st.loss = 1.5f;
   st.cursor = LoaderCursor{3, 96};
-  f.client.prepare_push(st, grads, stats, false);
+  CHECK(f.client.pulled(0)[0] == 0.5f);  // the push journal's copy: what the gradient is computed on
+  f.client.prepare_push(st, grads, stats, false, 1);
+  CHECK(f.client.prepared(0).push_id == 1);
+  CHECK(f.client.push_payload(0).size() == static_cast<std::size_t>(f.push_floats));
   f.shard_receives();
   f.shard_replies(MsgKind::kParams, 7, 0.25f);
   REQUIRE(f.client.push_pull(MsgKind::kPush) == WorkerClient::Reply::kOk);
@@ -120,6 +123,9 @@ TEST_CASE("worker client: a join and a push answered with parameters are ok", "[
   CHECK(f.push.payload()[f.push_floats - 1] == 2.0f);
   CHECK(f.client.global_step() == 7);
   CHECK(f.client.params().flat().data()[f.model.param_count() - 1] == 0.25f);
+  CHECK(f.client.replied(0));
+  CHECK(f.client.pulled(0)[0] == 0.25f);
+  CHECK(h.push_id == 1);
   CHECK(f.reported.empty());
 }
 
@@ -142,7 +148,7 @@ TEST_CASE("worker client: a shard silent past --failure-timeout is lost, and sai
   // push waits the timeout: answer the join, then stay silent.
   f.join(0.5f);
   FlatTensors grads(f.model.params()), stats(f.model.stats());
-  f.client.prepare_push(StepComputer::Step{}, grads, stats, false);
+  f.client.prepare_push(StepComputer::Step{}, grads, stats, false, 1);
   f.shard_receives();  // the push arrives; no reply comes
   const auto t = Clock::now();
   REQUIRE(f.client.push_pull(MsgKind::kPush) == WorkerClient::Reply::kLost);
@@ -187,7 +193,7 @@ TEST_CASE("worker client: bf16 pushes and replies carry two values a slot, the s
   FlatTensors grads(f.model.params()), stats(f.model.stats());
   for (std::int64_t i = 0; i < grads.flat().numel(); ++i) grads.flat().data()[i] = 0.1f * float(i % 7 + 1);
   for (std::int64_t i = 0; i < stats.flat().numel(); ++i) stats.flat().data()[i] = 1.0f / 3;
-  f.client.prepare_push(StepComputer::Step{}, grads, stats, false);
+  f.client.prepare_push(StepComputer::Step{}, grads, stats, false, 1);
   f.shard_receives();
   f.shard_replies(MsgKind::kParams, 1, 0.25f);
   REQUIRE(f.client.push_pull(MsgKind::kPush) == WorkerClient::Reply::kOk);

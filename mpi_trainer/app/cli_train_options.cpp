@@ -392,6 +392,16 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->capture_default_str()
           ->check(CLI::Range(1, 1000000)),
       "MT_REPLICA_INTERVAL");
+  env(cmd.add_option("--push-journal", c.push_journal,
+                     "Fault tolerance, ULFM build, standbys: each worker keeps its pushes (gradient and "
+                     "the parameters it was computed on) until every shard reports a newer replica held by "
+                     "the standbys; a takeover replays them after the replica, so that the loss of the "
+                     "parameter server (or one shard) loses no update (docs/fault-model.md, \"Zero-loss "
+                     "takeover\"). Memory: twice the model per journaled push, about --replica-interval / "
+                     "workers + 2 pushes per worker. off: a takeover resumes from the replica alone")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"on", "off"})),
+      "MT_PUSH_JOURNAL");
   env(cmd.add_option("--replica-budget", c.replica_budget,
                      "Fault tolerance: the share of a shard's time its replicas may take at most (each "
                      "replica's copy is timed); when the shard is the bottleneck, replicas are spaced "

@@ -73,6 +73,7 @@ struct TrainConfig {
   int replica_interval = 10;          // updates between two replicas a shard sends its standbys, at least
   double replica_budget = 0.01;       // the share of a shard's time replicas may take, at most
   std::string ps_handover = "auto";   // ULFM: a notice to the PS alone hands it over to the standby (auto|on|off)
+  std::string push_journal = "on";    // ULFM, standbys: workers journal their pushes so a takeover loses none (on|off)
   std::string status_file;            // run state for launchers; empty: <ckpt-dir>/run-status.json
   std::string revoke;                 // "rank=2@30s,rank=3@step=400": real kills
   std::string revocation_model;       // empty: none; gce or a table file: sampled lifetimes

@@ -34,6 +34,7 @@ void add_policy_fields(nlohmann::ordered_json& event, const TrainConfig& c, cons
   event["spike_guard"] = c.spike_guard;
   event["max_staleness"] = c.max_staleness;
   event["push_precision"] = c.push_precision;
+  event["push_journal"] = c.push_journal;
   event["worker_types"] = types;
   event["ps_type"] = c.ps_type;
   event["ps_pricing"] = c.ps_pricing;

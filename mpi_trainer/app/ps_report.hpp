@@ -91,6 +91,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
     int lost_shard = 0;             // the old index of the shard lost (--num-ps > 1)
   };
   void take_over(TakeoverReport t) { takeover_ = std::move(t); }
+  void replayed(const Replayed& e) override;  // (app/ps_takeover_report.cpp)
 
   // What earlier attempts did (a resume), and the totals once finished.
   const TrainProgress& previous() const { return prev_; }
@@ -146,6 +147,8 @@ class PsReport final : public PsEvents, public SnapshotSink {
   // the predecessor itself (a takeover).
   int earlier_revocations() const { return takeover_ ? takeover_->prior_revocations + 1 : 0; }
   nlohmann::ordered_json takeover_event_;  // the ps_takeover event, for the summary
+  std::optional<Replayed> replayed_;       // this (new) shard 0's replay of the journals
+  void took_over(const Started& e);        // started() after a takeover
   LivePrediction predict(const Progress& e);
 };
 

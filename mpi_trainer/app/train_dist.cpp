@@ -175,6 +175,7 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   const Model model(setup.spec);
   WorkerOptions opts = worker_options(cfg);
   opts.takeover = takeover;
+  opts.push_journal = cfg.push_journal == "on";
   opts.push_faults = parse_corrupt_push(cfg.corrupt_push, rank);
   // A standby writes its replica of the parameter server as a checkpoint when it is lost.
   if (!cfg.ckpt_dir.empty())
@@ -278,6 +279,7 @@ TrainResult take_over(const TrainConfig& cfg, const RunSetup& setup, const Model
   PsOptions opts = ps_options(cfg, setup, std::move(types));
   serve_survivors(opts, t.comm, std::move(t.worker_ranks), std::move(t.worker_slots), t.data_slots, t.first_step,
                   rank);
+  opts.replay = t.replay;
   TrainResult res = ps_role(setup, model, report, opts, std::move(t.plan));
   res.skip_finalize = true;  // as its workers (worker_role)
   return res;

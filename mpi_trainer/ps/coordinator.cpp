@@ -18,7 +18,8 @@ Coordinator::Coordinator(const PsOptions& opts, const Model& model, const Partit
       sink_(sink),
       gather_(model, part, deadline, momenta, gap, opts.comm) {}
 
-std::int64_t Coordinator::start(FlatTensors& params, std::vector<FlatTensors>& state, FlatTensors& stats) {
+std::int64_t Coordinator::start(FlatTensors& params, std::vector<FlatTensors>& state, FlatTensors& stats,
+                               std::span<const StartLog> logs) {
   const int momenta = static_cast<int>(state.size()) - (policy_.gap_aware() ? 1 : 0);
   const std::span<FlatTensors> all(state);
   const PsStart start = sink_.restore(params, all.first(static_cast<std::size_t>(momenta)),
@@ -26,10 +27,14 @@ std::int64_t Coordinator::start(FlatTensors& params, std::vector<FlatTensors>& s
   MT_ASSERT(static_cast<int>(start.slot_cursors.size()) == members_.slots(), "a cursor per data slot");
   start_step_ = std::max(start.global_step, opts_.first_step);
   slot_cursors_ = start.slot_cursors;
-  gather_.send_start(params, state, start_step_);
+  gather_.send_start(params, state, start_step_, logs);
   for (auto& m : members_.members())
     m.cursor = cursor(m.slot);
   return start_step_;
+}
+
+void Coordinator::replayed(int slot, const MsgHeader& push) {
+  slot_cursors_.at(static_cast<std::size_t>(slot)) = LoaderCursor{push.cursor_epoch, push.cursor_position};
 }
 
 void Coordinator::clock_started(Clock::time_point t0) { t0_ = window_start_ = last_ckpt_ = t0; }

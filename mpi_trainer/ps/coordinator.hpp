@@ -37,7 +37,13 @@ class Coordinator {
   // At start (blocking, no worker is served yet): the sink restores `params`, `state` (the
   // momenta, then the gap's mean steps) and `stats` (freshly initialised) from a resume, each
   // other shard gets its part; returns the step to start from. Every member gets its slot's cursor.
-  std::int64_t start(FlatTensors& params, std::vector<FlatTensors>& state, FlatTensors& stats);
+  // `logs`: after a takeover, what each shard replays after its start state (SnapshotGather::send_start).
+  std::int64_t start(FlatTensors& params, std::vector<FlatTensors>& state, FlatTensors& stats,
+                     std::span<const StartLog> logs = {});
+  // After the replay of a takeover (ps/push_journal.hpp): a logged push of data slot `slot` applied
+  // (its cursor), and the step this parameter server goes on from.
+  void replayed(int slot, const MsgHeader& push);
+  void restart_at(std::int64_t step) { start_step_ = step; }
   // The run's clock starts (after the reports' set-up): progress windows and the checkpoint interval.
   void clock_started(Clock::time_point t0);
   const LoaderCursor& cursor(int slot) const { return slot_cursors_.at(static_cast<std::size_t>(slot)); }

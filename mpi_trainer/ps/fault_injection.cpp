@@ -225,6 +225,7 @@ void FaultPlan::at_step(int rank, std::int64_t step) {
   for (auto& e : entries)
     if (e.step > 0 && step >= e.step) {
       e.step = -1;
+      if (before_kill) before_kill();
       fire(rank, e.signal, "--revoke at global step " + std::to_string(step));
     }
 }
@@ -234,6 +235,7 @@ void FaultPlan::at_time(int rank) {
   for (auto& e : entries)
     if (e.seconds >= 0 && t >= e.seconds) {
       e.seconds = -1;
+      if (before_kill) before_kill();
       fire(rank, e.signal, "--revoke after " + std::to_string(t).substr(0, 6) + " s");
     }
   if (lifetime_seconds >= 0 && t >= lifetime_seconds) {

@@ -78,6 +78,9 @@ struct FaultPlan {
   std::vector<RevokeEntry> entries;  // this rank's, each fired once
   double lifetime_seconds = -1;      // sampled from the model (workers); negative: none
   Clock::time_point start = Clock::now();
+  // Called before an entry due at a step or a time kills this process (a shard's test hook:
+  // MT_FAULT_DUMP_DIR, ps/shard_replay.cpp); empty: none.
+  std::function<void()> before_kill;
 
   // This rank's entries of `revoke` and, for a worker, a lifetime drawn from `model` (empty: none;
   // gce: the table of its `instance_type`) with `seed` (each attempt of launch/restart_loop.sh,

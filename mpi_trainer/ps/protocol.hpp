@@ -6,13 +6,15 @@
 //   worker -> shard  kJoin   param_count, batch, precision: checked by the shard against its own; with
 //                            shm = kShmOffer the payload is the name of a shared-memory segment
 //                            for this pair (ps/shm.hpp)
-//   shard -> worker  kParams the shard's parameters (model_version, step); the reply to a kJoin
+//   shard -> worker  kParams the shard's parameters (model_version, step); the reply to a push
+//                            also how it was applied (applied, lr, momentum) and replica_step;
+//                            the reply to a kJoin
 //                            also carries the data cursor, slot and slots, and shm =
 //                            kShmAccepted when the shard mapped the offered segment: from then on
 //                            this pair's pushes and replies carry their payload there and the
 //                            messages are headers alone (`payload` still counts it)
 //   worker -> shard  kPush   gradients [+ BN batch stats] computed on model_version; data
-//                            cursor after the batch, loss, correct, batch: one global step
+//                            cursor after the batch, loss, correct, batch, push_id: one global step
 //                            (under --push-precision bf16, parameters and gradients travel as
 //                            pairs of bf16 values per float slot, the statistics as floats:
 //                            ps/precision.hpp; `payload` counts slots)
@@ -47,7 +49,7 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 7;
+inline constexpr std::uint16_t kProtocolVersion = 8;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
@@ -109,9 +111,15 @@ struct MsgHeader {
   std::int32_t exit_code = 0;        // stop with kFailedEnd: the job's exit code
   float step_seconds = 0;            // push: the worker's step time (an emulated device's padding included)
   std::int32_t precision = 0;        // join: the worker's PushPrecision; stop with kMismatchEnd: the job's
-  std::int32_t reserved = 0;         // zero (the header stays a multiple of 8 bytes)
+  // The push journal (ps/push_journal.hpp): what a takeover needs to replay a push exactly once.
+  std::int32_t applied = 0;          // reply to a push: 1 applied, 0 counted as a step but not applied (stale, rejected)
+  std::int64_t push_id = 0;          // push: this worker's push number (1, 2, ...; kept across takeovers)
+  std::int64_t replica_step = -1;    // reply to a push: the step of this shard's newest replica that has
+                                     // left for every standby (-1: none); older pushes need no log
+  float lr = 0;                      // reply to an applied push: the rate and momentum it was applied
+  float momentum = 0;                // with (SgdSpec's floats)
 };
-static_assert(sizeof(MsgHeader) == 112, "header is 112 bytes = 28 floats");
+static_assert(sizeof(MsgHeader) == 136, "header is 136 bytes = 34 floats");
 inline constexpr std::int64_t kHeaderFloats = sizeof(MsgHeader) / sizeof(float);
 
 // A message buffer: header then payload.

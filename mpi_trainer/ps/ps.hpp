@@ -74,6 +74,14 @@ struct PsOptions {
   std::vector<int> worker_ranks, worker_slots;
   int slots = 0;
   std::int64_t first_step = 0;  // the global step starts here at least (a takeover: never backwards)
+  // A takeover's new shard 0: the survivors' push journals and its replica's pushes handled per shard
+  // and slot: every shard replays what its part of the replica does not hold (ps/push_journal.hpp).
+  struct Replay {
+    std::string log;
+    std::vector<std::vector<std::int64_t>> handled;  // ReplicaState::handled
+    std::vector<std::int64_t> replica_steps;         // ReplicaState::shard_steps
+  };
+  std::shared_ptr<const Replay> replay;
   int self_rank = -1;           // this process's rank in the launched job, for --revoke's lines (-1: in comm)
   // ULFM, one shard, a standby: a notice (SIGTERM, SIGUSR1) hands the parameter server over to the
   // standby, which takes it over with the workers in the same job, nothing lost, instead of
@@ -317,6 +325,19 @@ class PsEvents {
   };
   virtual void followed(const Followed& /*e*/) {}
 
+  // A shard of a new parameter server (a takeover) replayed the survivors' logged pushes after its
+  // part of the replica of `replica_step` (ps/push_journal.hpp): `replayed` of them, `unacknowledged`
+  // among them (their reply never came: after the others), `not_applied` only counted as steps (as
+  // the lost shard did); `lost`: steps of the lost shard no log holds (pushes of workers lost with
+  // it); it goes on at `global_step`.
+  struct Replayed {
+    int shard = 0;
+    std::int64_t replica_step = 0, global_step = 0, lost = 0;
+    int replayed = 0, unacknowledged = 0, not_applied = 0;
+    double seconds = 0;
+  };
+  virtual void replayed(const Replayed& /*e*/) {}
+
   // Every shard: training stops early (a notice, or no worker left).
   virtual void stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) = 0;
   virtual void eval_skipped(std::int64_t global_step) = 0;
@@ -399,6 +420,9 @@ struct ReplicaState {
   FlatTensors params, bn_stats;
   std::vector<FlatTensors> state;  // the optimizer's state buffers: the momenta, then the gap's if any
   std::string record;              // SnapshotSink::replica_record of shard 0
+  // Per shard, per data slot: the last push number (MsgHeader::push_id) the shard had handled
+  // (applied, or counted as a step) by its replica (ps/push_journal.hpp).
+  std::vector<std::vector<std::int64_t>> handled;
 };
 
 struct WorkerOptions {
@@ -421,12 +445,16 @@ struct WorkerOptions {
   // (run_worker returns it a `Takeover`), the surviving shards follow it, the others join it and
   // train on with their data slots and cursors.
   bool takeover = false;
+  // With `takeover`: each worker logs its pushes since the newest replica, so that a takeover
+  // replays them and loses no update (--push-journal; ps/push_journal.hpp).
+  bool push_journal = true;
 };
 
 // What run_worker hands the worker that becomes the parameter server.
 struct Takeover {
   MPI_Comm comm = MPI_COMM_NULL;  // the survivors: this process at rank 0, the surviving shards, the workers
   ReplicaState replica;           // its newest replica, to start from
+  std::shared_ptr<const PsOptions::Replay> replay;  // the survivors' push journals, to replay after it
   std::int64_t first_step = 0;    // the highest global step any survivor saw: the new PS counts on from it
   std::vector<int> worker_ranks, worker_slots;  // each worker of `comm` (ranks num_ps..): its name and data slot
   std::vector<int> lost_shards;                  // the old indexes of the shards lost (one)
@@ -438,6 +466,7 @@ struct Takeover {
 
 struct WorkerResult {
   std::int64_t pushes = 0;
+  std::size_t push_journal_peak_bytes = 0;  // the most its push journal held (ps/push_journal.hpp)
   bool clean_end = false;  // stopped by shards that knew of no lost rank
   bool peer_lost = false;  // the stop said a rank of the job was lost: MPI_Finalize could wait for it
   int exit_code = 0;       // non-zero: the parameter server failed with this code (kFailedEnd)

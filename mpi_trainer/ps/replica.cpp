@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "ps/notices.hpp"
 #include "ps/mpi_env.hpp"
+#include "ps/push_journal.hpp"
 
 namespace mt {
 
@@ -49,8 +50,27 @@ bool ReplicaSender::ready(const std::vector<Dest>& dests) {
     }
     done = done && flag;
   }
-  if (done) inflight_.clear();
+  if (done) settled();
   return done;
+}
+
+void ReplicaSender::progress() {
+  if (inflight_.empty()) return;
+  for (auto& [id, req] : inflight_) {
+    int flag = 1;
+    try {
+      if (req != MPI_REQUEST_NULL) MT_MPI(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
+    } catch (const ProcessFailed&) {  // ULFM: that standby died; ready() lets it go
+      return;
+    }
+    if (!flag) return;
+  }
+  settled();
+}
+
+void ReplicaSender::settled() {
+  if (!inflight_.empty()) settled_step_ = last_step_;
+  inflight_.clear();
 }
 
 void ReplicaSender::send(std::int64_t step, int state_buffers, std::span<const std::span<const float>> pieces,
@@ -178,7 +198,7 @@ bool ReplicaHost::any() const {
   return std::any_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.has; });
 }
 
-std::optional<ReplicaState> ReplicaHost::assemble(const Model& model, const Partition& part) const {
+std::optional<ReplicaState> ReplicaHost::assemble(const Model& model, const Partition& part, int slots) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.has; })) return std::nullopt;
   ReplicaState r;
@@ -192,8 +212,9 @@ std::optional<ReplicaState> ReplicaHost::assemble(const Model& model, const Part
     const auto n = static_cast<std::size_t>(part.floats(static_cast<int>(s)));
     const std::size_t stats = s == 0 ? static_cast<std::size_t>(model.stats().total()) : 0;
     const std::size_t record = s == 0 ? static_cast<std::size_t>(record_floats(static_cast<std::size_t>(h.request_id))) : 0;
+    const std::size_t table = 2 * static_cast<std::size_t>(slots);  // the pushes handled per slot
     if (h.slots != buffers || h.payload < 0 ||
-        static_cast<std::size_t>(h.payload) != (1 + static_cast<std::size_t>(buffers)) * n + stats + record)
+        static_cast<std::size_t>(h.payload) != (1 + static_cast<std::size_t>(buffers)) * n + table + stats + record)
       throw Error(kExitInternal, "worker: shard " + std::to_string(s) + "'s replica does not fit this model (" +
                                      std::to_string(h.payload) + " floats, " + std::to_string(h.slots) +
                                      " state buffers)");
@@ -202,8 +223,9 @@ std::optional<ReplicaState> ReplicaHost::assemble(const Model& model, const Part
     for (int j = 0; j < buffers; ++j)
       part.unpack(static_cast<int>(s), payload.subspan((1 + static_cast<std::size_t>(j)) * n, n),
                   r.state[static_cast<std::size_t>(j)]);
+    r.handled.push_back(handled_from_floats(payload.subspan((1 + static_cast<std::size_t>(buffers)) * n, table)));
     if (s == 0) {
-      const auto tail = payload.subspan((1 + static_cast<std::size_t>(buffers)) * n);
+      const auto tail = payload.subspan((1 + static_cast<std::size_t>(buffers)) * n + table);
       std::copy_n(tail.begin(), stats, r.bn_stats.flat().data());
       r.record.assign(reinterpret_cast<const char*>(tail.data() + stats), static_cast<std::size_t>(h.request_id));
       r.global_step = h.step;

@@ -2,7 +2,8 @@
 // "Standby replicas").
 //
 // Every --replica-interval updates each shard copies its state (its parameters, its optimizer
-// state buffers; shard 0 also the BatchNorm statistics and the app's progress record: data
+// state buffers, the push number it handled last per data slot (ps/push_journal.hpp); shard 0 also
+// the BatchNorm statistics and the app's progress record: data
 // cursors, time and cost so far, the job's configuration) into a send buffer and sends it to the
 // standby workers without waiting: while a replica is still in flight the next one waits for the
 // next update, so the update loop never blocks on a standby. A standby keeps the newest replica
@@ -61,6 +62,11 @@ class ReplicaSender {
   // The replica in flight to `id` has left, within `seconds` (before the standby is told to
   // stop, so that no send is left unmatched). False: given up (the standby is presumed lost).
   bool settle(int id, double seconds);
+  // Between two replicas: tests the sends in flight (no allocation), so that settled_step() follows.
+  void progress();
+  // The step of the newest replica that has left for every standby it was sent to (-1: none yet):
+  // pushes applied up to it need no log (ps/push_journal.hpp).
+  std::int64_t settled_step() const { return settled_step_; }
   std::int64_t sent() const { return sent_; }
   // Updates between consecutive replicas, on average (0 before the second).
   double mean_interval() const {
@@ -70,11 +76,12 @@ class ReplicaSender {
 
  private:
   void give_up();  // abandon the buffer that unfinished sends still read
+  void settled();  // every send in flight has completed
   const std::int64_t interval_;
   const double budget_;
   Buffer buf_{0};
   std::vector<std::pair<int, MPI_Request>> inflight_;  // (dest id, request)
-  std::int64_t first_step_ = -1, last_step_ = -1, sent_ = 0;
+  std::int64_t first_step_ = -1, last_step_ = -1, sent_ = 0, settled_step_ = -1;
   Clock::time_point last_at_{};
   double cost_ = 0, cost_sum_ = 0;  // the last replica's copy and send (s); their sum
 };
@@ -89,8 +96,9 @@ class ReplicaHost {
   // Whether any shard's replica arrived.
   bool any() const;
   // The newest replicas, assembled (thread-safe: the poll may run on another thread): nothing
-  // unless every shard's arrived at least once.
-  std::optional<ReplicaState> assemble(const Model& model, const Partition& part) const;
+  // unless every shard's arrived at least once. `slots`: the job's data slots (each replica's
+  // table of the pushes its shard handled has one row per slot).
+  std::optional<ReplicaState> assemble(const Model& model, const Partition& part, int slots) const;
   // The end: receives still posted are cancelled (the shards settle their sends before the stop);
   // polls do nothing from then on.
   void close();

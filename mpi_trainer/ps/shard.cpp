@@ -95,6 +95,9 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
           data_slots(opts, workers_),
           Membership::Deadlines{opts.failure_timeout, std::max(60.0, 10 * opts.failure_timeout), opts.drain_deadline}) {
   for (int j = 0; j < state_buffers(); ++j) state_full_.emplace_back(model.params());
+  handled_.assign(static_cast<std::size_t>(members_.slots()), 0);
+  plan_.before_kill = [this] { before_kill(); };
+  handled_floats_.resize(2 * handled_.size());
   if (gap_aware_) {
     gap_.emplace(velocity(static_cast<std::size_t>(momenta_)));
     gap_before_.resize(static_cast<std::size_t>(mine_));
@@ -112,16 +115,24 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
 // its part, with the global step. Blocking calls are fine here: no worker is served yet.
 void Shard::start_state() {
   model_.init_params(full_, stats_, opts_.seed);
+  StartLog log;  // a takeover: what this shard replays after its part of the replica
   if (coord_) {
-    start_step_ = coord_->start(full_, state_full_, stats_);
+    const std::vector<StartLog> logs = split_replay();
+    start_step_ = coord_->start(full_, state_full_, stats_, logs);
     part_.pack(0, full_, params_);
     for (std::size_t j = 0; j < state_full_.size(); ++j)
       part_.pack(0, state_full_[j], velocity(j));
+    if (!logs.empty()) log = logs.front();
   } else {
-    start_step_ = answer_->receive_start(params_, velocity_);
+    start_step_ = answer_->receive_start(params_, velocity_, &log);
   }
   step_ = start_step_;
   current_ = params_.data();
+  if (log.replica_step >= 0) {
+    replay(log.log, {}, log.replica_step);
+    start_step_ = step_;
+    if (coord_) coord_->restart_at(step_);
+  }
   plan_.started_at(step_);
 }
 
@@ -147,6 +158,15 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
   h.step = step_;
   h.model_version = step_;
   h.payload = kind == MsgKind::kParams ? reply_slots_ : 0;
+  if (kind == MsgKind::kParams && m.state != MemberState::kJoining) {  // a push's: how it was applied (ps/push_journal.hpp)
+    h.applied = reply_ ? 1 : 0;
+    if (reply_) {
+      h.lr = reply_->lr;
+      h.momentum = reply_->momentum;
+    }
+    h.replica_step = standbys_ ? standbys_->settled_step() : -1;
+  }
+  reply_.reset();
   if (kind == MsgKind::kParams) {
     float* sent = sent_params(m);
     if (current_ != sent) std::copy_n(current_, mine_, sent);  // a join or a dropped push; updates write in place
@@ -184,7 +204,6 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   const std::span<float> grad =
       bf16_ ? std::span<float>(grad_) : std::span<float>(m.recv.payload(), static_cast<std::size_t>(mine_));
   if (bf16_) decode_values(opts_.push_precision, m.recv.payload(), grad);
-  const float* g = grad.data();
   const float* batch_stats = m.recv.payload() + (push_slots_ - stats_floats_);
   // `out` still holds the parameters this worker was sent (in fp32), which its gradient was
   // computed on. The penalty's pass also sums the squares the check needs; a rejected push's
@@ -197,28 +216,8 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
   const int live = members_.live();
   if (policy_.observe_loss(step_, h.loss, live) && lead()) events_.log(describe_cut(step_ + 1, policy_.guard().last_cut()));
   const double lr = policy_.lr(step_, live, staleness);
-  const double momentum = policy_.momentum(live);
-  std::span<const float> before = current();
-  if (gap_ && current_ == out.data()) {  // updated in place below: keep what it was
-    std::copy(out.begin(), out.end(), gap_before_.begin());
-    before = gap_before_;
-  }
-  // Its data slot's momentum under dana (UpdatePolicy::per_slot_momentum), else the one.
-  const std::span<float> v = velocity(momenta_ > 1 ? static_cast<std::size_t>(m.slot) : 0);
-  const bool nesterov = policy_.nesterov(opts_.nesterov);
-  for (const auto& r : runs_) {
-    const auto o = static_cast<std::size_t>(r.offset), len = static_cast<std::size_t>(r.length);
-    update_.sgd_update_to(current().subspan(o, len), std::span<const float>(g + o, len), v.subspan(o, len),
-                          out.subspan(o, len),
-                          SgdSpec{static_cast<float>(lr), static_cast<float>(momentum),
-                                  r.decay ? static_cast<float>(opts_.weight_decay) : 0.f, nesterov});
-  }
-  if (gap_) gap_->track(before, out);
-  current_ = out.data();
-  if (coord_) {  // shard 0 holds the BatchNorm running statistics
-    std::copy(batch_stats, batch_stats + stats_floats_, batch_stats_.flat().data());
-    model_.update_running_stats(stats_, batch_stats_, counts_);
-  }
+  reply_ = Applied{static_cast<float>(lr), static_cast<float>(policy_.momentum(live))};
+  update(grad, out, m.slot, *reply_, batch_stats);
   ++step_;
   if (coord_) coord_->applied(m, h, step_);
   ++m.pushes;
@@ -300,6 +299,7 @@ void Shard::handle_worker(Member& m) {
       // A diverged push ends the run (the failure path: workers stopped, exit 3) before it is
       // applied, so no checkpoint holds its state.
       if (lead()) check_divergence(h.loss, opts_.max_loss, step_ + 1);
+      handled_[static_cast<std::size_t>(m.slot)] = h.push_id;  // applied or counted: in the next replica
       if (opts_.max_staleness >= 0 && step_ - h.model_version > opts_.max_staleness) {
         // Too stale: not applied; the worker gets the current parameters and computes again. It
         // still counts as a step: pushes reach the shards in different orders, so another shard
@@ -447,9 +447,13 @@ PsResult Shard::run() {
     settle_members();
     return finish();
   } catch (const ShardTakeover&) {
+    dump_state("at-takeover");
     throw;
   } catch (...) {
-    if (another_shard_lost()) throw ShardTakeover{};
+    if (another_shard_lost()) {
+      dump_state("at-takeover");
+      throw ShardTakeover{};
+    }
     end_after_failure(std::current_exception());
   }
 }

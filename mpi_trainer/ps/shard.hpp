@@ -65,6 +65,26 @@ class Shard {
   void serve();
   void handle_worker(Member& m);
   bool apply_push(Member& m, const MsgHeader& h);
+  // How a push is applied (the rate and momentum as SgdSpec takes them): its reply says so.
+  struct Applied {
+    float lr = 0, momentum = 0;
+  };
+  // The update itself: `grad` (penalized already) applied to current() with data slot `slot`'s
+  // momentum, written into `out` (which holds the parameters the gradient was computed on, and may
+  // be current()); the gap's mean steps follow; shard 0 takes the push's BatchNorm statistics.
+  // current() is `out` afterwards. (shard_replay.cpp)
+  void update(std::span<const float> grad, std::span<float> out, int slot, Applied a, const float* batch_stats);
+  // After the start state: the survivors' logged pushes this shard's part of the replica does not
+  // hold, replayed in their order (a takeover: ps/push_journal.hpp). (shard_replay.cpp)
+  void replay(const std::string& log, std::span<const std::int64_t> handled, std::int64_t replica_step);
+  // Shard 0 of a takeover: each shard's part of the survivors' logs, those its replica holds left out.
+  std::vector<StartLog> split_replay() const;
+  // MT_FAULT_DUMP_DIR (tests): this shard's state as raw floats, `<dir>/<tag>-part<k>.bin`, and its
+  // step in `.step` beside it. (shard_replay.cpp)
+  void dump_state(const std::string& tag) const;
+  // The fault hook before this shard kills itself: the replies in flight are completed (every applied
+  // push acknowledged), then the state is dumped ("killed").
+  void before_kill();
   // A push the check refused (ps/push_check.hpp), or one its worker marked not to apply (fault
   // injection's reference): not applied, counted as a step; after --max-rejected-pushes in a row
   // its worker is stopped and dropped as lost. False: no reply owed any more.
@@ -156,6 +176,10 @@ class Shard {
   int failure_code_ = 0;           // non-zero: the shard failed; joins and pushes are answered with it
 
   std::int64_t start_step_ = 0, step_ = 0;
+  // Per data slot: the last push number handled (applied, or counted as a step); replicas carry it.
+  std::vector<std::int64_t> handled_;
+  mutable std::vector<float> handled_floats_;  // its copy in a replica
+  std::optional<Applied> reply_;               // the push being answered was applied so
   Clock::time_point t0_;
   std::int64_t total_images_ = 0;
   double max_staleness_ = 0;

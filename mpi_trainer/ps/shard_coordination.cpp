@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "ps/push_journal.hpp"
 #include "ps/mpi_env.hpp"
 
 namespace mt {
@@ -89,7 +90,8 @@ void Shard::after_step(double lr) {
 }
 
 Standbys::Content Shard::replica_content() const {
-  Standbys::Content c{{current(), velocity_}, {}};
+  handled_to_floats(handled_, handled_floats_);
+  Standbys::Content c{{current(), velocity_, handled_floats_}, {}};
   if (coord_) {
     c.pieces.push_back(stats_.span());
     c.record = coord_->replica_record(step_);

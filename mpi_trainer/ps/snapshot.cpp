@@ -1,6 +1,7 @@
 #include "ps/snapshot.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "core/error.hpp"
@@ -71,18 +72,27 @@ void SnapshotGather::unpack(int k, std::span<const float> message, FlatTensors& 
 }
 
 void SnapshotGather::send_start(const FlatTensors& params, const std::vector<FlatTensors>& state,
-                                std::int64_t step) {
+                                std::int64_t step, std::span<const StartLog> logs) {
   MT_ASSERT(static_cast<int>(state.size()) == buffers_, "every state buffer");
   for (int k = 1; k < part_.shards(); ++k) {
     const auto n = static_cast<std::size_t>(part_.floats(k));
-    Buffer b(message_floats(k));
+    const StartLog none;
+    const StartLog& log = static_cast<std::size_t>(k) < logs.size() ? logs[static_cast<std::size_t>(k)] : none;
+    const auto log_floats = static_cast<std::int64_t>((log.log.size() + sizeof(float) - 1) / sizeof(float));
+    Buffer b(message_floats(k) + log_floats);
     b.header() = MsgHeader{};
     b.header().kind = MsgKind::kParams;
     b.header().step = step;
-    b.header().payload = message_floats(k);
+    b.header().payload = message_floats(k) + log_floats;
+    b.header().model_version = log.replica_step;
+    b.header().request_id = static_cast<std::int64_t>(log.log.size());
     part_.pack(k, params, std::span<float>(b.payload(), n));
     for (std::size_t j = 0; j < state.size(); ++j)
       part_.pack(k, state[j], std::span<float>(b.payload() + (1 + j) * n, n));
+    if (!log.log.empty()) {
+      b.payload()[message_floats(k) + log_floats - 1] = 0.f;  // the padding after the last byte
+      std::memcpy(b.payload() + message_floats(k), log.log.data(), log.log.size());
+    }
     MT_MPI(MPI_Send(b.data.data(), b.count(), MPI_FLOAT, k, kTagControl, comm_));
   }
 }
@@ -182,15 +192,26 @@ void SnapshotAnswer::wait(MPI_Request* req) const {
   if (!wait_for(req, deadline_)) throw shard_lost(0, deadline_);
 }
 
-std::int64_t SnapshotAnswer::receive_start(std::span<float> params, std::span<float> velocity) {
+std::int64_t SnapshotAnswer::receive_start(std::span<float> params, std::span<float> velocity, StartLog* log) {
   const std::int64_t total = (1 + buffers_) * floats_;
   MT_ASSERT(static_cast<std::int64_t>(velocity.size()) == buffers_ * floats_, "this shard's state buffers");
-  Buffer b(total);
-  MT_MPI(MPI_Recv(b.data.data(), b.count(), MPI_FLOAT, 0, kTagControl, comm_, MPI_STATUS_IGNORE));
-  if (const auto bad = check_header(b.header(), total); !bad.empty())
-    throw Error(kExitInternal, "parameter server shard " + std::to_string(shard_) + ": bad start state: " + bad);
+  MPI_Status st;
+  MT_MPI(MPI_Probe(0, kTagControl, comm_, &st));  // a takeover's start carries the replay log too
+  int count = 0;
+  MT_MPI(MPI_Get_count(&st, MPI_FLOAT, &count));
+  Buffer b(std::max<std::int64_t>(total, count - kHeaderFloats));
+  MT_MPI(MPI_Recv(b.data.data(), count, MPI_FLOAT, 0, kTagControl, comm_, MPI_STATUS_IGNORE));
+  const MsgHeader& h = b.header();
+  if (const auto bad = check_header(h, b.count() - kHeaderFloats); !bad.empty() || h.payload < total ||
+      h.request_id < 0 || h.request_id > (h.payload - total) * static_cast<std::int64_t>(sizeof(float)))
+    throw Error(kExitInternal, "parameter server shard " + std::to_string(shard_) + ": bad start state: " +
+                                   (bad.empty() ? "its sizes" : bad));
   std::copy_n(b.payload(), floats_, params.data());
   std::copy_n(b.payload() + floats_, buffers_ * floats_, velocity.data());
+  if (log) {
+    log->replica_step = h.model_version;
+    log->log.assign(reinterpret_cast<const char*>(b.payload() + total), static_cast<std::size_t>(h.request_id));
+  }
   rearm();
   return b.header().step;
 }

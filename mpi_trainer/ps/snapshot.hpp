@@ -30,6 +30,13 @@ struct SnapshotMeta {
   std::vector<WorkerUsage> workers;
 };
 
+// What a shard replays after its start state (a takeover: ps/push_journal.hpp): the logged pushes of
+// its part (serialized), after its part of the replica of `replica_step` (-1: no replay).
+struct StartLog {
+  std::string log;
+  std::int64_t replica_step = -1;
+};
+
 // Shard 0's side.
 class SnapshotGather {
  public:
@@ -42,8 +49,9 @@ class SnapshotGather {
                  MPI_Comm comm = MPI_COMM_WORLD);
 
   // At start, blocking (no worker is served yet): each shard k gets its part of `params` and
-  // `state` (every buffer, whole) and the global step.
-  void send_start(const FlatTensors& params, const std::vector<FlatTensors>& state, std::int64_t step);
+  // `state` (every buffer, whole), the global step and, after a takeover, `logs[k]`.
+  void send_start(const FlatTensors& params, const std::vector<FlatTensors>& state, std::int64_t step,
+                  std::span<const StartLog> logs = {});
   // A control message to every other shard (kDrain, kStop); each waits for the previous one to
   // that shard. `blocking`: a blocking send (the last message, before the end).
   void send_control(MsgKind kind, std::int32_t end = 0, bool blocking = false);
@@ -97,8 +105,9 @@ class SnapshotAnswer {
  public:
   // `buffers`: optimizer state buffers per shard (SnapshotGather: the momenta, then the gap's).
   SnapshotAnswer(int shard, std::int64_t floats, double deadline, int buffers = 1, MPI_Comm comm = MPI_COMM_WORLD);
-  // At start, blocking: the global step, and this shard's part of the parameters and state buffers.
-  std::int64_t receive_start(std::span<float> params, std::span<float> velocity);
+  // At start, blocking: the global step, and this shard's part of the parameters and state buffers
+  // (and after a takeover what it replays, into `log`).
+  std::int64_t receive_start(std::span<float> params, std::span<float> velocity, StartLog* log = nullptr);
   // The control channel from shard 0: a receive always posted.
   MPI_Request& control_request() { return control_req_; }
   const MsgHeader& control() { return control_.header(); }

@@ -36,7 +36,10 @@ Standbys::Standbys(const PsOptions& opts, bool lead, int state_buffers, PsEvents
       sender_(std::max<std::int64_t>(1, opts.replica_interval), opts.replica_budget) {}
 
 bool Standbys::after_update(std::int64_t step, const Membership& members, const ContentFn& content) {
-  if (!sender_.due(step)) return false;
+  if (!sender_.due(step)) {
+    sender_.progress();
+    return false;
+  }
   const std::vector<ReplicaSender::Dest> dests = choose_standbys(members, opts_.ps_standby);
   if (dests.empty() || !sender_.ready(dests)) return false;
   std::vector<int> ranks;

@@ -51,6 +51,7 @@ class Standbys {
   void settle(int rank) { sender_.settle(rank, opts_.failure_timeout); }
 
   std::int64_t sent() const { return sender_.sent(); }
+  std::int64_t settled_step() const { return sender_.settled_step(); }
   double mean_interval() const { return sender_.mean_interval(); }
   double mean_cost_seconds() const { return sender_.mean_cost_seconds(); }
 

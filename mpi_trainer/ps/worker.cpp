@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/partition.hpp"
+#include "ps/push_journal.hpp"
 #include "ps/ps.hpp"
 #include "ps/recovery.hpp"
 #include "ps/replica.hpp"
@@ -55,6 +56,7 @@ class Worker {
     if (!opts.synthetic_gradients) computer_ = make_computer();
     client_.emplace(opts, model, comm_, mpi_lock_, ps_failed_, [this](int s) { reported_failed(s); },
                     [this] { take_replicas(); });
+    if (takeover_ && opts.push_journal) log_.emplace(shards_);
   }
 
   WorkerResult run() {
@@ -71,9 +73,10 @@ class Worker {
       if (computer_) st = computer_->step(client_->params(), grads_, batch_stats_);
       if (agent_->left()) break;  // at --drain-deadline, while this step computed: its gradient is dropped
       const PushFault fault = corrupt(res_.pushes + 1);
-      client_->prepare_push(st, grads_, batch_stats_, !computer_);
+      client_->prepare_push(st, grads_, batch_stats_, !computer_, res_.pushes + 1);
       if (fault == PushFault::kDiscard) client_->mark_discard();
       ++res_.pushes;
+      log_push();
       const Exchange more = exchange(MsgKind::kPush);
       if (more == Exchange::kLost) return end_lost();
       if (more == Exchange::kBecamePs) return std::move(res_);
@@ -179,6 +182,18 @@ class Worker {
         grads_.flat().data()[i] *= 1e-6f;
     }
   }
+  // The push journal (ps/push_journal.hpp): the push about to be sent, then each shard's reply to it.
+  void log_push() {
+    if (!log_) return;
+    log_->record(my_slot_, res_.pushes);
+    for (int s = 0; s < shards_; ++s) log_->part(s, client_->prepared(s), client_->push_payload(s), client_->pulled(s));
+  }
+  void log_replies(bool all) {
+    if (!log_ || log_->entries() == 0) return;
+    for (int s = 0; s < shards_; ++s)
+      if (all || client_->replied(s)) log_->acknowledge(s, client_->reply(s));
+    res_.push_journal_peak_bytes = log_->peak_bytes();
+  }
   bool leave_if_noticed();
   Exchange exchange(MsgKind kind);
   Recovered recover();
@@ -212,6 +227,9 @@ class Worker {
   std::unique_ptr<StepComputer> computer_;
   FlatTensors grads_{model_.params()}, batch_stats_{model_.stats()};
   std::optional<WorkerClient> client_;
+  // Under a takeover with standbys (WorkerOptions::push_journal): this worker's pushes that the newest
+  // replica may not hold.
+  std::optional<PushJournal> log_;
   int my_slot_ = rank_ - shards_, data_slots_ = 0;  // shard 0's answer to the first join says
   WorkerResult res_;
 };
@@ -237,7 +255,10 @@ bool Worker::leave_if_noticed() {
 // the survivors' parameter server (lost too: again). kLost: lost_ says how.
 Worker::Exchange Worker::exchange(MsgKind kind) {
   for (;;) {
-    switch (client_->push_pull(kind)) {  // kFailed: a push in flight is lost with the parameter server
+    const WorkerClient::Reply reply = client_->push_pull(kind);
+    if (kind == MsgKind::kPush && (reply == WorkerClient::Reply::kOk || reply == WorkerClient::Reply::kFailed))
+      log_replies(reply == WorkerClient::Reply::kOk);
+    switch (reply) {  // kFailed: a push in flight is replayed from the logs (or lost with the parameter server)
       case WorkerClient::Reply::kOk: return Exchange::kGoOn;
       case WorkerClient::Reply::kStop: return Exchange::kStopped;
       case WorkerClient::Reply::kLost: lost_ = client_->loss(); return Exchange::kLost;
@@ -286,16 +307,16 @@ Worker::Recovered Worker::recover() {
     replicas_->poll(comm_);  // a replica received whole but not yet taken (a handover's last)
   } catch (const std::exception&) {
   }
-  std::optional<ReplicaState> held = replicas_->assemble(model_, client_->partition());
+  std::optional<ReplicaState> held = replicas_->assemble(model_, client_->partition(), data_slots_);
   try {
     ulfm_revoke(comm_);
     plan_.at_takeover(rank_, res_.takeovers + 1);
     client_->renew();
     replicas_->close();
-    std::string why;
+    std::string why, replay;
     std::optional<TakeoverPlan> agreed = agree_takeover(
         comm_, SurvivorOffer{held ? held->global_step : -1, client_->global_step(), rank_, -1, my_slot_}, shards_,
-        &why);
+        &why, log_ ? log_->take() : std::string(), &replay);
     if (!agreed) {  // a standby writes its replica for the restart (end_lost)
       if (!opts_.quiet) std::cerr << "mpi_trainer: " + worker_label(rank_) + ": " + why + ": no takeover\n" << std::flush;
       lost_ = PsLoss{0, kReportedByMpi, lost_at};
@@ -311,6 +332,8 @@ Worker::Recovered Worker::recover() {
     Takeover t;
     t.comm = agreed->comm;
     t.first_step = agreed->first_step;
+    t.replay = std::make_shared<PsOptions::Replay>(
+        PsOptions::Replay{std::move(replay), held->handled, held->shard_steps});
     t.replica = std::move(*held);
     t.worker_ranks = std::move(agreed->worker_ranks);
     t.worker_slots = std::move(agreed->worker_slots);
@@ -345,7 +368,7 @@ WorkerResult Worker::end_lost() {
   std::cerr << loss_line(rank_, *lost_) << std::flush;
   if (opts_.on_ps_lost) {
     try {
-      if (auto r = replicas_->assemble(model_, client_->partition())) {
+      if (auto r = replicas_->assemble(model_, client_->partition(), data_slots_)) {
         opts_.on_ps_lost(*r);
       } else if (replicas_->any() && !opts_.quiet) {  // a standby that has not heard from every shard yet
         std::cerr << "mpi_trainer: " + worker_label(rank_) +

@@ -40,7 +40,8 @@ WorkerClient::WorkerClient(const WorkerOptions& opts, const Model& model, MPI_Co
       bells_(static_cast<std::size_t>(shards_)),
       reqs_(static_cast<std::size_t>(2 * shards_), MPI_REQUEST_NULL),
       statuses_(reqs_.size()),
-      version_(static_cast<std::size_t>(shards_), 0) {
+      version_(static_cast<std::size_t>(shards_), 0),
+      replied_(static_cast<std::size_t>(shards_), false) {
   for (int s = 0; s < shards_; ++s) {
     send_.emplace_back(send_floats(s));
     recv_.emplace_back(reply_floats(s));
@@ -76,7 +77,7 @@ void WorkerClient::prepare_join(bool offer_shm) {
 }
 
 void WorkerClient::prepare_push(const StepComputer::Step& st, const FlatTensors& grads,
-                                const FlatTensors& batch_stats, bool synthetic) {
+                                const FlatTensors& batch_stats, bool synthetic, std::int64_t push_id) {
   for (int s = 0; s < shards_; ++s) {
     Buffer& b = send_[static_cast<std::size_t>(s)];
     MsgHeader& h = b.header();
@@ -90,6 +91,7 @@ void WorkerClient::prepare_push(const StepComputer::Step& st, const FlatTensors&
     h.correct = st.correct;
     h.step_seconds = static_cast<float>(st.seconds);
     h.batch = opts_.batch_size;
+    h.push_id = push_id;
     if (!synthetic || !packed_) {
       const auto n = static_cast<std::size_t>(part_.floats(s));
       if (opts_.push_precision == PushPrecision::kFp32) {
@@ -104,6 +106,15 @@ void WorkerClient::prepare_push(const StepComputer::Step& st, const FlatTensors&
     }
   }
   packed_ = true;
+}
+
+std::span<const float> WorkerClient::push_payload(int s) {
+  Buffer& b = send_[static_cast<std::size_t>(s)];
+  return {b.payload(), static_cast<std::size_t>(b.header().payload)};
+}
+
+std::span<const float> WorkerClient::pulled(int s) {
+  return {recv_[static_cast<std::size_t>(s)].payload(), static_cast<std::size_t>(reply_floats(s))};
 }
 
 void WorkerClient::mark_discard() {
@@ -155,6 +166,7 @@ void WorkerClient::post(MsgKind kind) {
 // each reply (ps/bell.hpp): while every shard can, the naps may be long, as each reply ends them.
 WorkerClient::Reply WorkerClient::wait_replies(double deadline) {
   backoff_.restart();
+  std::fill(replied_.begin(), replied_.end(), false);
   const auto t0 = Clock::now();
   auto polled = t0;
   for (;;) {
@@ -180,11 +192,21 @@ WorkerClient::Reply WorkerClient::wait_replies(double deadline) {
         for (std::size_t i = 0; i < reqs_.size(); ++i)
           if (ulfm_is_proc_failed(rc == MPI_ERR_IN_STATUS ? statuses_[i].MPI_ERROR : rc))
             on_failed_(static_cast<int>(i / 2));
+        // The replies that came all the same (from the surviving shards): their pushes are acknowledged.
+        for (int s = 0; s < shards_ && rc == MPI_ERR_IN_STATUS; ++s) {
+          MPI_Request& r = reqs_[static_cast<std::size_t>(2 * s)];
+          int flag = r == MPI_REQUEST_NULL && statuses_[static_cast<std::size_t>(2 * s)].MPI_ERROR == MPI_SUCCESS;
+          if (!flag && r != MPI_REQUEST_NULL && MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) flag = 0;
+          replied_[static_cast<std::size_t>(s)] = flag && recv_[static_cast<std::size_t>(s)].header().kind == MsgKind::kParams;
+        }
       }
       if (ps_failed_) return Reply::kFailed;
       MT_MPI(rc == MPI_ERR_IN_STATUS ? first_error(statuses_) : rc);
     }
-    if (done) break;
+    if (done) {
+      std::fill(replied_.begin(), replied_.end(), true);
+      break;
+    }
     if (since(t0) > deadline) {
       // A suspension inside this round of the loop counts too.
       longest_gap_ = std::max(longest_gap_, seconds_between(polled, Clock::now()));

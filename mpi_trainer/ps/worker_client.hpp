@@ -58,13 +58,21 @@ class WorkerClient {
   // A push of `grads` and `batch_stats` with the step's loss, cursor and time. A synthetic
   // gradient (benchmark) is packed once.
   void prepare_push(const StepComputer::Step& st, const FlatTensors& grads, const FlatTensors& batch_stats,
-                    bool synthetic);
+                    bool synthetic, std::int64_t push_id);
   // --corrupt-push discard: the push prepared is marked not to be applied (kDiscardPush).
   void mark_discard();
   // One exchange with every shard (`kind`: kJoin or kPush); on kOk the parameters are in params().
   Reply push_pull(MsgKind kind);
 
   MsgHeader& first_reply() { return recv_.front().header(); }
+  // For the push journal (ps/push_journal.hpp): shard s's message as prepared (header, payload), the
+  // payload of its last reply (what the next gradient is computed on), that reply's header, and
+  // whether its reply to the last exchange arrived (also when another shard failed in it).
+  const MsgHeader& prepared(int s) { return send_[static_cast<std::size_t>(s)].header(); }
+  std::span<const float> push_payload(int s);
+  std::span<const float> pulled(int s);
+  const MsgHeader& reply(int s) { return recv_[static_cast<std::size_t>(s)].header(); }
+  bool replied(int s) const { return replied_[static_cast<std::size_t>(s)]; }
   const FlatTensors& params() const { return params_; }
   const Partition& partition() const { return part_; }
   std::int64_t global_step() const { return global_step_; }  // the highest any shard replied
@@ -116,6 +124,7 @@ class WorkerClient {
   std::vector<MPI_Request> reqs_;                     // shard s: 2s its reply, 2s + 1 this worker's message
   std::vector<MPI_Status> statuses_;
   std::vector<std::int64_t> version_;
+  std::vector<bool> replied_;
   Backoff backoff_{5, 1000};  // the time from a push to the replies
   std::int64_t global_step_ = 0;
   bool clean_end_ = true;

@@ -1,0 +1,161 @@
+// A shard's update, and the replay of the survivors' logged pushes after a takeover (ps/push_journal.hpp,
+// docs/fault-model.md "Zero-loss takeover"); the fault hook that dumps its state (tests).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "core/error.hpp"
+#include "ps/mpi_env.hpp"
+#include "ps/push_check.hpp"
+#include "ps/push_journal.hpp"
+#include "ps/shard.hpp"
+
+namespace mt {
+
+void Shard::update(std::span<const float> grad, std::span<float> out, int slot, Applied a, const float* batch_stats) {
+  std::span<const float> before = current();
+  if (gap_ && current_ == out.data()) {  // updated in place below: keep what it was
+    std::copy(out.begin(), out.end(), gap_before_.begin());
+    before = gap_before_;
+  }
+  // Its data slot's momentum under dana (UpdatePolicy::per_slot_momentum), else the one.
+  const std::span<float> v = velocity(momenta_ > 1 ? static_cast<std::size_t>(slot) : 0);
+  const bool nesterov = policy_.nesterov(opts_.nesterov);
+  for (const auto& r : runs_) {
+    const auto o = static_cast<std::size_t>(r.offset), len = static_cast<std::size_t>(r.length);
+    update_.sgd_update_to(current().subspan(o, len), grad.subspan(o, len), v.subspan(o, len), out.subspan(o, len),
+                          SgdSpec{a.lr, a.momentum, r.decay ? static_cast<float>(opts_.weight_decay) : 0.f, nesterov});
+  }
+  if (gap_) gap_->track(before, out);
+  current_ = out.data();
+  if (coord_) {  // shard 0 holds the BatchNorm running statistics
+    std::copy(batch_stats, batch_stats + stats_floats_, batch_stats_.flat().data());
+    model_.update_running_stats(stats_, batch_stats_, counts_);
+  }
+}
+
+// Each push as the lost shard applied it: its gradient and the parameters it was computed on as
+// they travelled, the staleness from its step, the rate and momentum its reply reported. The
+// parameters advance in params_ (no worker has been answered yet); a push whose reply never came
+// is judged and rated as a live one would be.
+void Shard::replay(const std::string& log, std::span<const std::int64_t> handled, std::int64_t replica_step) {
+  const auto t0 = Clock::now();
+  const std::vector<LoggedPush> todo = replay_order(parse_push_journal(log), shard_, handled);
+  PsEvents::Replayed r;
+  r.shard = shard_;
+  r.replica_step = replica_step;
+  step_ = replica_step;
+  std::vector<float> out(params_.size()), grad(params_.size());
+  const auto n = static_cast<std::size_t>(mine_);
+  std::int64_t acked_in_range = 0;  // steps of (replica_step, first_step] a journal holds
+  bool dumped = false;
+  for (const LoggedPush& p : todo) {
+    if (!p.acked && !dumped) {  // the lost shard's last acknowledged state (tests): what the kill's dump holds
+      dump_state("replayed");
+      dumped = true;
+    }
+    MsgHeader h;
+    if (p.message.size() != static_cast<std::size_t>(kHeaderFloats + push_slots_) ||
+        p.pulled.size() != static_cast<std::size_t>(reply_slots_) || p.slot >= members_.slots())
+      throw Error(kExitInternal, "parameter server shard " + std::to_string(shard_) + ": a logged push of slot " +
+                                     std::to_string(p.slot) + " does not fit this shard");
+    std::memcpy(static_cast<void*>(&h), p.message.data(), sizeof h);
+    const float* payload = p.message.data() + kHeaderFloats;
+    const float* batch_stats = payload + (push_slots_ - stats_floats_);
+    if (p.acked) step_ = std::max(step_, p.step - 1);  // steps no log holds: pushes lost with their workers
+    handled_[static_cast<std::size_t>(p.slot)] = p.push_id;
+    if (p.acked && p.step > replica_step && p.step <= opts_.first_step) ++acked_in_range;
+    ++r.replayed;
+    if (!p.acked) ++r.unacknowledged;
+    if (p.acked && !p.applied) {  // too stale, or rejected: a step, no update
+      ++r.not_applied;
+      ++step_;
+      continue;
+    }
+    if (bf16_) {
+      decode_values(opts_.push_precision, payload, grad);
+      decode_values(opts_.push_precision, p.pulled.data(), out);
+    } else {
+      std::copy_n(payload, n, grad.begin());
+      std::copy_n(p.pulled.data(), n, out.begin());
+    }
+    const double staleness = double(step_ - h.model_version);
+    const double sum_squares = gap_ ? gap_->penalize(grad, current(), out, staleness) : sum_of_squares(grad);
+    Applied a{p.lr, p.momentum};
+    if (!p.acked) {
+      if (!check_.judge(sum_squares, {batch_stats, static_cast<std::size_t>(stats_floats_)}).empty()) {
+        ++r.not_applied;
+        ++step_;
+        continue;
+      }
+      const int live = members_.live();
+      a = Applied{static_cast<float>(policy_.lr(step_, live, staleness)), static_cast<float>(policy_.momentum(live))};
+    }
+    update(grad, out, p.slot, a, batch_stats);
+    std::swap(params_, out);
+    current_ = params_.data();
+    ++step_;
+    if (coord_) coord_->replayed(p.slot, h);
+  }
+  if (!dumped) dump_state("replayed");
+  // Steps no journal acknowledges: pushes of workers lost with the shard, or pushes applied whose
+  // reply never came (replayed among the unacknowledged): those beyond them are lost for certain.
+  const std::int64_t gaps = std::max<std::int64_t>(0, opts_.first_step - replica_step - acked_in_range);
+  r.lost = std::max<std::int64_t>(0, gaps - r.unacknowledged);
+  step_ = std::max(step_, opts_.first_step);
+  r.global_step = step_;
+  r.seconds = since(t0);
+  events_.replayed(r);
+}
+
+std::vector<StartLog> Shard::split_replay() const {
+  if (!opts_.replay) return {};
+  const PsOptions::Replay& r = *opts_.replay;
+  MT_ASSERT(r.handled.size() == static_cast<std::size_t>(shards_) && r.replica_steps.size() == r.handled.size(),
+            "a replica's table and step per shard");
+  const std::vector<LoggedPush> all = parse_push_journal(r.log);
+  std::vector<StartLog> logs(static_cast<std::size_t>(shards_));
+  for (int k = 0; k < shards_; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    logs[i].replica_step = r.replica_steps[i];
+    for (const LoggedPush& p : replay_order(all, k, r.handled[i])) append_logged(logs[i].log, p);
+  }
+  return logs;
+}
+
+namespace {
+
+const char* dump_dir() {
+  const char* d = std::getenv("MT_FAULT_DUMP_DIR");
+  return d && *d ? d : nullptr;
+}
+
+}  // namespace
+
+void Shard::dump_state(const std::string& tag) const {
+  const char* dir = dump_dir();
+  if (!dir) return;
+  const std::string base = std::string(dir) + "/" + tag + "-part" + std::to_string(shard_);
+  std::ofstream bin(base + ".bin", std::ios::binary);
+  const auto put = [&bin](std::span<const float> v) {
+    bin.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size_bytes()));
+  };
+  put(current());
+  put(velocity_);
+  if (coord_) put(stats_.span());
+  std::ofstream(base + ".step") << step_ << '\n';
+  if (!bin.flush()) throw Error(kExitInternal, "MT_FAULT_DUMP_DIR: cannot write " + base + ".bin");
+}
+
+void Shard::before_kill() {
+  if (!dump_dir()) return;
+  for (Member& m : members_.members())
+    if (m.sreq != MPI_REQUEST_NULL) wait_for(&m.sreq, 1.0);  // every applied push acknowledged
+  dump_state("killed");
+}
+
+}  // namespace mt

@@ -1,0 +1,142 @@
+// The push journal (ps/push_journal.hpp): what a worker keeps, when it lets go, how it travels and
+// in which order a takeover replays it. The replay itself (bit for bit the lost shard's state) is
+// checked end to end by tests/test_fault_ps_standby.sh under ULFM.
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "core/error.hpp"
+#include "ps/push_journal.hpp"
+
+using namespace mt;
+
+namespace {
+
+// A push of `floats` payload values to each of `shards` shards, value v + s.
+void record(PushJournal& j, int shards, int slot, std::int64_t id, std::int64_t version, float v, std::size_t floats = 5) {
+  j.record(slot, id);
+  for (int s = 0; s < shards; ++s) {
+    MsgHeader h;
+    h.kind = MsgKind::kPush;
+    h.push_id = id;
+    h.model_version = version;
+    const std::vector<float> payload(floats, v + float(s)), pulled(floats - 1, -v - float(s));
+    j.part(s, h, payload, pulled);
+  }
+}
+
+MsgHeader reply(std::int64_t step, std::int64_t replica_step, bool applied = true) {
+  MsgHeader h;
+  h.kind = MsgKind::kParams;
+  h.step = step;
+  h.replica_step = replica_step;
+  h.applied = applied ? 1 : 0;
+  h.lr = 0.05f;
+  h.momentum = 0.9f;
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("push journal: an entry stays until every shard reports a replica holding it", "[ps][journal]") {
+  PushJournal j(2);
+  record(j, 2, 1, 1, 0, 1.f);
+  j.acknowledge(0, reply(11, 10));
+  j.acknowledge(1, reply(12, 12));  // shard 0's replica (10) is older than its step 11: kept
+  CHECK(j.entries() == 1);
+  record(j, 2, 1, 2, 11, 2.f);
+  j.acknowledge(0, reply(13, 11));  // now shard 0's replica holds the first push (11), not the second (13)
+  j.acknowledge(1, reply(14, 14));
+  CHECK(j.entries() == 1);
+  const std::size_t one = j.bytes();
+  CHECK(one > 2 * (5 + 4) * sizeof(float));
+  CHECK(j.peak_bytes() == 2 * one);
+  // A reply whose replica holds everything lets every entry go.
+  record(j, 2, 1, 3, 13, 3.f);
+  j.acknowledge(0, reply(15, 15));
+  j.acknowledge(1, reply(16, 16));
+  CHECK(j.entries() == 0);
+  CHECK(j.bytes() == 0);
+}
+
+TEST_CASE("push journal: what a takeover receives is what was sent, field for field", "[ps][journal]") {
+  PushJournal j(2);
+  record(j, 2, 3, 7, 40, 0.25f);
+  j.acknowledge(0, reply(42, -1, false));
+  // shard 1 never answered (lost with its reply in flight)
+  const std::string bytes = j.take();
+  CHECK(j.entries() == 0);
+  CHECK(bytes.size() % sizeof(float) == 0);
+  const std::vector<LoggedPush> all = parse_push_journal(bytes);
+  REQUIRE(all.size() == 2);
+  const LoggedPush& a = all[0];
+  CHECK(a.part == 0);
+  CHECK(a.slot == 3);
+  CHECK(a.push_id == 7);
+  CHECK(a.acked);
+  CHECK_FALSE(a.applied);
+  CHECK(a.step == 42);
+  CHECK(a.lr == 0.05f);
+  CHECK(a.momentum == 0.9f);
+  REQUIRE(a.message.size() == static_cast<std::size_t>(kHeaderFloats) + 5);
+  MsgHeader h;
+  std::memcpy(static_cast<void*>(&h), a.message.data(), sizeof h);
+  CHECK(h.push_id == 7);
+  CHECK(h.model_version == 40);
+  CHECK(a.message.back() == 0.25f);
+  CHECK(a.pulled == std::vector<float>(4, -0.25f));
+  CHECK(all[1].part == 1);
+  CHECK_FALSE(all[1].acked);
+  CHECK(all[1].message.back() == 1.25f);
+}
+
+TEST_CASE("push journal: a replay skips what the replica holds, acknowledged pushes first by step", "[ps][journal]") {
+  std::vector<LoggedPush> all;
+  const auto add = [&](int part, int slot, std::int64_t id, bool acked, std::int64_t step) {
+    LoggedPush p;
+    p.part = part;
+    p.slot = slot;
+    p.push_id = id;
+    p.acked = acked;
+    p.step = step;
+    all.push_back(p);
+  };
+  add(0, 1, 5, true, 23);
+  add(0, 0, 9, true, 21);   // handled by the replica (slot 0 up to 9): left out
+  add(0, 0, 10, true, 22);
+  add(0, 2, 4, false, 0);   // no reply: after the acknowledged, by slot
+  add(0, 1, 6, false, 0);
+  add(1, 1, 5, true, 30);   // another part
+  add(0, 1, 5, false, 0);   // the same push twice (never expected): once, where acknowledged
+  const std::vector<std::int64_t> handled{9, 4, 3};
+  const std::vector<LoggedPush> order = replay_order(all, 0, handled);
+  std::vector<std::pair<int, std::int64_t>> got;
+  for (const auto& p : order) got.emplace_back(p.slot, p.push_id);
+  CHECK(got == std::vector<std::pair<int, std::int64_t>>{{0, 10}, {1, 5}, {1, 6}, {2, 4}});
+  CHECK(order[1].acked);
+  CHECK(replay_order(all, 1, handled).size() == 1);
+  CHECK(replay_order(all, 1, std::vector<std::int64_t>{0, 5, 0}).empty());
+}
+
+TEST_CASE("push journal: a cut or malformed journal is an error, never a crash", "[ps][journal]") {
+  PushJournal j(1);
+  record(j, 1, 0, 1, 0, 1.f);
+  const std::string bytes = j.take();
+  CHECK(parse_push_journal({}).empty());
+  for (std::size_t cut : {std::size_t{1}, std::size_t{8}, bytes.size() / 2, bytes.size() - 4})
+    CHECK_THROWS_AS(parse_push_journal(std::string_view(bytes).substr(0, cut)), Error);
+  std::string bad = bytes;
+  bad[0] = char(0xff);  // a negative part
+  bad[1] = bad[2] = bad[3] = char(0xff);
+  CHECK_THROWS_AS(parse_push_journal(bad), Error);
+}
+
+TEST_CASE("push journal: a replica's table of pushes handled travels as floats, bit for bit", "[ps][journal]") {
+  const std::vector<std::int64_t> handled{0, 1, std::numeric_limits<std::int64_t>::max(), 123456789012345};
+  std::vector<float> f(2 * handled.size());
+  handled_to_floats(handled, f);
+  CHECK(handled_from_floats(f) == handled);
+}
