@@ -204,6 +204,11 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   });
   if (w.takeover) return take_over(cfg, setup, model, rank, std::move(*w.takeover), log);
   if (!w.refused.empty()) throw Error(kExitConfig, w.refused);  // a joiner with other flags
+  if (w.push_journal_peak_bytes > 0 && !cfg.quiet)  // its memory (--push-journal; bench/ps_takeover.sh)
+    std::cerr << "mpi_trainer: " + worker_label(rank) + ": push journal: at most " +
+                     std::to_string(w.push_journal_peak_bytes) + " bytes held (" +
+                     std::to_string(w.push_journal_peak_pushes) + " pushes)\n"
+              << std::flush;
   TrainResult res;
   res.global_step = w.pushes;
   res.exit_code = w.exit_code;  // non-zero: the parameter server failed (its message says why)

@@ -55,7 +55,10 @@ void PushJournal::part(int s, const MsgHeader& header, std::span<const float> pa
   p.message.assign(h, h + kHeaderFloats);
   p.message.insert(p.message.end(), payload.begin(), payload.end());
   p.pulled.assign(pulled.begin(), pulled.end());
-  if (static_cast<std::size_t>(s) + 1 == replica_step_.size()) peak_bytes_ = std::max(peak_bytes_, bytes());
+  if (static_cast<std::size_t>(s) + 1 == replica_step_.size()) {
+    peak_bytes_ = std::max(peak_bytes_, bytes());
+    peak_entries_ = std::max(peak_entries_, entries_.size());
+  }
 }
 
 void PushJournal::acknowledge(int s, const MsgHeader& reply) {

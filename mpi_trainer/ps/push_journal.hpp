@@ -58,12 +58,13 @@ class PushJournal {
   std::size_t entries() const { return entries_.size(); }
   std::size_t bytes() const;
   std::size_t peak_bytes() const { return peak_bytes_; }
+  std::size_t peak_entries() const { return peak_entries_; }
 
  private:
   std::deque<std::vector<LoggedPush>> entries_;  // per push, one LoggedPush per shard
   std::vector<std::vector<LoggedPush>> spare_;   // dropped entries' memory, for the next pushes
   std::vector<std::int64_t> replica_step_;       // per shard, from its latest reply
-  std::size_t peak_bytes_ = 0;
+  std::size_t peak_bytes_ = 0, peak_entries_ = 0;
 };
 
 // Serialization (4-byte aligned, so that it travels as floats).

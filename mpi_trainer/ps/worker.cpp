@@ -193,6 +193,7 @@ class Worker {
     for (int s = 0; s < shards_; ++s)
       if (all || client_->replied(s)) log_->acknowledge(s, client_->reply(s));
     res_.push_journal_peak_bytes = log_->peak_bytes();
+    res_.push_journal_peak_pushes = log_->peak_entries();
   }
   bool leave_if_noticed();
   Exchange exchange(MsgKind kind);
