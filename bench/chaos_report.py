@@ -120,6 +120,11 @@ def check_run(a, events, log):
         seen = [e["global_step"] for e in events if e["event"] == "progress"]
         if seen != sorted(seen):
             return f"the global step went back: {seen}", rec
+        # The survivors' push journals are replayed after the replica (docs/fault-model.md,
+        # "Zero-loss takeover"): a PS (or shard) lost alone loses nothing.
+        config = next((e for e in events if e["event"] == "config"), {})
+        if config.get("push_journal", "on") == "on" and takeovers[0].get("lost_updates") != 0:
+            return f"the takeover lost {takeovers[0].get('lost_updates')} update(s) with the push journal on", rec
     elif a.scenario in PS_KILLS + ("hung-ps",) and not lost:
         return "the PS fault did not lead to a second attempt", rec
     if missing:

@@ -17,6 +17,8 @@
 #            its replica and ends the job (MPI_Abort), which kills the stopped process; the attempt
 #            ends within 30 s (before, mpirun waited as long as it was stopped), the restart resumes
 #            from the replica
+#   replay   (ULFM) the PS killed at step 157, then the standby that takes it over killed halfway
+#            through replaying the push journals: the restart resumes from the replica it wrote first
 #   notice   SIGTERM to the PS at step 150 with --ps-handover: it checkpoints and stops the job
 #            (exit 75), the restart resumes from that checkpoint; under ULFM it hands over to the
 #            standby instead (a ps_handover event), which takes over with nothing lost
@@ -29,14 +31,14 @@
 # and restarts as above; in `shards` the standby takes the lost shard over, the surviving shard
 # following it (ps/recovery.hpp).
 # Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both hung notice", and
-# "shards bf16" too under ULFM. Without ULFM the shards case takes 90 s (shard 0 waits up to 60 s for
+# "shards bf16 replay" too under ULFM. Without ULFM the shards case takes 90 s (shard 0 waits up to 60 s for
 # the lost shard 1 before the attempt ends), so it is run by hand there: ... "ps shards standby both".
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
 ulfm=0
 [[ $("$trainer" --version) == *"failure detection: ULFM"* ]] && ulfm=1
 default_cases="ps standby both hung notice"
-((ulfm)) && default_cases+=" shards bf16"
+((ulfm)) && default_cases+=" shards bf16 replay"
 steps=240 interval=10 kill=157 cases=" ${3:-$default_cases} "
 case_run() {  # NAME NP KILLS [extra flags]
   local t0=$SECONDS
@@ -80,16 +82,17 @@ print(f"ok: {name}: taken over by worker rank {standby} at step {t['global_step'
       f"first step {t['seconds_to_first_step']:.3f} s after the loss")
 PY
 }
-# same_state NAME PART: the state the lost shard dumped right before it killed itself (its replies
-# completed first: every applied push acknowledged; MT_FAULT_DUMP_DIR, ps/shard_replay.cpp) and the
-# new parameter server's part after the replica and the acknowledged journaled pushes: the same
-# bytes (parameters, optimizer state, BN statistics) at the same step.
+# same_state NAME PART [BEFORE]: the state the lost shard dumped right before it killed itself (its
+# replies completed first: every applied push acknowledged; MT_FAULT_DUMP_DIR, ps/shard_replay.cpp),
+# or with BEFORE=at-takeover a surviving shard's when it learned of the loss, and the new parameter
+# server's part after its start state and the acknowledged journaled pushes: the same bytes
+# (parameters, optimizer state, BN statistics) at the same step.
 same_state() {
-  local name=$1 part=$2 d=$dir/dump
-  [[ -f $d/killed-part$part.bin && -f $d/replayed-part$part.bin ]] || { echo "$name: no dumps"; ls "$d"; exit 1; }
-  cmp "$d/killed-part$part.bin" "$d/replayed-part$part.bin" || { echo "FAIL: $name: the state differs"; exit 1; }
-  cmp -s "$d/killed-part$part.step" "$d/replayed-part$part.step" || { echo "FAIL: $name: the steps differ"; exit 1; }
-  echo "ok: $name: part $part bit-identical at step $(cat "$d/killed-part$part.step") ($(stat -c %s "$d/killed-part$part.bin") bytes)"
+  local name=$1 part=$2 before=${3:-killed} d=$dir/dump
+  [[ -f $d/$before-part$part.bin && -f $d/replayed-part$part.bin ]] || { echo "$name: no dumps"; ls "$d"; exit 1; }
+  cmp "$d/$before-part$part.bin" "$d/replayed-part$part.bin" || { echo "FAIL: $name: part $part differs"; exit 1; }
+  cmp -s "$d/$before-part$part.step" "$d/replayed-part$part.step" || { echo "FAIL: $name: part $part's steps differ"; exit 1; }
+  echo "ok: $name: part $part bit-identical at step $(cat "$d/$before-part$part.step") ($(stat -c %s "$d/$before-part$part.bin") bytes, $before)"
 }
 check() {  # NAME KILL_STEP MIN_RESUME MAX_RESUME STANDBY_RANK(or -)
   /usr/bin/python3 - "$dir/m.jsonl" "$@" "$steps" <<'PY'
@@ -154,10 +157,30 @@ if [[ $cases == *" shards "* ]]; then
     grep -q "parameter-server shard 1: replayed .* journaled push(es) after its part of the replica of step .*: 0 update(s) lost" "$dir/shards.txt"
     check_takeover shards $kill 2 0 1
     same_state shards 1
+    same_state shards 0 at-takeover  # the surviving shard's part: its own state, nothing undone
   else
     grep -q "worker rank 2 (standby): wrote its replica .* (shards at " "$dir/shards.txt"
     check shards $kill $((kill - interval - 5)) $((kill + 10)) 2
   fi
+fi
+if [[ $cases == *" replay "* ]]; then
+  # A second failure inside the recovery: the standby that took the PS over is killed halfway
+  # through replaying the journals. It wrote its replica as a checkpoint first, so the restart
+  # resumes from that: the second failure loses the journals' updates and nothing more.
+  case_run replay 4 "rank=0@step=$kill:KILL,rank=1@replay=1:KILL"
+  grep -q "rank 1: revoked (--revoke halfway through journal replay 1)" "$dir/replay.txt"
+  /usr/bin/python3 - "$dir/m.jsonl" "$kill" "$interval" "$steps" <<'PY' || { cat "$dir/replay.txt"; exit 1; }
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1])]
+kill, interval, steps = map(int, sys.argv[2:])
+s = events[-1]
+assert s["event"] == "summary" and s["global_step"] == steps and s["exit_code"] == 0 and s["attempts"] == 2, s
+resume = [e for e in events if e["event"] == "resume"]
+assert len(resume) == 1 and resume[0].get("written_by") == "worker rank 1", resume
+assert kill - 2 * interval <= s["resumed_from_step"] <= kill, s["resumed_from_step"]
+assert not any(e["event"] == "ps_takeover" for e in events), "the killed takeover applied a step"
+print(f"ok: replay: the new PS killed in its replay; resumed from its replica of step {s['resumed_from_step']} (PS lost at {kill})")
+PY
 fi
 if [[ $cases == *" standby "* ]]; then
   case_run standby 4 "rank=1@step=20:KILL,rank=0@step=150:KILL"

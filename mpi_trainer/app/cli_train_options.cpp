@@ -440,7 +440,8 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "after an entry sends that notice instead; 'rank=0@ckpt=2' kills the parameter "
                      "server in the middle of writing its 2nd checkpoint, 'rank=0@replica=5' as its 5th "
                      "replica to the standby leaves (--ps-standby), 'rank=2@takeover=1' kills worker 2 inside its "
-                     "first takeover of a lost parameter server (ULFM)"),
+                     "first takeover of a lost parameter server (ULFM), 'rank=1@replay=1' kills worker 1 halfway "
+                     "through replaying the push journals after it took the parameter server over (ULFM)"),
       "MT_REVOKE");
   env(cmd.add_option("--corrupt-push", c.corrupt_push,
                      "Fault injection: 'rank=2@push=30:nan' makes worker rank 2 put NaN in its 30th "

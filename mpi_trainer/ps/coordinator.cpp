@@ -19,7 +19,7 @@ Coordinator::Coordinator(const PsOptions& opts, const Model& model, const Partit
       gather_(model, part, deadline, momenta, gap, opts.comm) {}
 
 std::int64_t Coordinator::start(FlatTensors& params, std::vector<FlatTensors>& state, FlatTensors& stats,
-                               std::span<const StartLog> logs) {
+                               std::span<const StartLog> logs, const std::function<void()>& adjust) {
   const int momenta = static_cast<int>(state.size()) - (policy_.gap_aware() ? 1 : 0);
   const std::span<FlatTensors> all(state);
   const PsStart start = sink_.restore(params, all.first(static_cast<std::size_t>(momenta)),
@@ -27,6 +27,7 @@ std::int64_t Coordinator::start(FlatTensors& params, std::vector<FlatTensors>& s
   MT_ASSERT(static_cast<int>(start.slot_cursors.size()) == members_.slots(), "a cursor per data slot");
   start_step_ = std::max(start.global_step, opts_.first_step);
   slot_cursors_ = start.slot_cursors;
+  if (adjust) adjust();
   gather_.send_start(params, state, start_step_, logs);
   for (auto& m : members_.members())
     m.cursor = cursor(m.slot);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,8 +39,9 @@ class Coordinator {
   // momenta, then the gap's mean steps) and `stats` (freshly initialised) from a resume, each
   // other shard gets its part; returns the step to start from. Every member gets its slot's cursor.
   // `logs`: after a takeover, what each shard replays after its start state (SnapshotGather::send_start).
+  // `adjust`, if any, runs between the restore and the hand-out (a takeover: the surviving shards' parts).
   std::int64_t start(FlatTensors& params, std::vector<FlatTensors>& state, FlatTensors& stats,
-                     std::span<const StartLog> logs = {});
+                     std::span<const StartLog> logs = {}, const std::function<void()>& adjust = {});
   // After the replay of a takeover (ps/push_journal.hpp): a logged push of data slot `slot` applied
   // (its cursor), and the step this parameter server goes on from.
   void replayed(int slot, const MsgHeader& push);

@@ -53,7 +53,7 @@ std::vector<RevokeEntry> parse_revoke(const std::string& spec) {
     const auto bad = [&](const std::string& why) {
       return UsageError("--revoke: '" + item + "': " + why +
                         " (expected rank=R@30s, rank=R@2m, rank=R@step=N, rank=R@ckpt=N, rank=0@replica=N or "
-                        "rank=R@takeover=N, optionally "
+                        "rank=R@takeover=N or rank=R@replay=N, optionally "
                         "followed by :KILL, :TERM or :USR1)");
     };
     RevokeEntry e;
@@ -86,6 +86,8 @@ std::vector<RevokeEntry> parse_revoke(const std::string& spec) {
       if (e.rank != 0) throw bad("@replica= applies to rank 0, the parameter server that sends replicas");
     } else if (when.rfind("takeover=", 0) == 0) {
       if (!to_int64(when.substr(9), e.takeover) || e.takeover < 1) throw bad("bad takeover number (>= 1)");
+    } else if (when.rfind("replay=", 0) == 0) {
+      if (!to_int64(when.substr(7), e.replay) || e.replay < 1) throw bad("bad replay number (>= 1)");
     } else if (const std::string why = parse_duration(when, e.seconds); !why.empty()) {
       throw bad(why);
     }
@@ -259,6 +261,15 @@ void FaultPlan::at_takeover(int rank, int nth) {
     if (e.takeover > 0 && nth >= e.takeover) {
       e.takeover = -1;
       fire(rank, e.signal, "--revoke inside takeover " + std::to_string(nth));
+    }
+}
+
+void FaultPlan::at_replay(int rank) {
+  ++replays;
+  for (auto& e : entries)
+    if (e.replay > 0 && replays >= e.replay) {
+      e.replay = -1;
+      fire(rank, e.signal, "--revoke halfway through journal replay " + std::to_string(replays));
     }
 }
 

@@ -26,11 +26,12 @@ struct RevokeEntry {
   std::int64_t ckpt_write = -1;
   std::int64_t replica_send = -1;  // rank=0@replica=N: as the Nth replica to the standby leaves
   std::int64_t takeover = -1;      // rank=R@takeover=N: a worker inside its Nth takeover (ULFM)
+  std::int64_t replay = -1;        // rank=R@replay=N: the new parameter server halfway through its Nth journal replay
   int signal = 9;                  // SIGKILL
 };
 
 // Parses "rank=R@30s", "rank=R@2.5m", "rank=R@step=N", "rank=R@ckpt=N", "rank=0@replica=N",
-// "rank=R@takeover=N", each optionally
+// "rank=R@takeover=N", "rank=R@replay=N", each optionally
 // followed by ":KILL", ":TERM" or ":USR1", comma-separated. Throws UsageError.
 std::vector<RevokeEntry> parse_revoke(const std::string& spec);
 // "30s", "2.5m", "2h" (--revoke, --virtual-joins) into `seconds`; else why not ("" when parsed).
@@ -106,6 +107,11 @@ struct FaultPlan {
   // (ULFM), the communicator revoked, the survivors' agreement ahead: fires now (a second failure
   // inside the recovery).
   void at_takeover(int rank, int nth);
+  // `rank=R@replay=N[:SIG]`: worker R took the parameter server over and is halfway through
+  // replaying the survivors' push journals for the Nth time (ps/push_journal.hpp): fires now (a
+  // second failure inside the replay).
+  void at_replay(int rank);
+  int replays = 0;  // journal replays so far (at_replay)
 };
 
 }  // namespace mt

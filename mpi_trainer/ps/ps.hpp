@@ -74,10 +74,12 @@ struct PsOptions {
   std::vector<int> worker_ranks, worker_slots;
   int slots = 0;
   std::int64_t first_step = 0;  // the global step starts here at least (a takeover: never backwards)
-  // A takeover's new shard 0: the survivors' push journals and its replica's pushes handled per shard
-  // and slot: every shard replays what its part of the replica does not hold (ps/push_journal.hpp).
+  // A takeover's new shard 0: the survivors' push journals, the surviving shards' own parts, and its
+  // replica's pushes handled per shard and slot: every part starts from its surviving shard's state
+  // (else the replica's) and replays the journaled pushes that state does not hold (ps/push_journal.hpp).
   struct Replay {
     std::string log;
+    std::string states;                              // the surviving shards' own parts (PartState)
     std::vector<std::vector<std::int64_t>> handled;  // ReplicaState::handled
     std::vector<std::int64_t> replica_steps;         // ReplicaState::shard_steps
   };

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <set>
 #include <tuple>
+#include <type_traits>
 
 #include "core/error.hpp"
 
@@ -161,6 +162,61 @@ std::vector<LoggedPush> replay_order(std::vector<LoggedPush> all, int part, std:
   std::set<std::pair<int, std::int64_t>> seen;
   std::erase_if(all, [&](const LoggedPush& p) { return !seen.insert({p.slot, p.push_id}).second; });
   return all;
+}
+
+namespace {
+
+struct StateHead {
+  std::int32_t part, reserved;
+  std::int64_t step, handled, params, state, stats;
+};
+static_assert(sizeof(StateHead) % sizeof(float) == 0, "part states travel as floats");
+
+template <class T>
+void append_values(std::string& out, const std::vector<T>& v) {
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+}  // namespace
+
+void append_part_state(std::string& out, const PartState& s) {
+  const StateHead h{s.part, 0, s.step, static_cast<std::int64_t>(s.handled.size()),
+                    static_cast<std::int64_t>(s.params.size()), static_cast<std::int64_t>(s.state.size()),
+                    static_cast<std::int64_t>(s.stats.size())};
+  out.append(reinterpret_cast<const char*>(&h), sizeof h);
+  append_values(out, s.handled);
+  append_values(out, s.params);
+  append_values(out, s.state);
+  append_values(out, s.stats);
+}
+
+std::vector<PartState> parse_part_states(std::string_view bytes) {
+  std::vector<PartState> out;
+  std::size_t at = 0;
+  const auto take = [&](auto& v, std::int64_t n) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    if (n < 0 || static_cast<std::uint64_t>(n) > (bytes.size() - at) / sizeof(T))
+      throw Error(kExitInternal, "a surviving shard's state: cut at byte " + std::to_string(at));
+    v.resize(static_cast<std::size_t>(n));
+    std::memcpy(v.data(), bytes.data() + at, v.size() * sizeof(T));
+    at += v.size() * sizeof(T);
+  };
+  while (at < bytes.size()) {
+    StateHead h{};
+    if (bytes.size() - at < sizeof h) throw Error(kExitInternal, "a surviving shard's state: cut header");
+    std::memcpy(&h, bytes.data() + at, sizeof h);
+    at += sizeof h;
+    if (h.part < 0) throw Error(kExitInternal, "a surviving shard's state: bad part");
+    PartState s;
+    s.part = h.part;
+    s.step = h.step;
+    take(s.handled, h.handled);
+    take(s.params, h.params);
+    take(s.state, h.state);
+    take(s.stats, h.stats);
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 void handled_to_floats(std::span<const std::int64_t> handled, std::span<float> out) {

@@ -76,6 +76,20 @@ std::vector<LoggedPush> parse_push_journal(std::string_view bytes);  // throws E
 // order of their steps, then the others by slot and push number. Each push once.
 std::vector<LoggedPush> replay_order(std::vector<LoggedPush> all, int part, std::span<const std::int64_t> handled);
 
+// A surviving shard's own part at a takeover (several shards): its step, the push it handled last
+// per data slot, its parameters, its state buffers (one after the other) and, on the old shard 0,
+// the BatchNorm statistics. The new parameter server starts that part from it instead of from the
+// replica, and replays only the journaled pushes it never handled: nothing that shard applied is
+// undone or reordered.
+struct PartState {
+  int part = 0;
+  std::int64_t step = 0;
+  std::vector<std::int64_t> handled;
+  std::vector<float> params, state, stats;
+};
+void append_part_state(std::string& out, const PartState& s);
+std::vector<PartState> parse_part_states(std::string_view bytes);  // throws Error when malformed
+
 // Per data slot, the push numbers handled, as the floats a replica carries (two per slot: the
 // int64's bytes) and back.
 void handled_to_floats(std::span<const std::int64_t> handled, std::span<float> out);

@@ -60,19 +60,19 @@ std::optional<TakeoverPlan> plan_takeover(const std::vector<SurvivorOffer>& offe
 
 namespace {
 
-// Every survivor's push journal to rank 0 of `comm` (the new shard 0), as floats (4-byte aligned).
-std::string gather_logs(MPI_Comm comm, const std::string& log) {
+// Every survivor's bytes to rank 0 of `comm` (the new shard 0), as floats (4-byte aligned).
+std::string gather_bytes(MPI_Comm comm, const std::string& log) {
   int me = 0, n = 0;
   MT_MPI(MPI_Comm_rank(comm, &me));
   MT_MPI(MPI_Comm_size(comm, &n));
-  MT_ASSERT(log.size() % sizeof(float) == 0 && log.size() / sizeof(float) < (1u << 31), "a push journal in floats");
+  MT_ASSERT(log.size() % sizeof(float) == 0 && log.size() / sizeof(float) < (1u << 31), "bytes in floats");
   const int mine = static_cast<int>(log.size() / sizeof(float));
   std::vector<int> counts(static_cast<std::size_t>(n)), offsets(static_cast<std::size_t>(n));
   MT_MPI(MPI_Allgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));  // each sees the total
   std::int64_t total = 0;
   for (int i = 0; i < n; ++i) {
     if (total + counts[static_cast<std::size_t>(i)] >= (std::int64_t{1} << 31))
-      throw Error(kExitInternal, "the survivors' push journals exceed 8 GiB");
+      throw Error(kExitInternal, "what the survivors hand the new parameter server exceeds 8 GiB");
     offsets[static_cast<std::size_t>(i)] = static_cast<int>(total);
     total += counts[static_cast<std::size_t>(i)];
   }
@@ -84,7 +84,7 @@ std::string gather_logs(MPI_Comm comm, const std::string& log) {
 }  // namespace
 
 std::optional<TakeoverPlan> agree_takeover(MPI_Comm comm, const SurvivorOffer& mine, int num_ps, std::string* why,
-                                           const std::string& log, std::string* gathered) {
+                                           const SurvivorData& data, SurvivorData* gathered) {
   MPI_Comm shrunk = ulfm_shrink(comm);
   int me = 0, n = 0;
   MT_MPI(MPI_Comm_rank(shrunk, &me));
@@ -115,8 +115,8 @@ std::optional<TakeoverPlan> agree_takeover(MPI_Comm comm, const SurvivorOffer& m
   MT_MPI(MPI_Comm_split(shrunk, 0, key, &plan->comm));
   MT_MPI(MPI_Comm_set_errhandler(plan->comm, MPI_ERRORS_RETURN));
   MT_MPI(MPI_Comm_free(&shrunk));
-  std::string logs = gather_logs(plan->comm, log);
-  if (gathered) *gathered = std::move(logs);
+  SurvivorData handed{gather_bytes(plan->comm, data.journal), gather_bytes(plan->comm, data.state)};
+  if (gathered) *gathered = std::move(handed);
   return plan;
 }
 

@@ -53,9 +53,13 @@ std::optional<TakeoverPlan> plan_takeover(const std::vector<SurvivorOffer>& offe
 // Collective over the survivors of the revoked `comm`: shrinks it, agrees on the plan and splits
 // the survivors into its communicator (errors returned). nullopt with `why`: no takeover (the
 // survivors' communicator is freed). Throws ProcessFailed when another process fails meanwhile.
-// `log`: this survivor's push journal (ps/push_journal.hpp); the new shard 0 gets every survivor's, one
-// after another, in `gathered`.
+// What each survivor hands the new shard 0 (ps/push_journal.hpp): a worker its push journal, a
+// surviving shard its own part's state (PartState).
+struct SurvivorData {
+  std::string journal, state;
+};
+// `data`: this survivor's; the new shard 0 gets every survivor's, one after another, in `gathered`.
 std::optional<TakeoverPlan> agree_takeover(MPI_Comm comm, const SurvivorOffer& mine, int num_ps, std::string* why,
-                                           const std::string& log = {}, std::string* gathered = nullptr);
+                                           const SurvivorData& data = {}, SurvivorData* gathered = nullptr);
 
 }  // namespace mt

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "ps/mpi_env.hpp"
+#include "ps/push_journal.hpp"
 #include "ps/recovery.hpp"
 
 namespace mt {
@@ -55,6 +56,8 @@ PsResult run_ps(const PsOptions& opts, const Model& model, const LrSchedule& sch
     }
     plan = shard->release_plan();
     const SurvivorOffer mine{-1, shard->step(), shard->self(), shard->index(), -1};
+    std::string state;  // this shard's own part, for the new parameter server to start it from
+    append_part_state(state, shard->part_state());
     const int slots = shard->slots();
     const bool was_lead = shard->index() == 0;
     const MPI_Comm comm = o->comm;
@@ -64,7 +67,7 @@ PsResult run_ps(const PsOptions& opts, const Model& model, const LrSchedule& sch
     std::string why;
     std::optional<TakeoverPlan> next;
     try {
-      next = agree_takeover(comm, mine, next_opts->num_ps, &why);
+      next = agree_takeover(comm, mine, next_opts->num_ps, &why, SurvivorData{{}, std::move(state)});
     } catch (const ProcessFailed&) {
       why = "another process failed during the takeover";
     }

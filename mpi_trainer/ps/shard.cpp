@@ -117,8 +117,9 @@ void Shard::start_state() {
   model_.init_params(full_, stats_, opts_.seed);
   StartLog log;  // a takeover: what this shard replays after its part of the replica
   if (coord_) {
-    const std::vector<StartLog> logs = split_replay();
-    start_step_ = coord_->start(full_, state_full_, stats_, logs);
+    const std::vector<PartState> survived = opts_.replay ? parse_part_states(opts_.replay->states) : std::vector<PartState>{};
+    const std::vector<StartLog> logs = split_replay(survived);
+    start_step_ = coord_->start(full_, state_full_, stats_, logs, [&] { start_from_survivors(survived); });
     part_.pack(0, full_, params_);
     for (std::size_t j = 0; j < state_full_.size(); ++j)
       part_.pack(0, state_full_[j], velocity(j));

@@ -18,6 +18,7 @@
 #include "ps/joins.hpp"
 #include "ps/membership.hpp"
 #include "ps/push_check.hpp"
+#include "ps/push_journal.hpp"
 #include "ps/partition.hpp"
 #include "ps/ps.hpp"
 #include "ps/snapshot.hpp"
@@ -45,6 +46,9 @@ class Shard {
   int self() const { return self_; }
   int slots() const { return members_.slots(); }
   FaultPlan release_plan() { return std::move(plan_); }
+  // This shard's own part (it survived another's loss): the new parameter server starts it from
+  // this (ps/push_journal.hpp). (shard_replay.cpp)
+  PartState part_state() const;
 
  private:
   // PsOptions::takeover applies: ULFM, several shards.
@@ -77,8 +81,11 @@ class Shard {
   // After the start state: the survivors' logged pushes this shard's part of the replica does not
   // hold, replayed in their order (a takeover: ps/push_journal.hpp). (shard_replay.cpp)
   void replay(const std::string& log, std::span<const std::int64_t> handled, std::int64_t replica_step);
-  // Shard 0 of a takeover: each shard's part of the survivors' logs, those its replica holds left out.
-  std::vector<StartLog> split_replay() const;
+  // Shard 0 of a takeover: each shard's part of the survivors' journals, those its start state (a
+  // surviving shard's own part, else the replica's) holds left out; and that start state over the
+  // replica's where a shard survived (the restored full_, state_full_, stats_).
+  std::vector<StartLog> split_replay(const std::vector<PartState>& survived) const;
+  void start_from_survivors(const std::vector<PartState>& survived);
   // MT_FAULT_DUMP_DIR (tests): this shard's state as raw floats, `<dir>/<tag>-part<k>.bin`, and its
   // step in `.step` beside it. (shard_replay.cpp)
   void dump_state(const std::string& tag) const;

@@ -53,7 +53,9 @@ void Shard::replay(const std::string& log, std::span<const std::int64_t> handled
   const auto n = static_cast<std::size_t>(mine_);
   std::int64_t acked_in_range = 0;  // steps of (replica_step, first_step] a journal holds
   bool dumped = false;
-  for (const LoggedPush& p : todo) {
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    const LoggedPush& p = todo[i];
+    if (i == todo.size() / 2) plan_.at_replay(self_);  // --revoke rank=R@replay=N: a second failure
     if (!p.acked && !dumped) {  // the lost shard's last acknowledged state (tests): what the kill's dump holds
       dump_state("replayed");
       dumped = true;
@@ -112,7 +114,7 @@ void Shard::replay(const std::string& log, std::span<const std::int64_t> handled
   events_.replayed(r);
 }
 
-std::vector<StartLog> Shard::split_replay() const {
+std::vector<StartLog> Shard::split_replay(const std::vector<PartState>& survived) const {
   if (!opts_.replay) return {};
   const PsOptions::Replay& r = *opts_.replay;
   MT_ASSERT(r.handled.size() == static_cast<std::size_t>(shards_) && r.replica_steps.size() == r.handled.size(),
@@ -121,10 +123,43 @@ std::vector<StartLog> Shard::split_replay() const {
   std::vector<StartLog> logs(static_cast<std::size_t>(shards_));
   for (int k = 0; k < shards_; ++k) {
     const auto i = static_cast<std::size_t>(k);
-    logs[i].replica_step = r.replica_steps[i];
-    for (const LoggedPush& p : replay_order(all, k, r.handled[i])) append_logged(logs[i].log, p);
+    std::int64_t from = r.replica_steps[i];
+    std::span<const std::int64_t> handled = r.handled[i];
+    for (const PartState& s : survived)
+      if (s.part == k) {
+        from = s.step;
+        handled = s.handled;
+      }
+    logs[i].replica_step = from;
+    for (const LoggedPush& p : replay_order(all, k, handled)) append_logged(logs[i].log, p);
   }
   return logs;
+}
+
+void Shard::start_from_survivors(const std::vector<PartState>& survived) {
+  for (const PartState& s : survived) {
+    MT_ASSERT(s.part >= 0 && s.part < shards_, "a surviving shard's part");
+    const auto n = static_cast<std::size_t>(part_.floats(s.part));
+    if (s.params.size() != n || s.state.size() != n * state_full_.size() ||
+        (!s.stats.empty() && s.stats.size() != stats_.span().size()))
+      throw Error(kExitInternal, "parameter server: the surviving shard " + std::to_string(s.part) +
+                                     "'s state does not fit this model");
+    part_.unpack(s.part, s.params, full_);
+    for (std::size_t j = 0; j < state_full_.size(); ++j)
+      part_.unpack(s.part, std::span<const float>(s.state).subspan(j * n, n), state_full_[j]);
+    if (!s.stats.empty()) std::copy(s.stats.begin(), s.stats.end(), stats_.span().begin());
+  }
+}
+
+PartState Shard::part_state() const {
+  PartState s;
+  s.part = shard_;
+  s.step = step_;
+  s.handled = handled_;
+  s.params.assign(current().begin(), current().end());
+  s.state = velocity_;
+  if (coord_) s.stats.assign(stats_.span().begin(), stats_.span().end());
+  return s;
 }
 
 namespace {

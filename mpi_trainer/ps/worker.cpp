@@ -314,10 +314,11 @@ Worker::Recovered Worker::recover() {
     plan_.at_takeover(rank_, res_.takeovers + 1);
     client_->renew();
     replicas_->close();
-    std::string why, replay;
+    std::string why;
+    SurvivorData replay;
     std::optional<TakeoverPlan> agreed = agree_takeover(
         comm_, SurvivorOffer{held ? held->global_step : -1, client_->global_step(), rank_, -1, my_slot_}, shards_,
-        &why, log_ ? log_->take() : std::string(), &replay);
+        &why, SurvivorData{log_ ? log_->take() : std::string(), {}}, &replay);
     if (!agreed) {  // a standby writes its replica for the restart (end_lost)
       if (!opts_.quiet) std::cerr << "mpi_trainer: " + worker_label(rank_) + ": " + why + ": no takeover\n" << std::flush;
       lost_ = PsLoss{0, kReportedByMpi, lost_at};
@@ -334,7 +335,7 @@ Worker::Recovered Worker::recover() {
     t.comm = agreed->comm;
     t.first_step = agreed->first_step;
     t.replay = std::make_shared<PsOptions::Replay>(
-        PsOptions::Replay{std::move(replay), held->handled, held->shard_steps});
+        PsOptions::Replay{std::move(replay.journal), std::move(replay.state), held->handled, held->shard_steps});
     t.replica = std::move(*held);
     t.worker_ranks = std::move(agreed->worker_ranks);
     t.worker_slots = std::move(agreed->worker_slots);
