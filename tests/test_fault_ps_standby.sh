@@ -71,7 +71,9 @@ assert kill - 3 <= t["global_step"] <= kill + 5 and 0 <= t["lost_updates"] <= ma
 # The survivors' journals (--push-journal, ps/push_journal.hpp) are replayed after the replica:
 # every step the lost shard acknowledged, then the pushes whose reply never came, each once.
 unacked = t["replayed_unacknowledged"]
-assert t["replayed"] + t["lost_updates"] >= t["global_step"] - t["replica_step"], t
+# (shard 0's part starts from the replica, or from the surviving shard 0's own state: replayed_from_step)
+assert t["replica_step"] <= t["replayed_from_step"] <= t["global_step"], t
+assert t["replayed"] + t["lost_updates"] >= t["global_step"] - t["replayed_from_step"], t
 assert t["global_step"] + 1 <= t["first_applied_step"] <= t["global_step"] + unacked + 1, t
 # The summary counts the attempt's revocations: the PS, and a worker its predecessor lost.
 assert s["ps_takeover"]["by"] == t["by"] and s["revocations"] == revocations, s
@@ -154,7 +156,7 @@ if [[ $cases == *" shards "* ]]; then
   if ((ulfm)); then
     grep -q "worker rank 2 took over as the parameter server at global step .*; shard 1 of 2 was lost: this worker is shard 0 now" "$dir/shards.txt"
     grep -q "parameter-server shard 1 lost: shard 0 (rank 0) follows the takeover by worker rank 2 at global step .* as shard 1" "$dir/shards.txt"
-    grep -q "parameter-server shard 1: replayed .* journaled push(es) after its part of the replica of step .*: 0 update(s) lost" "$dir/shards.txt"
+    grep -q "parameter-server shard 1: replayed .* journaled push(es) after its start state of step .*: 0 update(s) lost" "$dir/shards.txt"
     check_takeover shards $kill 2 0 1
     same_state shards 1
     same_state shards 0 at-takeover  # the surviving shard's part: its own state, nothing undone

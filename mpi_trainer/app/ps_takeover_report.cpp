@@ -16,7 +16,7 @@ void PsReport::replayed(const Replayed& e) {
   if (cfg_.quiet) return;
   std::ostringstream line;
   line << "mpi_trainer: parameter-server shard " << e.shard << ": replayed " << e.replayed
-       << " journaled push(es) after its part of the replica of step " << e.replica_step << " ("
+       << " journaled push(es) after its start state of step " << e.replica_step << " ("
        << e.unacknowledged << " never acknowledged, " << e.not_applied << " counted but not applied, as before) in "
        << std::fixed << std::setprecision(3) << e.seconds << " s: " << e.lost << " update(s) lost; it goes on at global step "
        << e.global_step;
@@ -75,6 +75,7 @@ void PsReport::first_step(std::int64_t global_step, double seconds_since_start) 
                                              {"by", takeover_->by},
                                              {"global_step", takeover_->first_step},
                                              {"replica_step", takeover_->replica_step},
+                                             {"replayed_from_step", replayed_ ? replayed_->replica_step : takeover_->replica_step},
                                              {"replayed", replayed_ ? replayed_->replayed : 0},
                                              {"replayed_unacknowledged", replayed_ ? replayed_->unacknowledged : 0},
                                              {"lost_updates", replayed_ ? replayed_->lost

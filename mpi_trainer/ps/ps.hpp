@@ -328,7 +328,8 @@ class PsEvents {
   virtual void followed(const Followed& /*e*/) {}
 
   // A shard of a new parameter server (a takeover) replayed the survivors' logged pushes after its
-  // part of the replica of `replica_step` (ps/push_journal.hpp): `replayed` of them, `unacknowledged`
+  // start state of `replica_step` (its part of the replica, or of the shard that held it and
+  // survived; ps/push_journal.hpp): `replayed` of them, `unacknowledged`
   // among them (their reply never came: after the others), `not_applied` only counted as steps (as
   // the lost shard did); `lost`: steps of the lost shard no log holds (pushes of workers lost with
   // it); it goes on at `global_step`.
