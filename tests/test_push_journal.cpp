@@ -28,8 +28,9 @@ void record(PushJournal& j, int shards, int slot, std::int64_t id, std::int64_t 
   }
 }
 
-MsgHeader reply(std::int64_t step, std::int64_t replica_step, bool applied = true) {
+MsgHeader reply(std::int64_t id, std::int64_t step, std::int64_t replica_step, bool applied = true) {
   MsgHeader h;
+  h.push_id = id;
   h.kind = MsgKind::kParams;
   h.step = step;
   h.replica_step = replica_step;
@@ -44,20 +45,22 @@ MsgHeader reply(std::int64_t step, std::int64_t replica_step, bool applied = tru
 TEST_CASE("push journal: an entry stays until every shard reports a replica holding it", "[ps][journal]") {
   PushJournal j(2);
   record(j, 2, 1, 1, 0, 1.f);
-  j.acknowledge(0, reply(11, 10));
-  j.acknowledge(1, reply(12, 12));  // shard 0's replica (10) is older than its step 11: kept
+  j.acknowledge(0, reply(1, 11, 10));
+  j.acknowledge(1, reply(1, 12, 12));  // shard 0's replica (10) is older than its step 11: kept
   CHECK(j.entries() == 1);
   record(j, 2, 1, 2, 11, 2.f);
-  j.acknowledge(0, reply(13, 11));  // now shard 0's replica holds the first push (11), not the second (13)
-  j.acknowledge(1, reply(14, 14));
+  j.acknowledge(0, reply(1, 13, 11));  // a reply naming the previous push (left in the buffer): not this one's
+  j.acknowledge(1, reply(2, 14, 14));
+  CHECK(j.entries() == 2);
+  j.acknowledge(0, reply(2, 13, 11));  // now shard 0's replica holds the first push (11), not the second (13)
   CHECK(j.entries() == 1);
   const std::size_t one = j.bytes();
   CHECK(one > 2 * (5 + 4) * sizeof(float));
   CHECK(j.peak_bytes() == 2 * one);
   // A reply whose replica holds everything lets every entry go.
   record(j, 2, 1, 3, 13, 3.f);
-  j.acknowledge(0, reply(15, 15));
-  j.acknowledge(1, reply(16, 16));
+  j.acknowledge(0, reply(3, 15, 15));
+  j.acknowledge(1, reply(3, 16, 16));
   CHECK(j.entries() == 0);
   CHECK(j.bytes() == 0);
 }
@@ -65,7 +68,7 @@ TEST_CASE("push journal: an entry stays until every shard reports a replica hold
 TEST_CASE("push journal: what a takeover receives is what was sent, field for field", "[ps][journal]") {
   PushJournal j(2);
   record(j, 2, 3, 7, 40, 0.25f);
-  j.acknowledge(0, reply(42, -1, false));
+  j.acknowledge(0, reply(7, 42, -1, false));
   // shard 1 never answered (lost with its reply in flight)
   const std::string bytes = j.take();
   CHECK(j.entries() == 0);

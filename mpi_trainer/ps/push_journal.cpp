@@ -66,6 +66,7 @@ void PushJournal::acknowledge(int s, const MsgHeader& reply) {
   const auto k = static_cast<std::size_t>(s);
   MT_ASSERT(k < replica_step_.size() && !entries_.empty(), "a reply to a push logged");
   LoggedPush& p = entries_.back()[k];
+  if (reply.push_id != p.push_id) return;  // not this push's reply (an older one left in the buffer)
   p.acked = true;
   p.applied = reply.applied != 0;
   p.step = reply.step;

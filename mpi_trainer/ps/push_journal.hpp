@@ -50,8 +50,8 @@ class PushJournal {
   // the reply payload its gradient was computed on (part).
   void record(int slot, std::int64_t push_id);
   void part(int s, const MsgHeader& header, std::span<const float> payload, std::span<const float> pulled);
-  // Shard s's reply to the push recorded last (a kParams reply to a push). Entries every shard's
-  // replica holds are dropped.
+  // Shard s's reply to the push recorded last (a kParams reply to a push; one that names another
+  // push is not its reply and is ignored). Entries every shard's replica holds are dropped.
   void acknowledge(int s, const MsgHeader& reply);
   // Every entry, serialized for the takeover (parse_push_journal reads it); the log is emptied.
   std::string take();

@@ -166,6 +166,7 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
       h.momentum = reply_->momentum;
     }
     h.replica_step = standbys_ ? standbys_->settled_step() : -1;
+    h.push_id = handled_[static_cast<std::size_t>(m.slot)];  // the push it answers
   }
   reply_.reset();
   if (kind == MsgKind::kParams) {
