@@ -397,8 +397,9 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "the parameters it was computed on) until every shard reports a newer replica held by "
                      "the standbys; a takeover replays them after the replica, so that the loss of the "
                      "parameter server (or one shard) loses no update (docs/fault-model.md, \"Zero-loss "
-                     "takeover\"). Memory: twice the model per journaled push, about --replica-interval / "
-                     "workers + 2 pushes per worker. off: a takeover resumes from the replica alone")
+                     "takeover\"). Memory: twice the model per journaled push, up to about 2 x --replica-interval / "
+                     "workers + 1 pushes per worker (each prints its peak at the end). off: a takeover resumes "
+                     "from the replica alone")
           ->capture_default_str()
           ->check(CLI::IsMember({"on", "off"})),
       "MT_PUSH_JOURNAL");
