@@ -57,7 +57,8 @@ JOB
   chmod +x "$dir/job.sh"
 }
 : > "$dir/kills.jsonl"
-for ((k = 0; k < 2 * kills + 2; ++k)); do
+((kills > 0)) || echo "--kills 0: the journal's cost alone"
+for ((k = 0; kills > 0 && k < 2 * kills + 2; ++k)); do
   mode=$([[ $((k % 2)) == 0 ]] && echo takeover || echo restart)
   at=$((60 + RANDOM % 180))
   ((k >= 2 * kills)) && at=0  # the last two: no kill, for the accuracy
@@ -90,7 +91,7 @@ if at:
 print(json.dumps(out))
 PY
 done
-/usr/bin/python3 - "$dir/kills.jsonl" "$interval" "$shards" "$workers" <<'PY'
+((kills == 0)) || /usr/bin/python3 - "$dir/kills.jsonl" "$interval" "$shards" "$workers" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 killed = [r for r in runs if r["killed_at"]]
@@ -139,14 +140,15 @@ held = [(int(b), int(p)) for b, p in re.findall(r"push journal: at most (\d+) by
 print(json.dumps({"journal": sys.argv[2], "ips": s["images_per_second"], "held": held}))
 PY
 done
-/usr/bin/python3 - "$dir/journal.jsonl" "$workers" <<'PY'
+/usr/bin/python3 - "$dir/journal.jsonl" "$workers" "$shards" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 on = [r["ips"] for r in runs if r["journal"] == "on"]
 off = [r["ips"] for r in runs if r["journal"] == "off"]
 held = [h for r in runs if r["journal"] == "on" for h in r["held"]]
 assert held and not any(r["held"] for r in runs if r["journal"] == "off"), runs
-print(f"push journal (--push-journal), {len(on)} runs each way alternated, 300 steps, no kill, {sys.argv[2]} workers:")
+print(f"push journal (--push-journal), {len(on)} runs each way alternated, 300 steps, no kill, {sys.argv[2]} workers, "
+      f"{sys.argv[3]} shard(s):")
 print(f"  images/s on {statistics.median(on):.0f}, off {statistics.median(off):.0f}: "
       f"on/off {statistics.median(on) / statistics.median(off):.3f} (goal >= 0.97)")
 print(f"  a worker's journal held at most {max(b for b, _ in held) / 2**20:.2f} MiB ({max(p for _, p in held)} pushes; "

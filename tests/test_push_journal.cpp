@@ -143,3 +143,19 @@ TEST_CASE("push journal: a replica's table of pushes handled travels as floats, 
   handled_to_floats(handled, f);
   CHECK(handled_from_floats(f) == handled);
 }
+
+TEST_CASE("push journal: past its bound the oldest pushes go (a standby that never takes a replica)", "[ps][journal]") {
+  PushJournal j(1, 4000);  // two pushes of this size (1788 bytes each)
+  for (std::int64_t id = 1; id <= 5; ++id) {
+    record(j, 1, 0, id, 0, float(id), 200);
+    j.acknowledge(0, reply(id, id, -1));  // no replica ever reported
+  }
+  CHECK(j.entries() == 2);
+  CHECK(j.dropped() == 3);
+  CHECK(j.bytes() <= 4000);
+  const std::vector<LoggedPush> left = parse_push_journal(j.take());
+  REQUIRE(left.size() == 2);
+  CHECK(left[0].push_id == 4);
+  CHECK(left[1].push_id == 5);
+  CHECK(j.bytes() == 0);
+}

@@ -207,7 +207,11 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   if (w.push_journal_peak_bytes > 0 && !cfg.quiet)  // its memory (--push-journal; bench/ps_takeover.sh)
     std::cerr << "mpi_trainer: " + worker_label(rank) + ": push journal: at most " +
                      std::to_string(w.push_journal_peak_bytes) + " bytes held (" +
-                     std::to_string(w.push_journal_peak_pushes) + " pushes)\n"
+                     std::to_string(w.push_journal_peak_pushes) + " pushes" +
+                     (w.push_journal_dropped > 0 ? "; " + std::to_string(w.push_journal_dropped) +
+                                                       " dropped past its bound of 512 MiB: no replica took them"
+                                                 : std::string()) +
+                     ")\n"
               << std::flush;
   TrainResult res;
   res.global_step = w.pushes;

@@ -470,7 +470,8 @@ struct Takeover {
 struct WorkerResult {
   std::int64_t pushes = 0;
   std::size_t push_journal_peak_bytes = 0;   // the most its push journal held (ps/push_journal.hpp),
-  std::size_t push_journal_peak_pushes = 0;  // and the most pushes
+  std::size_t push_journal_peak_pushes = 0;  // and the most pushes,
+  std::int64_t push_journal_dropped = 0;     // and those dropped past its bound (PushJournal)
   bool clean_end = false;  // stopped by shards that knew of no lost rank
   bool peer_lost = false;  // the stop said a rank of the job was lost: MPI_Finalize could wait for it
   int exit_code = 0;       // non-zero: the parameter server failed with this code (kFailedEnd)

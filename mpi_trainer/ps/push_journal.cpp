@@ -45,6 +45,7 @@ void PushJournal::record(int slot, std::int64_t push_id) {
     p.lr = p.momentum = 0;
     p.message.clear();
     p.pulled.clear();
+    bytes_ += entry_bytes(p);
   }
   entries_.push_back(std::move(e));
 }
@@ -56,8 +57,13 @@ void PushJournal::part(int s, const MsgHeader& header, std::span<const float> pa
   p.message.assign(h, h + kHeaderFloats);
   p.message.insert(p.message.end(), payload.begin(), payload.end());
   p.pulled.assign(pulled.begin(), pulled.end());
+  bytes_ += (p.message.size() + p.pulled.size()) * sizeof(float);
   if (static_cast<std::size_t>(s) + 1 == replica_step_.size()) {
-    peak_bytes_ = std::max(peak_bytes_, bytes());
+    while (bytes_ > max_bytes_ && entries_.size() > 1) {
+      pop_front();
+      ++dropped_;
+    }
+    peak_bytes_ = std::max(peak_bytes_, bytes_);
     peak_entries_ = std::max(peak_entries_, entries_.size());
   }
 }
@@ -80,26 +86,25 @@ void PushJournal::acknowledge(int s, const MsgHeader& reply) {
     for (std::size_t j = 0; j < front.size(); ++j)
       held = held && front[j].acked && front[j].step <= replica_step_[j];
     if (!held) break;
-    spare_.push_back(std::move(entries_.front()));
-    entries_.pop_front();
+    pop_front();
   }
   if (spare_.size() > 2) spare_.resize(2);  // enough to reuse; the rest is freed
 }
 
-std::size_t PushJournal::bytes() const {
-  std::size_t n = 0;
-  for (const auto& e : entries_)
-    for (const auto& p : e) n += entry_bytes(p);
-  return n;
+void PushJournal::pop_front() {
+  for (const auto& p : entries_.front()) bytes_ -= entry_bytes(p);
+  spare_.push_back(std::move(entries_.front()));
+  entries_.pop_front();
 }
 
 std::string PushJournal::take() {
   std::string out;
-  out.reserve(bytes());
+  out.reserve(bytes_);
   for (const auto& e : entries_)
     for (const auto& p : e) append_logged(out, p);
   entries_.clear();
   spare_.clear();
+  bytes_ = 0;
   std::fill(replica_step_.begin(), replica_step_.end(), -1);
   return out;
 }

@@ -45,7 +45,11 @@ struct LoggedPush {
 // A worker's side.
 class PushJournal {
  public:
-  explicit PushJournal(int shards) : replica_step_(static_cast<std::size_t>(shards), -1) {}
+  // `max_bytes`: the most it holds; beyond, the oldest entries are dropped (counted: dropped()):
+  // a standby that never takes its replicas must not make the workers run out of memory. A
+  // takeover then counts those pushes' steps as lost.
+  explicit PushJournal(int shards, std::size_t max_bytes = std::size_t{512} << 20)
+      : replica_step_(static_cast<std::size_t>(shards), -1), max_bytes_(max_bytes) {}
   // A push about to be sent (record), then for every shard s its message (header and payload) and
   // the reply payload its gradient was computed on (part).
   void record(int slot, std::int64_t push_id);
@@ -56,15 +60,19 @@ class PushJournal {
   // Every entry, serialized for the takeover (parse_push_journal reads it); the log is emptied.
   std::string take();
   std::size_t entries() const { return entries_.size(); }
-  std::size_t bytes() const;
+  std::size_t bytes() const { return bytes_; }
+  std::int64_t dropped() const { return dropped_; }
   std::size_t peak_bytes() const { return peak_bytes_; }
   std::size_t peak_entries() const { return peak_entries_; }
 
  private:
   std::deque<std::vector<LoggedPush>> entries_;  // per push, one LoggedPush per shard
   std::vector<std::vector<LoggedPush>> spare_;   // dropped entries' memory, for the next pushes
+  void pop_front();
   std::vector<std::int64_t> replica_step_;       // per shard, from its latest reply
-  std::size_t peak_bytes_ = 0, peak_entries_ = 0;
+  const std::size_t max_bytes_;
+  std::size_t bytes_ = 0, peak_bytes_ = 0, peak_entries_ = 0;
+  std::int64_t dropped_ = 0;
 };
 
 // Serialization (4-byte aligned, so that it travels as floats).

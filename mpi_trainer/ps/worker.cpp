@@ -194,6 +194,7 @@ class Worker {
       if (all || client_->replied(s)) log_->acknowledge(s, client_->reply(s));
     res_.push_journal_peak_bytes = log_->peak_bytes();
     res_.push_journal_peak_pushes = log_->peak_entries();
+    res_.push_journal_dropped = log_->dropped();
   }
   bool leave_if_noticed();
   Exchange exchange(MsgKind kind);
