@@ -16,7 +16,8 @@ using namespace mt;
 namespace {
 
 // A push of `floats` payload values to each of `shards` shards, value v + s.
-void record(PushJournal& j, int shards, int slot, std::int64_t id, std::int64_t version, float v, std::size_t floats = 5) {
+void record(PushJournal& j, int shards, int slot, std::int64_t id, std::int64_t version, float v,
+            std::size_t floats = 5) {
   j.record(slot, id);
   for (int s = 0; s < shards; ++s) {
     MsgHeader h;
@@ -108,16 +109,17 @@ TEST_CASE("push journal: a replay skips what the replica holds, acknowledged pus
     all.push_back(p);
   };
   add(0, 1, 5, true, 23);
-  add(0, 0, 9, true, 21);   // handled by the replica (slot 0 up to 9): left out
+  add(0, 0, 9, true, 21);  // handled by the replica (slot 0 up to 9): left out
   add(0, 0, 10, true, 22);
-  add(0, 2, 4, false, 0);   // no reply: after the acknowledged, by slot
+  add(0, 2, 4, false, 0);  // no reply: after the acknowledged, by slot
   add(0, 1, 6, false, 0);
-  add(1, 1, 5, true, 30);   // another part
-  add(0, 1, 5, false, 0);   // the same push twice (never expected): once, where acknowledged
+  add(1, 1, 5, true, 30);  // another part
+  add(0, 1, 5, false, 0);  // the same push twice (never expected): once, where acknowledged
   const std::vector<std::int64_t> handled{9, 4, 3};
   const std::vector<LoggedPush> order = replay_order(all, 0, handled);
   std::vector<std::pair<int, std::int64_t>> got;
-  for (const auto& p : order) got.emplace_back(p.slot, p.push_id);
+  for (const auto& p : order)
+    got.emplace_back(p.slot, p.push_id);
   CHECK(got == std::vector<std::pair<int, std::int64_t>>{{0, 10}, {1, 5}, {1, 6}, {2, 4}});
   CHECK(order[1].acked);
   CHECK(replay_order(all, 1, handled).size() == 1);

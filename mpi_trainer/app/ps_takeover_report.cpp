@@ -16,9 +16,9 @@ void PsReport::replayed(const Replayed& e) {
   if (cfg_.quiet) return;
   std::ostringstream line;
   line << "mpi_trainer: parameter-server shard " << e.shard << ": replayed " << e.replayed
-       << " journaled push(es) after its start state of step " << e.replica_step << " ("
-       << e.unacknowledged << " never acknowledged, " << e.not_applied << " counted but not applied, as before) in "
-       << std::fixed << std::setprecision(3) << e.seconds << " s: " << e.lost << " update(s) lost; it goes on at global step "
+       << " journaled push(es) after its start state of step " << e.replica_step << " (" << e.unacknowledged
+       << " never acknowledged, " << e.not_applied << " counted but not applied, as before) in " << std::fixed
+       << std::setprecision(3) << e.seconds << " s: " << e.lost << " update(s) lost; it goes on at global step "
        << e.global_step;
   log(line.str());
 }
@@ -28,9 +28,9 @@ void PsReport::took_over(const Started& e) {
   if (!cfg_.quiet) {
     log_ << "mpi_trainer: " << takeover_->by << " took over as the parameter server at global step "
          << takeover_->first_step << " from its replica of step " << takeover_->replica_step << " ("
-         << (replayed_ ? std::to_string(replayed_->replayed) + " journaled push(es) replayed, " : std::string())
-         << lost << " update(s) lost, replica written as " << takeover_->file << " in " << std::fixed
-         << std::setprecision(3) << takeover_->write_seconds << " s), " << e.workers << " worker(s) go on";
+         << (replayed_ ? std::to_string(replayed_->replayed) + " journaled push(es) replayed, " : std::string()) << lost
+         << " update(s) lost, replica written as " << takeover_->file << " in " << std::fixed << std::setprecision(3)
+         << takeover_->write_seconds << " s), " << e.workers << " worker(s) go on";
     if (e.shards > 1)  // every shard starts from the replica: the survivors' parts too
       log_ << "; shard " << takeover_->lost_shard << " of " << e.shards << " was lost: this worker is shard 0 now, the "
            << e.shards - 1 << " surviving shard(s) follow as shards 1.." << e.shards - 1
@@ -47,10 +47,11 @@ void PsReport::followed(const Followed& e) {
   shard_ = e.shard;
   if (cfg_.quiet) return;
   std::string lost;
-  for (const int k : e.lost_shards) lost += (lost.empty() ? "" : ", ") + std::to_string(k);
+  for (const int k : e.lost_shards)
+    lost += (lost.empty() ? "" : ", ") + std::to_string(k);
   log_ << "mpi_trainer: parameter-server shard " << lost << " lost: shard " << e.old_shard << " (rank " << e.rank
-       << ") follows the takeover by worker rank " << e.lead_rank << " at global step " << e.global_step
-       << " as shard " << e.shard << ", its part from the replica of step " << e.replica_step << '\n'
+       << ") follows the takeover by worker rank " << e.lead_rank << " at global step " << e.global_step << " as shard "
+       << e.shard << ", its part from the replica of step " << e.replica_step << '\n'
        << std::flush;
 }
 
@@ -71,23 +72,23 @@ void PsReport::handed_over(std::int64_t global_step, int standby, int signo) {
 void PsReport::first_step(std::int64_t global_step, double seconds_since_start) {
   if (takeover_) {
     const double seconds = unix_now() - takeover_->lost_at;
-    takeover_event_ = nlohmann::ordered_json{{"event", "ps_takeover"},
-                                             {"by", takeover_->by},
-                                             {"global_step", takeover_->first_step},
-                                             {"replica_step", takeover_->replica_step},
-                                             {"replayed_from_step", replayed_ ? replayed_->replica_step : takeover_->replica_step},
-                                             {"replayed", replayed_ ? replayed_->replayed : 0},
-                                             {"replayed_unacknowledged", replayed_ ? replayed_->unacknowledged : 0},
-                                             {"lost_updates", replayed_ ? replayed_->lost
-                                                                        : takeover_->first_step - takeover_->replica_step},
-                                             {"replay_seconds", replayed_ ? replayed_->seconds : 0.0},
-                                             {"first_applied_step", global_step},
-                                             {"seconds_to_first_step", seconds},
-                                             {"replica_write_seconds", takeover_->write_seconds},
-                                             {"takeovers", takeover_->takeovers},
-                                             {"lost_shard", takeover_->lost_shard},
-                                             {"lost_at_unix", takeover_->lost_at},
-                                             {"unix_time", unix_now()}};
+    takeover_event_ = nlohmann::ordered_json{
+        {"event", "ps_takeover"},
+        {"by", takeover_->by},
+        {"global_step", takeover_->first_step},
+        {"replica_step", takeover_->replica_step},
+        {"replayed_from_step", replayed_ ? replayed_->replica_step : takeover_->replica_step},
+        {"replayed", replayed_ ? replayed_->replayed : 0},
+        {"replayed_unacknowledged", replayed_ ? replayed_->unacknowledged : 0},
+        {"lost_updates", replayed_ ? replayed_->lost : takeover_->first_step - takeover_->replica_step},
+        {"replay_seconds", replayed_ ? replayed_->seconds : 0.0},
+        {"first_applied_step", global_step},
+        {"seconds_to_first_step", seconds},
+        {"replica_write_seconds", takeover_->write_seconds},
+        {"takeovers", takeover_->takeovers},
+        {"lost_shard", takeover_->lost_shard},
+        {"lost_at_unix", takeover_->lost_at},
+        {"unix_time", unix_now()}};
     metrics_.write(takeover_event_);
     if (!cfg_.quiet)
       log_ << "mpi_trainer: parameter server (" << takeover_->by << "): first step applied " << std::fixed

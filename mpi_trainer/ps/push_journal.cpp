@@ -92,7 +92,8 @@ void PushJournal::acknowledge(int s, const MsgHeader& reply) {
 }
 
 void PushJournal::pop_front() {
-  for (const auto& p : entries_.front()) bytes_ -= entry_bytes(p);
+  for (const auto& p : entries_.front())
+    bytes_ -= entry_bytes(p);
   spare_.push_back(std::move(entries_.front()));
   entries_.pop_front();
 }
@@ -101,7 +102,8 @@ std::string PushJournal::take() {
   std::string out;
   out.reserve(bytes_);
   for (const auto& e : entries_)
-    for (const auto& p : e) append_logged(out, p);
+    for (const auto& p : e)
+      append_logged(out, p);
   entries_.clear();
   spare_.clear();
   bytes_ = 0;
@@ -110,8 +112,16 @@ std::string PushJournal::take() {
 }
 
 void append_logged(std::string& out, const LoggedPush& p) {
-  const Head h{p.part, p.slot, p.push_id, p.step, p.acked ? 1 : 0, p.applied ? 1 : 0, p.lr, p.momentum,
-               static_cast<std::int64_t>(p.message.size()), static_cast<std::int64_t>(p.pulled.size())};
+  const Head h{p.part,
+               p.slot,
+               p.push_id,
+               p.step,
+               p.acked ? 1 : 0,
+               p.applied ? 1 : 0,
+               p.lr,
+               p.momentum,
+               static_cast<std::int64_t>(p.message.size()),
+               static_cast<std::int64_t>(p.pulled.size())};
   out.append(reinterpret_cast<const char*>(&h), sizeof h);
   out.append(reinterpret_cast<const char*>(p.message.data()), p.message.size() * sizeof(float));
   out.append(reinterpret_cast<const char*>(p.pulled.data()), p.pulled.size() * sizeof(float));
@@ -121,8 +131,8 @@ std::vector<LoggedPush> parse_push_journal(std::string_view bytes) {
   std::vector<LoggedPush> out;
   std::size_t at = 0;
   const auto bad = [&](const std::string& what) {
-    return Error(kExitInternal, "push journal: " + what + " at byte " + std::to_string(at) + " of " +
-                                    std::to_string(bytes.size()));
+    return Error(kExitInternal,
+                 "push journal: " + what + " at byte " + std::to_string(at) + " of " + std::to_string(bytes.size()));
   };
   while (at < bytes.size()) {
     Head h{};
@@ -186,8 +196,12 @@ void append_values(std::string& out, const std::vector<T>& v) {
 }  // namespace
 
 void append_part_state(std::string& out, const PartState& s) {
-  const StateHead h{s.part, 0, s.step, static_cast<std::int64_t>(s.handled.size()),
-                    static_cast<std::int64_t>(s.params.size()), static_cast<std::int64_t>(s.state.size()),
+  const StateHead h{s.part,
+                    0,
+                    s.step,
+                    static_cast<std::int64_t>(s.handled.size()),
+                    static_cast<std::int64_t>(s.params.size()),
+                    static_cast<std::int64_t>(s.state.size()),
                     static_cast<std::int64_t>(s.stats.size())};
   out.append(reinterpret_cast<const char*>(&h), sizeof h);
   append_values(out, s.handled);

@@ -31,12 +31,12 @@ namespace mt {
 
 // One push as one shard (part of the parameters) received it.
 struct LoggedPush {
-  int part = 0;               // the shard index (the partition's part): the same after a takeover
-  int slot = 0;               // the worker's data slot
-  std::int64_t push_id = 0;   // the worker's push number (MsgHeader::push_id)
-  bool acked = false;         // the shard's reply arrived: step, applied, lr and momentum are its
+  int part = 0;              // the shard index (the partition's part): the same after a takeover
+  int slot = 0;              // the worker's data slot
+  std::int64_t push_id = 0;  // the worker's push number (MsgHeader::push_id)
+  bool acked = false;        // the shard's reply arrived: step, applied, lr and momentum are its
   bool applied = false;
-  std::int64_t step = 0;      // the global step its reply gave (after it)
+  std::int64_t step = 0;  // the global step its reply gave (after it)
   float lr = 0, momentum = 0;
   std::vector<float> message;  // header and payload as sent
   std::vector<float> pulled;   // the payload of the reply its gradient was computed on (wire format)
@@ -69,7 +69,7 @@ class PushJournal {
   std::deque<std::vector<LoggedPush>> entries_;  // per push, one LoggedPush per shard
   std::vector<std::vector<LoggedPush>> spare_;   // dropped entries' memory, for the next pushes
   void pop_front();
-  std::vector<std::int64_t> replica_step_;       // per shard, from its latest reply
+  std::vector<std::int64_t> replica_step_;  // per shard, from its latest reply
   const std::size_t max_bytes_;
   std::size_t bytes_ = 0, peak_bytes_ = 0, peak_entries_ = 0;
   std::int64_t dropped_ = 0;

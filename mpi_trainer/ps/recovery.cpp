@@ -26,15 +26,18 @@ std::optional<TakeoverPlan> plan_takeover(const std::vector<SurvivorOffer>& offe
       chosen = i;  // the newest replica; the lowest rank among equals (the first found)
     }
   }
-  std::sort(shards.begin(), shards.end(),
-            [&](int a, int b) { return offers[static_cast<std::size_t>(a)].shard < offers[static_cast<std::size_t>(b)].shard; });
+  std::sort(shards.begin(), shards.end(), [&](int a, int b) {
+    return offers[static_cast<std::size_t>(a)].shard < offers[static_cast<std::size_t>(b)].shard;
+  });
   TakeoverPlan plan;
   for (int k = 0; k < num_ps; ++k)
-    if (std::none_of(shards.begin(), shards.end(), [&](int i) { return offers[static_cast<std::size_t>(i)].shard == k; }))
+    if (std::none_of(shards.begin(), shards.end(),
+                     [&](int i) { return offers[static_cast<std::size_t>(i)].shard == k; }))
       plan.lost_shards.push_back(k);
   if (plan.lost_shards.empty()) return fail("no parameter-server shard is lost");
   if (plan.lost_shards.size() > 1)
-    return fail(std::to_string(plan.lost_shards.size()) + " parameter-server shards lost at once (a takeover replaces one)");
+    return fail(std::to_string(plan.lost_shards.size()) +
+                " parameter-server shards lost at once (a takeover replaces one)");
   if (chosen < 0) return fail("no survivor holds a whole replica of the parameter server");
   const int workers = static_cast<int>(offers.size()) - static_cast<int>(shards.size()) - 1;
   if (workers < 1) return fail("no other worker survives to train");
@@ -42,7 +45,8 @@ std::optional<TakeoverPlan> plan_takeover(const std::vector<SurvivorOffer>& offe
   plan.lead_rank = lead.rank;
   plan.replica_step = lead.replica_step;
   plan.first_step = lead.replica_step;
-  for (const SurvivorOffer& o : offers) plan.first_step = std::max(plan.first_step, o.seen_step);
+  for (const SurvivorOffer& o : offers)
+    plan.first_step = std::max(plan.first_step, o.seen_step);
   plan.shard_ranks.push_back(lead.rank);
   if (me == chosen) plan.shard = 0;
   for (std::size_t k = 0; k < shards.size(); ++k) {

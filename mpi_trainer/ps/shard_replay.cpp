@@ -131,7 +131,8 @@ std::vector<StartLog> Shard::split_replay(const std::vector<PartState>& survived
         handled = s.handled;
       }
     logs[i].replica_step = from;
-    for (const LoggedPush& p : replay_order(all, k, handled)) append_logged(logs[i].log, p);
+    for (const LoggedPush& p : replay_order(all, k, handled))
+      append_logged(logs[i].log, p);
   }
   return logs;
 }

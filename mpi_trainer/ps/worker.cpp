@@ -12,8 +12,8 @@
 #include "core/error.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/partition.hpp"
-#include "ps/push_journal.hpp"
 #include "ps/ps.hpp"
+#include "ps/push_journal.hpp"
 #include "ps/recovery.hpp"
 #include "ps/replica.hpp"
 #include "ps/transport.hpp"
@@ -54,9 +54,9 @@ class Worker {
         comm_(ps) {
     start_agent();  // first: heartbeats must flow before anything slow happens here
     if (!opts.synthetic_gradients) computer_ = make_computer();
-    client_.emplace(opts, model, comm_, mpi_lock_, ps_failed_, [this](int s) { reported_failed(s); },
-                    [this] { take_replicas(); });
-    if (takeover_ && opts.push_journal) log_.emplace(shards_);
+    client_.emplace(
+        opts, model, comm_, mpi_lock_, ps_failed_, [this](int s) { reported_failed(s); }, [this] { take_replicas(); });
+    if (takeover_ && opts.push_journal) journal_.emplace(shards_);
   }
 
   WorkerResult run() {
@@ -76,7 +76,7 @@ class Worker {
       client_->prepare_push(st, grads_, batch_stats_, !computer_, res_.pushes + 1);
       if (fault == PushFault::kDiscard) client_->mark_discard();
       ++res_.pushes;
-      log_push();
+      journal_push();
       const Exchange more = exchange(MsgKind::kPush);
       if (more == Exchange::kLost) return end_lost();
       if (more == Exchange::kBecamePs) return std::move(res_);
@@ -110,15 +110,16 @@ class Worker {
       for (std::int64_t i = 0; i < n; i += (i + 1024 < n ? 1024 : std::max<std::int64_t>(1, n - 1 - i)))
         g[i] = std::numeric_limits<float>::quiet_NaN();
     if (it->second == PushFault::kHuge)
-      for (std::int64_t i = 0; i < n; ++i) g[i] *= 1e6f;
+      for (std::int64_t i = 0; i < n; ++i)
+        g[i] *= 1e6f;
     if (it->second == PushFault::kZero) std::fill_n(g, n, 0.f);
     return it->second;
   }
   enum class Recovered { kRejoin, kBecamePs, kLost };  // kBecamePs: res_.takeover; kLost: lost_
 
   void start_agent() {
-    agent_.emplace(mpi_lock_, comm_, opts_, rank_, plan_, [this] { take_replicas(); },
-                   [this](int s) { reported_failed(s); });
+    agent_.emplace(
+        mpi_lock_, comm_, opts_, rank_, plan_, [this] { take_replicas(); }, [this](int s) { reported_failed(s); });
   }
   // Ends the heartbeat thread (its gap to now counted: under ULFM a verdict can come the moment a
   // stopped process is continued, before that thread ticks again).
@@ -183,18 +184,19 @@ class Worker {
     }
   }
   // The push journal (ps/push_journal.hpp): the push about to be sent, then each shard's reply to it.
-  void log_push() {
-    if (!log_) return;
-    log_->record(my_slot_, res_.pushes);
-    for (int s = 0; s < shards_; ++s) log_->part(s, client_->prepared(s), client_->push_payload(s), client_->pulled(s));
-  }
-  void log_replies(bool all) {
-    if (!log_ || log_->entries() == 0) return;
+  void journal_push() {
+    if (!journal_) return;
+    journal_->record(my_slot_, res_.pushes);
     for (int s = 0; s < shards_; ++s)
-      if (all || client_->replied(s)) log_->acknowledge(s, client_->reply(s));
-    res_.push_journal_peak_bytes = log_->peak_bytes();
-    res_.push_journal_peak_pushes = log_->peak_entries();
-    res_.push_journal_dropped = log_->dropped();
+      journal_->part(s, client_->prepared(s), client_->push_payload(s), client_->pulled(s));
+  }
+  void journal_replies(bool all) {
+    if (!journal_ || journal_->entries() == 0) return;
+    for (int s = 0; s < shards_; ++s)
+      if (all || client_->replied(s)) journal_->acknowledge(s, client_->reply(s));
+    res_.push_journal_peak_bytes = journal_->peak_bytes();
+    res_.push_journal_peak_pushes = journal_->peak_entries();
+    res_.push_journal_dropped = journal_->dropped();
   }
   bool leave_if_noticed();
   Exchange exchange(MsgKind kind);
@@ -231,7 +233,7 @@ class Worker {
   std::optional<WorkerClient> client_;
   // Under a takeover with standbys (WorkerOptions::push_journal): this worker's pushes that the newest
   // replica may not hold.
-  std::optional<PushJournal> log_;
+  std::optional<PushJournal> journal_;
   int my_slot_ = rank_ - shards_, data_slots_ = 0;  // shard 0's answer to the first join says
   WorkerResult res_;
 };
@@ -259,8 +261,8 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
   for (;;) {
     const WorkerClient::Reply reply = client_->push_pull(kind);
     if (kind == MsgKind::kPush && (reply == WorkerClient::Reply::kOk || reply == WorkerClient::Reply::kFailed))
-      log_replies(reply == WorkerClient::Reply::kOk);
-    switch (reply) {  // kFailed: a push in flight is replayed from the logs (or lost with the parameter server)
+      journal_replies(reply == WorkerClient::Reply::kOk);
+    switch (reply) {  // kFailed: a push in flight is replayed from the journals (or lost with the parameter server)
       case WorkerClient::Reply::kOk: return Exchange::kGoOn;
       case WorkerClient::Reply::kStop: return Exchange::kStopped;
       case WorkerClient::Reply::kLost: lost_ = client_->loss(); return Exchange::kLost;
@@ -317,11 +319,12 @@ Worker::Recovered Worker::recover() {
     replicas_->close();
     std::string why;
     SurvivorData replay;
-    std::optional<TakeoverPlan> agreed = agree_takeover(
-        comm_, SurvivorOffer{held ? held->global_step : -1, client_->global_step(), rank_, -1, my_slot_}, shards_,
-        &why, SurvivorData{log_ ? log_->take() : std::string(), {}}, &replay);
+    std::optional<TakeoverPlan> agreed =
+        agree_takeover(comm_, SurvivorOffer{held ? held->global_step : -1, client_->global_step(), rank_, -1, my_slot_},
+                       shards_, &why, SurvivorData{journal_ ? journal_->take() : std::string(), {}}, &replay);
     if (!agreed) {  // a standby writes its replica for the restart (end_lost)
-      if (!opts_.quiet) std::cerr << "mpi_trainer: " + worker_label(rank_) + ": " + why + ": no takeover\n" << std::flush;
+      if (!opts_.quiet)
+        std::cerr << "mpi_trainer: " + worker_label(rank_) + ": " + why + ": no takeover\n" << std::flush;
       lost_ = PsLoss{0, kReportedByMpi, lost_at};
       return Recovered::kLost;
     }
@@ -399,8 +402,9 @@ WorkerResult Worker::end_lost() {
 WorkerResult Worker::end_dropped(double suspended) {
   std::ostringstream line;
   line << "mpi_trainer: " << worker_label(rank_) << ": this process was suspended for " << std::fixed
-       << std::setprecision(1) << suspended << " s, longer than --failure-timeout " << std::defaultfloat << std::setprecision(3)
-       << opts_.failure_timeout << " s: the parameter server dropped it and the job went on without it; exit 0\n";
+       << std::setprecision(1) << suspended << " s, longer than --failure-timeout " << std::defaultfloat
+       << std::setprecision(3) << opts_.failure_timeout
+       << " s: the parameter server dropped it and the job went on without it; exit 0\n";
   std::cerr << line.str() << std::flush;
   replicas_->abandon_receives();
   client_->abandon_in_flight();
