@@ -116,9 +116,10 @@ def check_run(a, events, log):
         name = f"ckpt-{a.damaged:010d}.h5"
         if not any(e["event"] == "checkpoint_skipped" and name in e["reason"] for e in events):
             return f"the damaged {name} was not reported as skipped", rec
-    if a.scenario in PS_KILLS and a.ulfm:
+    # Under ULFM a hung PS is ended by a worker on its node and taken over too (Worker::end_hung_shard).
+    if (a.scenario in PS_KILLS or a.scenario == "hung-ps") and a.ulfm:
         if configs != 1 or len(takeovers) != 1:
-            return (f"ULFM: the PS kill was not taken over in the same attempt ({configs} attempt(s), "
+            return (f"ULFM: the PS fault was not taken over in the same attempt ({configs} attempt(s), "
                     f"{len(takeovers)} takeover(s))"), rec
         seen = [e["global_step"] for e in events if e["event"] == "progress"]
         if seen != sorted(seen):

@@ -16,7 +16,8 @@
 #            MPI nor ULFM reports it; the workers lose it after --failure-timeout, the standby writes
 #            its replica and ends the job (MPI_Abort), which kills the stopped process; the attempt
 #            ends within 30 s (before, mpirun waited as long as it was stopped), the restart resumes
-#            from the replica
+#            from the replica. Under ULFM a worker on its node SIGKILLs it instead, ULFM reports the
+#            failure and the standby takes it over in the job, nothing lost
 #   replay   (ULFM) the PS killed at step 157, then the standby that takes it over killed halfway
 #            through replaying the push journals: the restart resumes from the replica it wrote first
 #   notice   SIGTERM to the PS at step 150 with --ps-handover: it checkpoints and stops the job
@@ -56,10 +57,10 @@ JOB
     || { echo "$name: the restart loop failed"; cat "$dir/$name.txt"; exit 1; }
   echo "$name: $((SECONDS - t0)) s"
 }
-check_takeover() {  # NAME KILL_STEP STANDBY_RANK MAX_LOST REVOCATIONS
-  /usr/bin/python3 - "$dir/m.jsonl" "$@" "$steps" <<'PY'
+check_takeover() {  # NAME KILL_STEP STANDBY_RANK MAX_LOST REVOCATIONS [STEPS_AFTER_KILL, default 5]
+  /usr/bin/python3 - "$dir/m.jsonl" "$1" "$2" "$3" "$4" "$5" "${6:-5}" "$steps" <<'PY'
 import json, sys
-path, name, kill, standby, max_lost, revocations, steps = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+path, name, kill, standby, max_lost, revocations, after, steps = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
 events = [json.loads(l) for l in open(path)]
 s = events[-1]
 assert s["event"] == "summary" and s["global_step"] == steps and s["exit_code"] == 0, s
@@ -67,7 +68,7 @@ assert s["attempts"] == 1 and sum(e["event"] == "config" for e in events) == 1, 
 t = [e for e in events if e["event"] == "ps_takeover"]
 assert len(t) == 1 and t[0]["by"] == f"worker rank {standby}", t
 t = t[0]
-assert kill - 3 <= t["global_step"] <= kill + 5 and 0 <= t["lost_updates"] <= max_lost, t
+assert kill - 3 <= t["global_step"] <= kill + after and 0 <= t["lost_updates"] <= max_lost, t
 # The survivors' journals (--push-journal, ps/push_journal.hpp) are replayed after the replica:
 # every step the lost shard acknowledged, then the pushes whose reply never came, each once.
 unacked = t["replayed_unacknowledged"]
@@ -224,6 +225,12 @@ if [[ $cases == *" hung "* ]]; then
   fi
   echo "hung: the stopped parameter server was gone $((SECONDS - stopped)) s after its SIGSTOP"
   wait $loop
+  if ((ulfm)); then
+    # A worker on its node ends it (SIGKILL), ULFM reports the failure, the standby takes it over
+    # in the job and replays the journals: one attempt, nothing lost.
+    grep -q "parameter-server shard 0 (pid $ps_pid on this node) did not answer within .* SIGKILL to it" "$dir/hung.txt"
+    check_takeover hung 150 1 0 1 40  # (stopped once the metrics show step 150: up to ~190)
+  else
   grep -q "rank 1: the parameter server is silent but not known to be dead" "$dir/hung.txt"
   # The restart resumes from the replica, or from a newer checkpoint: Open MPI 4.1 continues
   # (SIGCONT) the processes it ends, and the woken parameter server, its workers gone, checkpoints
@@ -238,6 +245,7 @@ assert len(rep) == 1 and rep[0]["rank"] == 1 and s["attempts"] == 2, (rep, s)
 assert 140 <= rep[0]["global_step"] <= s["resumed_from_step"], (rep, s["resumed_from_step"])
 print(f"ok: hung: the standby's replica of step {rep[0]['global_step']}, resumed from step {s['resumed_from_step']}")
 PY
+  fi
 fi
 if [[ $cases == *" notice "* ]]; then
   case_run notice 4 "rank=0@step=150:TERM" --ps-handover

@@ -119,8 +119,11 @@ struct MsgHeader {
                                      // left for every standby (-1: none); older pushes need no log
   float lr = 0;                      // reply to an applied push: the rate and momentum it was applied
   float momentum = 0;                // with (SgdSpec's floats)
+  std::int32_t pid = 0;              // reply to a join: the shard's process id (a same-node worker ends
+                                     // it when it hangs, under ULFM: Worker::end_hung_shard)
+  std::int32_t reserved = 0;         // zero (the header stays a multiple of 8 bytes)
 };
-static_assert(sizeof(MsgHeader) == 136, "header is 136 bytes = 34 floats");
+static_assert(sizeof(MsgHeader) == 144, "header is 144 bytes = 36 floats");
 inline constexpr std::int64_t kHeaderFloats = sizeof(MsgHeader) / sizeof(float);
 
 // A message buffer: header then payload.

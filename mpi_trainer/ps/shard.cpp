@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "backend/backend.hpp"
 #include "core/error.hpp"
@@ -179,6 +180,7 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
     h.cursor_position = m.cursor.position;
     h.slot = m.slot;
     h.slots = members_.slots();
+    h.pid = static_cast<std::int32_t>(::getpid());
     if (m.send.shared) h.shm = kShmAccepted;
   } else if (kind == MsgKind::kStop && members_.lost() == 0) {
     h.end = kCleanEnd;

@@ -1,7 +1,10 @@
 // The worker: pulls parameters, computes a gradient on its own mini-batch (StepComputer, from the
 // app), pushes it to every shard, and repeats until a shard says stop.
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <iomanip>
 #include <iostream>
@@ -198,6 +201,7 @@ class Worker {
     res_.push_journal_peak_pushes = journal_->peak_entries();
     res_.push_journal_dropped = journal_->dropped();
   }
+  bool end_hung_shard();
   bool leave_if_noticed();
   Exchange exchange(MsgKind kind);
   Recovered recover();
@@ -265,7 +269,10 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
     switch (reply) {  // kFailed: a push in flight is replayed from the journals (or lost with the parameter server)
       case WorkerClient::Reply::kOk: return Exchange::kGoOn;
       case WorkerClient::Reply::kStop: return Exchange::kStopped;
-      case WorkerClient::Reply::kLost: lost_ = client_->loss(); return Exchange::kLost;
+      case WorkerClient::Reply::kLost:
+        lost_ = client_->loss();
+        if (!takeover_ || !end_hung_shard()) return Exchange::kLost;
+        break;  // the MPI library reports it failed now: taken over below
       case WorkerClient::Reply::kFailed: break;
     }
     if (!takeover_) {
@@ -284,6 +291,29 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
     client_->prepare_join(false);  // the new parameter server's messages go through MPI
     kind = MsgKind::kJoin;
   }
+}
+
+// Under ULFM a shard silent past --failure-timeout (lost_) may be hung (stopped, a debugger), not
+// dead: neither MPI nor ULFM reports it, and the survivors' shrink would wait for it. A worker on
+// its node ends it (SIGKILL to the process id its join reply gave), which turns the hang into a
+// failure the MPI library reports to every survivor, and the takeover follows with the journals
+// replayed: nothing lost. Every worker then waits up to --failure-timeout (1 s at least) for that
+// report, for a worker on the shard's node may end it. Not when this process's own suspension made
+// the silence. Whether the failure was reported (no: the loss ends this worker as before).
+bool Worker::end_hung_shard() {
+  if (suspended() > opts_.failure_timeout) return false;
+  const int s = lost_->shard;
+  if (const int pid = client_->local_pid(s); pid > 0) {
+    std::ostringstream line;
+    line << "mpi_trainer: " << worker_label(rank_) << ": parameter-server shard " << s << " (pid " << pid
+         << " on this node) did not answer within " << std::setprecision(3) << lost_->waited
+         << " s and is not reported dead: hung? SIGKILL to it, so that the survivors take it over\n";
+    std::cerr << line.str() << std::flush;
+    if (::kill(pid, SIGKILL) != 0 && errno != ESRCH)
+      std::cerr << "mpi_trainer: " + worker_label(rank_) + ": kill(" + std::to_string(pid) + "): " + std::strerror(errno) + "\n"
+                << std::flush;
+  }
+  return client_->await_failure(std::max(1.0, opts_.failure_timeout));
 }
 
 // The takeover of a lost parameter-server shard (ULFM; docs/fault-model.md, "Takeover under

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "core/error.hpp"
 #include "core/clock.hpp"
@@ -41,7 +42,8 @@ WorkerClient::WorkerClient(const WorkerOptions& opts, const Model& model, MPI_Co
       reqs_(static_cast<std::size_t>(2 * shards_), MPI_REQUEST_NULL),
       statuses_(reqs_.size()),
       version_(static_cast<std::size_t>(shards_), 0),
-      replied_(static_cast<std::size_t>(shards_), false) {
+      replied_(static_cast<std::size_t>(shards_), false),
+      local_pid_(static_cast<std::size_t>(shards_), 0) {
   for (int s = 0; s < shards_; ++s) {
     send_.emplace_back(send_floats(s));
     recv_.emplace_back(reply_floats(s));
@@ -255,6 +257,7 @@ void WorkerClient::take_replies(MsgKind kind) {
         b.share(seg, 0);
         r.share(seg, shm_reply_offset(push_floats));
         bells_[static_cast<std::size_t>(s)] = shm_bells(*seg, push_floats, reply_floats(s));
+        local_pid_[static_cast<std::size_t>(s)] = r.header().pid;
       }
       if (seg) seg->unlink();
       seg.reset();
@@ -274,6 +277,24 @@ void WorkerClient::take_replies(MsgKind kind) {
   }
 }
 
+bool WorkerClient::await_failure(double seconds) {
+  const auto t0 = Clock::now();
+  for (;;) {
+    if (ps_failed_) return true;
+    {
+      std::lock_guard<std::mutex> lock(mpi_);
+      for (std::size_t i = 0; i < reqs_.size(); ++i) {
+        if (reqs_[i] == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        if (const int rc = MPI_Test(&reqs_[i], &flag, MPI_STATUS_IGNORE); ulfm_is_proc_failed(rc))
+          on_failed_(static_cast<int>(i / 2));
+      }
+    }
+    if (ps_failed_ || since(t0) > seconds) return ps_failed_;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 void WorkerClient::renew() {
   for (int s = 0; s < shards_; ++s) {
     const auto k = static_cast<std::size_t>(s);
@@ -282,6 +303,7 @@ void WorkerClient::renew() {
     send_[k] = Buffer(send_floats(s));
     recv_[k] = Buffer(reply_floats(s));
     bells_[k] = PairBells{};
+    local_pid_[k] = 0;  // the new parameter server's messages go through MPI
   }
   std::fill(reqs_.begin(), reqs_.end(), MPI_REQUEST_NULL);
   packed_ = false;

@@ -73,6 +73,12 @@ class WorkerClient {
   std::span<const float> pulled(int s);
   const MsgHeader& reply(int s) { return recv_[static_cast<std::size_t>(s)].header(); }
   bool replied(int s) const { return replied_[static_cast<std::size_t>(s)]; }
+  // Shard s's process id when it runs on this node (it took this worker's shared-memory segment),
+  // else 0.
+  int local_pid(int s) const { return local_pid_[static_cast<std::size_t>(s)]; }
+  // Waits up to `seconds` for the MPI library (ULFM) to report a shard of the last exchange
+  // failed (on_failed raises `ps_failed`); whether it did.
+  bool await_failure(double seconds);
   const FlatTensors& params() const { return params_; }
   const Partition& partition() const { return part_; }
   std::int64_t global_step() const { return global_step_; }  // the highest any shard replied
@@ -125,6 +131,7 @@ class WorkerClient {
   std::vector<MPI_Status> statuses_;
   std::vector<std::int64_t> version_;
   std::vector<bool> replied_;
+  std::vector<int> local_pid_;
   Backoff backoff_{5, 1000};  // the time from a push to the replies
   std::int64_t global_step_ = 0;
   bool clean_end_ = true;

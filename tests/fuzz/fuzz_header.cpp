@@ -1,6 +1,6 @@
 // Fuzz target (issue 45): the protocol's message header as a parameter server or worker receives
-// it (ps/protocol.hpp check_header): any 136 bytes and a payload bound give a verdict, never a
-// crash. The first 8 bytes are the bound, the next 136 the header.
+// it (ps/protocol.hpp check_header): any 144 bytes and a payload bound give a verdict, never a
+// crash. The first 8 bytes are the bound, the next 144 the header.
 #include <cstdint>
 #include <cstring>
 
