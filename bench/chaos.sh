@@ -309,7 +309,7 @@ for scenario in "${plan[@]}"; do
       signal_phase "hung PS" STOP "$at" - 0
       if ((ulfm)); then  # a worker on its node ends it; the standby takes it over in the job
         expect "hung PS" 0 1
-        expect_line "is not reported dead: hung? SIGKILL to it" "hung PS: no worker on its node ended it"
+        expect_line "is not reported dead: hung, SIGKILL to it" "hung PS: no worker on its node ended it"
       else
         expect "hung PS" 0 2
         expect_line "the parameter server is silent but not known to be dead" "hung PS: no worker ended the job"

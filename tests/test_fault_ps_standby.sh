@@ -228,7 +228,7 @@ if [[ $cases == *" hung "* ]]; then
   if ((ulfm)); then
     # A worker on its node ends it (SIGKILL), ULFM reports the failure, the standby takes it over
     # in the job and replays the journals: one attempt, nothing lost.
-    grep -q "parameter-server shard 0 (pid $ps_pid on this node) did not answer within .* SIGKILL to it" "$dir/hung.txt"
+    grep -q "parameter-server shard 0 (pid $ps_pid on this node, state T) did not answer within .* hung, SIGKILL to it" "$dir/hung.txt"
     check_takeover hung 150 1 0 1 40  # (stopped once the metrics show step 150: up to ~190)
   else
   grep -q "rank 1: the parameter server is silent but not known to be dead" "$dir/hung.txt"

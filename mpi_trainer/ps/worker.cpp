@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -27,6 +28,16 @@
 namespace mt {
 
 namespace {
+
+// The state letter of process `pid` (/proc/PID/stat: R running, S sleeping, D in the kernel, T
+// stopped, t stopped by a tracer, ...), '?' when it cannot be read (gone, another namespace).
+char process_state(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(f, stat)) return '?';
+  const auto close = stat.rfind(')');  // after the command name, which may hold spaces
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+}
 
 // One line (one write: lines of several workers do not interleave).
 std::string loss_line(int rank, const PsLoss& loss) {
@@ -295,7 +306,8 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
 
 // Under ULFM a shard silent past --failure-timeout (lost_) may be hung (stopped, a debugger), not
 // dead: neither MPI nor ULFM reports it, and the survivors' shrink would wait for it. A worker on
-// its node ends it (SIGKILL to the process id its join reply gave), which turns the hang into a
+// its node that finds it stopped or stuck in the kernel ends it (SIGKILL to the process id its join
+// reply gave), which turns the hang into a
 // failure the MPI library reports to every survivor, and the takeover follows with the journals
 // replayed: nothing lost. Every worker then waits up to --failure-timeout (1 s at least) for that
 // report, for a worker on the shard's node may end it. Not when this process's own suspension made
@@ -303,11 +315,15 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
 bool Worker::end_hung_shard() {
   if (suspended() > opts_.failure_timeout) return false;
   const int s = lost_->shard;
-  if (const int pid = client_->local_pid(s); pid > 0) {
+  // Only a process that is stopped (SIGSTOP, a debugger) or stuck in the kernel (a disk) is ended:
+  // one that runs or sleeps is alive, only slow (a handover that waits for its standby, say).
+  const int pid = client_->local_pid(s);
+  const char state = pid > 0 ? process_state(pid) : '?';
+  if (state == 'T' || state == 't' || state == 'D') {
     std::ostringstream line;
     line << "mpi_trainer: " << worker_label(rank_) << ": parameter-server shard " << s << " (pid " << pid
-         << " on this node) did not answer within " << std::setprecision(3) << lost_->waited
-         << " s and is not reported dead: hung? SIGKILL to it, so that the survivors take it over\n";
+         << " on this node, state " << state << ") did not answer within " << std::setprecision(3) << lost_->waited
+         << " s and is not reported dead: hung, SIGKILL to it, so that the survivors take it over\n";
     std::cerr << line.str() << std::flush;
     if (::kill(pid, SIGKILL) != 0 && errno != ESRCH)
       std::cerr << "mpi_trainer: " + worker_label(rank_) + ": kill(" + std::to_string(pid) + "): " + std::strerror(errno) + "\n"
