@@ -53,6 +53,9 @@ for scaling in active-workers none; do
   # join's first pushes can lift a loss near zero past its threshold) are tested on their own.
   flags=(--model resnet8 --batch-size 32 --lr-schedule constant --lr 0.05 --augment off --data "$dir/data"
          --ckpt-dir "$dir/ck" --quiet --spike-guard off)
+  # With the refused joiners first (active-workers) the job runs 2.5x longer: six joiners, each its
+  # own mpirun, take ~10 s on a loaded machine, and the two real joins must still find it training.
+  steps=$([[ $scaling == active-workers ]] && echo 600 || echo 240)
   MT_JOIN_AUTH_SECONDS=2 "$mpiexec" --ompi-server "file:$dir/uri" --enable-recovery -np 2 --oversubscribe \
     -x OMP_WAIT_POLICY=passive -x MT_JOIN_AUTH_SECONDS "$trainer" train "${flags[@]}" --train-steps $steps \
     --max-workers 3 --lr-scaling $scaling --log-every-steps 20 --metrics "$dir/m.jsonl" > "$dir/out.txt" 2>&1 &

@@ -98,7 +98,7 @@ void ReplicaSender::send(std::int64_t step, int state_buffers, std::span<const s
     MPI_Request req = MPI_REQUEST_NULL;
     try {
       isend(buf_, floats, d.peer, kTagReplica, &req, d.comm);
-    } catch (const ProcessFailed&) {  // ULFM: known dead; the shard drops it on its own
+    } catch (const LibraryError&) {  // known dead (ULFM), or its connection broke: the shard drops it
       continue;
     }
     inflight_.emplace_back(d.id, req);

@@ -192,7 +192,14 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
     h.precision = static_cast<std::int32_t>(opts_.push_precision);
   }
   if (kind == MsgKind::kStop) stamp_failure(h);
-  isend(m.send, h.payload, m.peer, kTagToWorker, &m.sreq, m.comm);
+  try {
+    isend(m.send, h.payload, m.peer, kTagToWorker, &m.sreq, m.comm);
+  } catch (const ProcessFailed&) {
+    throw;  // ULFM: the serve loop drops it (or a takeover follows)
+  } catch (const LibraryError& e) {  // Open MPI 4.1: its connection broke (node down): it is lost
+    drop(m, /*lost=*/true, std::string("a reply to it failed: ") + e.what());
+    return false;
+  }
   if (m.bells) m.bells.to_worker().ring();
   m.last_reply = Clock::now();
   m.owes_reply = false;
