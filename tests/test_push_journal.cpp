@@ -161,3 +161,25 @@ TEST_CASE("push journal: past its bound the oldest pushes go (a standby that nev
   CHECK(left[1].push_id == 5);
   CHECK(j.bytes() == 0);
 }
+
+TEST_CASE("push journal: a surviving shard's part travels whole, a cut one is an error", "[ps][journal]") {
+  PartState s;
+  s.part = 1;
+  s.step = 158;
+  s.handled = {3, 7};
+  s.params = {0.5f, -1.f};
+  s.state = {1.f, 2.f, 3.f, 4.f};
+  std::string bytes;
+  append_part_state(bytes, s);
+  append_part_state(bytes, PartState{});
+  const std::vector<PartState> back = parse_part_states(bytes);
+  REQUIRE(back.size() == 2);
+  CHECK(back[0].part == 1);
+  CHECK(back[0].step == 158);
+  CHECK(back[0].handled == s.handled);
+  CHECK(back[0].params == s.params);
+  CHECK(back[0].state == s.state);
+  CHECK(back[0].stats.empty());
+  for (std::size_t cut = 1; cut < bytes.size(); cut += 7)
+    CHECK_THROWS_AS(parse_part_states(std::string_view(bytes).substr(0, cut)), Error);
+}

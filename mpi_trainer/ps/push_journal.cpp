@@ -4,7 +4,6 @@
 #include <cstring>
 #include <set>
 #include <tuple>
-#include <type_traits>
 
 #include "core/error.hpp"
 
@@ -25,6 +24,39 @@ static_assert(sizeof(Head) % sizeof(float) == 0, "the log travels as floats");
 std::size_t entry_bytes(const LoggedPush& p) {
   return sizeof(Head) + (p.message.size() + p.pulled.size()) * sizeof(float);
 }
+
+template <class T>
+void append_values(std::string& out, const std::vector<T>& v) {
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// Reads what append_values and a head wrote, each read checked against what is left; `what`
+// names the bytes in the error.
+struct Reader {
+  std::string_view bytes;
+  const char* what;
+  std::size_t at = 0;
+  bool done() const { return at >= bytes.size(); }
+  Error cut() const {
+    return Error(kExitInternal, std::string(what) + ": cut or malformed at byte " + std::to_string(at) + " of " +
+                                    std::to_string(bytes.size()));
+  }
+  template <class H>
+  H head() {
+    H h{};
+    if (bytes.size() - at < sizeof h) throw cut();
+    std::memcpy(&h, bytes.data() + at, sizeof h);
+    at += sizeof h;
+    return h;
+  }
+  template <class T>
+  void values(std::vector<T>& v, std::int64_t n) {
+    if (n < 0 || static_cast<std::uint64_t>(n) > (bytes.size() - at) / sizeof(T)) throw cut();
+    v.resize(static_cast<std::size_t>(n));
+    std::memcpy(v.data(), bytes.data() + at, v.size() * sizeof(T));
+    at += v.size() * sizeof(T);
+  }
+};
 
 }  // namespace
 
@@ -123,27 +155,16 @@ void append_logged(std::string& out, const LoggedPush& p) {
                static_cast<std::int64_t>(p.message.size()),
                static_cast<std::int64_t>(p.pulled.size())};
   out.append(reinterpret_cast<const char*>(&h), sizeof h);
-  out.append(reinterpret_cast<const char*>(p.message.data()), p.message.size() * sizeof(float));
-  out.append(reinterpret_cast<const char*>(p.pulled.data()), p.pulled.size() * sizeof(float));
+  append_values(out, p.message);
+  append_values(out, p.pulled);
 }
 
 std::vector<LoggedPush> parse_push_journal(std::string_view bytes) {
   std::vector<LoggedPush> out;
-  std::size_t at = 0;
-  const auto bad = [&](const std::string& what) {
-    return Error(kExitInternal,
-                 "push journal: " + what + " at byte " + std::to_string(at) + " of " + std::to_string(bytes.size()));
-  };
-  while (at < bytes.size()) {
-    Head h{};
-    if (bytes.size() - at < sizeof h) throw bad("a cut entry");
-    std::memcpy(&h, bytes.data() + at, sizeof h);
-    const std::size_t left = (bytes.size() - at - sizeof h) / sizeof(float);
-    if (h.part < 0 || h.slot < 0 || h.push_id < 1 || h.message_floats < kHeaderFloats || h.pulled_floats < 0 ||
-        static_cast<std::size_t>(h.message_floats) > left ||
-        static_cast<std::size_t>(h.pulled_floats) > left - static_cast<std::size_t>(h.message_floats))
-      throw bad("a malformed entry");
-    at += sizeof h;
+  Reader in{bytes, "push journal"};
+  while (!in.done()) {
+    const auto h = in.head<Head>();
+    if (h.part < 0 || h.slot < 0 || h.push_id < 1 || h.message_floats < kHeaderFloats) throw in.cut();
     LoggedPush p;
     p.part = h.part;
     p.slot = h.slot;
@@ -153,12 +174,8 @@ std::vector<LoggedPush> parse_push_journal(std::string_view bytes) {
     p.applied = h.applied != 0;
     p.lr = h.lr;
     p.momentum = h.momentum;
-    p.message.resize(static_cast<std::size_t>(h.message_floats));
-    p.pulled.resize(static_cast<std::size_t>(h.pulled_floats));
-    std::memcpy(p.message.data(), bytes.data() + at, p.message.size() * sizeof(float));
-    at += p.message.size() * sizeof(float);
-    std::memcpy(p.pulled.data(), bytes.data() + at, p.pulled.size() * sizeof(float));
-    at += p.pulled.size() * sizeof(float);
+    in.values(p.message, h.message_floats);
+    in.values(p.pulled, h.pulled_floats);
     out.push_back(std::move(p));
   }
   return out;
@@ -188,11 +205,6 @@ struct StateHead {
 };
 static_assert(sizeof(StateHead) % sizeof(float) == 0, "part states travel as floats");
 
-template <class T>
-void append_values(std::string& out, const std::vector<T>& v) {
-  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
 }  // namespace
 
 void append_part_state(std::string& out, const PartState& s) {
@@ -212,28 +224,17 @@ void append_part_state(std::string& out, const PartState& s) {
 
 std::vector<PartState> parse_part_states(std::string_view bytes) {
   std::vector<PartState> out;
-  std::size_t at = 0;
-  const auto take = [&](auto& v, std::int64_t n) {
-    using T = typename std::decay_t<decltype(v)>::value_type;
-    if (n < 0 || static_cast<std::uint64_t>(n) > (bytes.size() - at) / sizeof(T))
-      throw Error(kExitInternal, "a surviving shard's state: cut at byte " + std::to_string(at));
-    v.resize(static_cast<std::size_t>(n));
-    std::memcpy(v.data(), bytes.data() + at, v.size() * sizeof(T));
-    at += v.size() * sizeof(T);
-  };
-  while (at < bytes.size()) {
-    StateHead h{};
-    if (bytes.size() - at < sizeof h) throw Error(kExitInternal, "a surviving shard's state: cut header");
-    std::memcpy(&h, bytes.data() + at, sizeof h);
-    at += sizeof h;
-    if (h.part < 0) throw Error(kExitInternal, "a surviving shard's state: bad part");
+  Reader in{bytes, "a surviving shard's state"};
+  while (!in.done()) {
+    const auto h = in.head<StateHead>();
+    if (h.part < 0) throw in.cut();
     PartState s;
     s.part = h.part;
     s.step = h.step;
-    take(s.handled, h.handled);
-    take(s.params, h.params);
-    take(s.state, h.state);
-    take(s.stats, h.stats);
+    in.values(s.handled, h.handled);
+    in.values(s.params, h.params);
+    in.values(s.state, h.state);
+    in.values(s.stats, h.stats);
     out.push_back(std::move(s));
   }
   return out;

@@ -131,7 +131,7 @@ void Shard::start_state() {
   step_ = start_step_;
   current_ = params_.data();
   if (log.replica_step >= 0) {
-    replay(log.log, {}, log.replica_step);
+    replay(log.log, log.replica_step);
     start_step_ = step_;
     if (coord_) coord_->restart_at(step_);
   }

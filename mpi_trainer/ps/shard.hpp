@@ -78,9 +78,9 @@ class Shard {
   // be current()); the gap's mean steps follow; shard 0 takes the push's BatchNorm statistics.
   // current() is `out` afterwards. (shard_replay.cpp)
   void update(std::span<const float> grad, std::span<float> out, int slot, Applied a, const float* batch_stats);
-  // After the start state: the survivors' logged pushes this shard's part of the replica does not
-  // hold, replayed in their order (a takeover: ps/push_journal.hpp). (shard_replay.cpp)
-  void replay(const std::string& log, std::span<const std::int64_t> handled, std::int64_t replica_step);
+  // After the start state of `replica_step`: the survivors' logged pushes it does not hold, as
+  // split_replay chose and ordered them, replayed (a takeover: ps/push_journal.hpp). (shard_replay.cpp)
+  void replay(const std::string& log, std::int64_t replica_step);
   // Shard 0 of a takeover: each shard's part of the survivors' journals, those its start state (a
   // surviving shard's own part, else the replica's) holds left out; and that start state over the
   // replica's where a shard survived (the restored full_, state_full_, stats_).

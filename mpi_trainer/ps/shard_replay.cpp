@@ -42,9 +42,9 @@ void Shard::update(std::span<const float> grad, std::span<float> out, int slot, 
 // they travelled, the staleness from its step, the rate and momentum its reply reported. The
 // parameters advance in params_ (no worker has been answered yet); a push whose reply never came
 // is judged and rated as a live one would be.
-void Shard::replay(const std::string& log, std::span<const std::int64_t> handled, std::int64_t replica_step) {
+void Shard::replay(const std::string& log, std::int64_t replica_step) {
   const auto t0 = Clock::now();
-  const std::vector<LoggedPush> todo = replay_order(parse_push_journal(log), shard_, handled);
+  const std::vector<LoggedPush> todo = parse_push_journal(log);  // in replay order (split_replay)
   PsEvents::Replayed r;
   r.shard = shard_;
   r.replica_step = replica_step;
