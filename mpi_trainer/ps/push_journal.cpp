@@ -27,6 +27,7 @@ std::size_t entry_bytes(const LoggedPush& p) {
 
 template <class T>
 void append_values(std::string& out, const std::vector<T>& v) {
+  if (v.empty()) return;
   out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
@@ -53,6 +54,7 @@ struct Reader {
   void values(std::vector<T>& v, std::int64_t n) {
     if (n < 0 || static_cast<std::uint64_t>(n) > (bytes.size() - at) / sizeof(T)) throw cut();
     v.resize(static_cast<std::size_t>(n));
+    if (v.empty()) return;  // memcpy's pointers must not be null, even for 0 bytes
     std::memcpy(v.data(), bytes.data() + at, v.size() * sizeof(T));
     at += v.size() * sizeof(T);
   }
@@ -242,12 +244,14 @@ std::vector<PartState> parse_part_states(std::string_view bytes) {
 
 void handled_to_floats(std::span<const std::int64_t> handled, std::span<float> out) {
   MT_ASSERT(out.size() == 2 * handled.size(), "two floats per slot");
+  if (handled.empty()) return;
   std::memcpy(out.data(), handled.data(), handled.size_bytes());
 }
 
 std::vector<std::int64_t> handled_from_floats(std::span<const float> in) {
   MT_ASSERT(in.size() % 2 == 0, "two floats per slot");
   std::vector<std::int64_t> out(in.size() / 2);
+  if (out.empty()) return out;
   std::memcpy(out.data(), in.data(), in.size_bytes());
   return out;
 }
