@@ -52,6 +52,11 @@ void AsyncWriter::give_spare(Checkpoint&& c) {
   spares_.push_back(std::move(c));
 }
 
+void AsyncWriter::set_fence(std::function<void()> fence) {
+  std::lock_guard lock(mutex_);
+  fence_ = std::move(fence);
+}
+
 std::vector<Written> AsyncWriter::take_written() {
   std::lock_guard lock(mutex_);
   return std::exchange(written_, {});
@@ -67,11 +72,12 @@ void AsyncWriter::run() noexcept {
     Checkpoint c = std::move(*waiting_);
     waiting_.reset();
     busy_ = true;
+    const std::function<void()> fence = fence_;
     lock.unlock();
     Written w;
     w.global_step = c.global_step;
     try {
-      w.file = publish(dir_, c, keep_, &w.stats);
+      w.file = publish(dir_, c, keep_, &w.stats, fence);
     } catch (const std::exception& e) {
       w.error = e.what();
     } catch (...) {

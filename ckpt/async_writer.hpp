@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -36,6 +37,9 @@ class AsyncWriter {
   AsyncWriter& operator=(const AsyncWriter&) = delete;
 
   void submit(Checkpoint&& snapshot);
+  // Called on the writer thread right before each checkpoint gets its final name (publish's
+  // before_rename): an exception from it publishes nothing (a fenced parameter server).
+  void set_fence(std::function<void()> fence);
   // Blocks until nothing runs or waits.
   void flush();
   // The same for at most `seconds`; true when nothing runs or waits.
@@ -62,6 +66,7 @@ class AsyncWriter {
   bool stop_ = false;
   std::vector<Written> written_;
   std::vector<Checkpoint> spares_;
+  std::function<void()> fence_;  // under mutex_
   std::thread thread_;  // last: starts once the members above exist
 };
 

@@ -62,9 +62,20 @@ struct PublishStats {
 };
 
 // Writes `c` into `dir` (created if missing) and publishes it atomically, then applies retain().
-// Returns the final path. Throws CheckpointError.
+// Returns the final path. Throws CheckpointError. `before_rename`, when set, runs once the file is
+// durable under its temporary name, right before it gets its final one: an exception from it
+// (PsSuperseded: a fenced parameter server) removes the temporary file and publishes nothing.
 std::filesystem::path publish(const std::filesystem::path& dir, const Checkpoint& c, int keep,
-                              PublishStats* stats = nullptr);
+                              PublishStats* stats = nullptr, const std::function<void()>& before_rename = {});
+
+// The parameter-server epoch of a checkpoint directory (docs/checkpoint-format.md, "Epochs"): the
+// file `ps-epoch`, one decimal number and a newline, written atomically (0600). Each parameter server
+// that starts on the directory, and each that takes a lost one's place inside the job, takes the next
+// number; one whose number is no longer the newest has been superseded and publishes nothing.
+// 0 when the file is missing; throws CheckpointError when it cannot be read or parsed.
+std::int64_t read_ps_epoch(const std::filesystem::path& dir);
+// Takes the next epoch (the file's + 1), durably; returns it. Throws CheckpointError.
+std::int64_t claim_ps_epoch(const std::filesystem::path& dir);
 
 // Retention: keeps the newest `keep` checkpoints that verify (0: all), counting `written` (the one
 // just published, never removed); removes every checkpoint older than those, valid or not.

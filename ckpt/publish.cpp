@@ -1,5 +1,7 @@
 // Publishing a checkpoint (temporary file, fsync, rename, fsync of the directory, LATEST) and
 // retention of the newest valid ones.
+#include <charconv>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -79,7 +81,8 @@ void retain(const fs::path& dir, int keep, const fs::path& written) {
   }
 }
 
-fs::path publish(const fs::path& dir, const Checkpoint& c, int keep, PublishStats* stats) {
+fs::path publish(const fs::path& dir, const Checkpoint& c, int keep, PublishStats* stats,
+                 const std::function<void()>& before_rename) {
   quiet_hdf5();
   const auto t0 = Clock::now();
   std::error_code ec;
@@ -94,6 +97,7 @@ fs::path publish(const fs::path& dir, const Checkpoint& c, int keep, PublishStat
   write_durably(tmp, image, c.global_step);
   const auto t1 = Clock::now();
   try {
+    if (before_rename) before_rename();
     rename_durably(tmp, final_path);
   } catch (...) {
     fs::remove(tmp, ec);
@@ -121,6 +125,31 @@ fs::path publish(const fs::path& dir, const Checkpoint& c, int keep, PublishStat
     stats->rewritten = rewritten;
   }
   return final_path;
+}
+
+std::int64_t read_ps_epoch(const fs::path& dir) {
+  std::ifstream in(dir / "ps-epoch");
+  if (!in) {
+    std::error_code ec;
+    if (!fs::exists(dir / "ps-epoch", ec)) return 0;
+    throw CheckpointError((dir / "ps-epoch").string() + ": cannot be read");
+  }
+  std::string text;
+  std::getline(in, text);
+  std::int64_t e = -1;
+  const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), e);
+  if (err != std::errc() || end != text.data() + text.size() || e < 0)
+    throw CheckpointError((dir / "ps-epoch").string() + ": not an epoch number: '" + text + "'");
+  return e;
+}
+
+std::int64_t claim_ps_epoch(const fs::path& dir) {
+  std::error_code ec;
+  if (!create_private_directories(dir, ec))
+    throw CheckpointError(dir.string() + ": cannot create checkpoint directory: " + ec.message());
+  const std::int64_t e = read_ps_epoch(dir) + 1;
+  write_file_atomically(dir / "ps-epoch", std::to_string(e) + '\n');
+  return e;
 }
 
 }  // namespace mt::ckpt

@@ -157,3 +157,34 @@ elseif(_mt_ulfm_mode STREQUAL "OFF")
 else()
   message(STATUS "ULFM: not available (${_mt_ulfm_why}): failure detection by heartbeats only")
 endif()
+
+# PMIx, the runtime interface of the MPI library itself (ULFM builds only): a worker reports a
+# parameter server that is hung (stopped, not dead; no worker on its node to see it) failed
+# through it, so that every survivor's ULFM excludes it and the runtime ends it (ps/ulfm.cpp,
+# docs/fault-model.md). The header may come from another PMIx release than the library (Debian's
+# libpmix-dev beside the ULFM Open MPI's own libpmix): PMIx keeps its interface stable across
+# releases. The library is the one the MPI library loads, found beside libmpi.
+# Set MT_PMIX_LIBRARY and MT_PMIX_INCLUDE_DIR to choose them.
+set(MT_HAVE_PMIX 0)
+if(MT_HAVE_ULFM)
+  set(_mt_mpi_lib_dirs "")
+  set(_mt_mpi_include_hints "")
+  foreach(_lib IN LISTS MPI_C_LIBRARIES MPI_CXX_LIBRARIES)
+    if(_lib MATCHES "libmpi[.]")
+      get_filename_component(_dir "${_lib}" DIRECTORY)
+      list(APPEND _mt_mpi_lib_dirs "${_dir}" "${_dir}/openmpi")
+      list(APPEND _mt_mpi_include_hints "${_dir}/../include")
+    endif()
+  endforeach()
+  find_library(MT_PMIX_LIBRARY NAMES pmix libpmix.so.2 PATHS ${_mt_mpi_lib_dirs} NO_DEFAULT_PATH)
+  find_path(MT_PMIX_INCLUDE_DIR pmix.h HINTS ${_mt_mpi_include_hints}
+            PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/pmix2/include /usr/include/pmix)
+  if(MT_PMIX_LIBRARY AND MT_PMIX_INCLUDE_DIR)
+    set(MT_HAVE_PMIX 1)
+    message(STATUS "ULFM: PMIx ${MT_PMIX_LIBRARY} (pmix.h in ${MT_PMIX_INCLUDE_DIR}): a hung parameter server is reported failed")
+  else()
+    message(WARNING "ULFM: no PMIx found (libpmix beside libmpi: '${MT_PMIX_LIBRARY}', pmix.h: "
+                    "'${MT_PMIX_INCLUDE_DIR}'; install libpmix-dev): a hung parameter server with no worker on "
+                    "its node is restarted, not taken over")
+  endif()
+endif()

@@ -9,6 +9,7 @@ PACKAGES=(
   ccache                           # compiler cache: a second build of any clone compiles almost nothing
   libdnnl-dev ocl-icd-opencl-dev   # oneDNN: CPU kernels (its CMake config asks for OpenCL)
   libopenmpi-dev openmpi-bin       # MPI (Open MPI 4.1)
+  libpmix-dev                      # pmix.h: the ULFM build reports a hung parameter server through PMIx
   libhdf5-dev hdf5-tools           # checkpoints
   zlib1g-dev                       # gzip'd IDX files
   libssl-dev                       # OpenSSL: the HMAC of the join handshake (ps/join_auth.cpp)

@@ -5,8 +5,10 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
+#include "ckpt/async_writer.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "core/atomic_file.hpp"
+#include "core/error.hpp"
 #include "test_paths.hpp"
 #include "test_util.hpp"
 
@@ -101,4 +103,43 @@ TEST_CASE("checkpoints that crash libhdf5 are reported, not a dead process (issu
   REQUIRE(found);
   CHECK(found->checkpoint.global_step == 5);
   CHECK(skipped.size() == 5);
+}
+
+TEST_CASE("a parameter server whose epoch is no longer the newest publishes nothing (issue 43)", "[unit][ckpt]") {
+  test::TempDir dir("ckpt_epoch");
+  const fs::path ck = dir.path() / "ck";
+  CHECK(ckpt::read_ps_epoch(ck) == 0);  // no file yet (no directory either)
+  const std::int64_t first = ckpt::claim_ps_epoch(ck);
+  CHECK(first == 1);
+  CHECK(mode_of(ck / "ps-epoch") == 0600);
+  ckpt::publish(ck, sample_checkpoint(10), 3);
+  // The fence the parameter server's checkpoint writer runs right before each rename.
+  const auto fence = [&] {
+    if (const std::int64_t now = ckpt::read_ps_epoch(ck); now > first) throw PsSuperseded("epoch " + std::to_string(now));
+  };
+  ckpt::publish(ck, sample_checkpoint(20), 3, nullptr, fence);  // still the newest: published
+  CHECK(fs::exists(ck / "ckpt-0000000020.h5"));
+  CHECK(ckpt::claim_ps_epoch(ck) == 2);  // a successor (a takeover, a restart)
+  CHECK_THROWS_AS(ckpt::publish(ck, sample_checkpoint(30), 3, nullptr, fence), PsSuperseded);
+  CHECK_FALSE(fs::exists(ck / "ckpt-0000000030.h5"));
+  CHECK_FALSE(fs::exists(ck / "ckpt-0000000030.h5.tmp"));
+  std::ifstream latest(ck / "LATEST");
+  std::string name;
+  latest >> name;
+  CHECK(name == "ckpt-0000000020.h5");
+  // The same through the background writer.
+  {
+    ckpt::AsyncWriter w(ck, 3);
+    w.set_fence(fence);
+    w.submit(sample_checkpoint(40));
+    w.flush();
+    const auto written = w.take_written();
+    REQUIRE(written.size() == 1);
+    CHECK_FALSE(written[0].ok());
+    CHECK(written[0].error.find("epoch 2") != std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(ck / "ckpt-0000000040.h5"));
+  // A damaged epoch file is an error, never taken for 0.
+  write_file_atomically(ck / "ps-epoch", "two\n");
+  CHECK_THROWS_AS(ckpt::read_ps_epoch(ck), CheckpointError);
 }

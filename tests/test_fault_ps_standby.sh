@@ -18,6 +18,10 @@
 #            ends within 30 s (before, mpirun waited as long as it was stopped), the restart resumes
 #            from the replica. Under ULFM a worker on its node SIGKILLs it instead, ULFM reports the
 #            failure and the standby takes it over in the job, nothing lost
+#   hung-remote (ULFM) the hung case with no worker on the PS's node (MT_PS_SHM=0: no process
+#            id to look at): a worker reports it failed through the runtime (PMIx), the standby takes
+#            it over in the job, nothing lost; the runtime ends the stopped process once the
+#            survivors are done, and woken, it finds the newer epoch and ends writing nothing (11)
 #   replay   (ULFM) the PS killed at step 157, then the standby that takes it over killed halfway
 #            through replaying the push journals: the restart resumes from the replica it wrote first
 #   notice   SIGTERM to the PS at step 150 with --ps-handover: it checkpoints and stops the job
@@ -32,14 +36,14 @@
 # and restarts as above; in `shards` the standby takes the lost shard over, the surviving shard
 # following it (ps/recovery.hpp).
 # Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both hung notice", and
-# "shards bf16 replay" too under ULFM. Without ULFM the shards case takes 90 s (shard 0 waits up to 60 s for
+# "shards bf16 replay hung-remote" too under ULFM. Without ULFM the shards case takes 90 s (shard 0 waits up to 60 s for
 # the lost shard 1 before the attempt ends), so it is run by hand there: ... "ps shards standby both".
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
 ulfm=0
 [[ $("$trainer" --version) == *"failure detection: ULFM"* ]] && ulfm=1
 default_cases="ps standby both hung notice"
-((ulfm)) && default_cases+=" shards bf16 replay"
+((ulfm)) && default_cases+=" shards bf16 replay hung-remote"
 steps=240 interval=10 kill=157 cases=" ${3:-$default_cases} "
 case_run() {  # NAME NP KILLS [extra flags]
   local t0=$SECONDS
@@ -209,10 +213,10 @@ if [[ $cases == *" both "* ]]; then
   # Under load the kill can land past step 200: the newest periodic checkpoint is then 200's.
   check both 199 100 200 -
 fi
-if [[ $cases == *" hung "* ]]; then
-  rm -f "$dir/m.jsonl"
-  case_run hung 4 "" &
-  loop=$!
+# stop_ps NAME: the PS stopped (SIGSTOP) at step 150 and never continued; fails unless the process
+# is gone within 30 s (the job would wait for it).
+stop_ps() {
+  local name=$1 i
   wait_for_step 150
   ps_pid=$(rank_pid 0)
   [[ -n $ps_pid ]] || { echo "no pid for rank 0"; kill $loop; exit 1; }
@@ -220,11 +224,17 @@ if [[ $cases == *" hung "* ]]; then
   stopped=$SECONDS
   for ((i = 0; i < 300; i++)); do [[ $(rank_pid 0) == "$ps_pid" ]] || break; sleep 0.1; done
   if [[ $(rank_pid 0) == "$ps_pid" ]]; then
-    echo "FAIL: hung: the stopped parameter server was still there 30 s later (the job waits for it)"
-    kill -KILL "$ps_pid"; wait $loop || true; cat "$dir/hung.txt"; exit 1
+    echo "FAIL: $name: the stopped parameter server was still there 30 s later (the job waits for it)"
+    kill -KILL "$ps_pid"; wait $loop || true; cat "$dir/$name.txt"; exit 1
   fi
-  echo "hung: the stopped parameter server was gone $((SECONDS - stopped)) s after its SIGSTOP"
+  echo "$name: the stopped parameter server was gone $((SECONDS - stopped)) s after its SIGSTOP"
   wait $loop
+}
+if [[ $cases == *" hung "* ]]; then
+  rm -f "$dir/m.jsonl"
+  case_run hung 4 "" &
+  loop=$!
+  stop_ps hung
   if ((ulfm)); then
     # A worker on its node ends it (SIGKILL), ULFM reports the failure, the standby takes it over
     # in the job and replays the journals: one attempt, nothing lost.
@@ -246,6 +256,29 @@ assert 140 <= rep[0]["global_step"] <= s["resumed_from_step"], (rep, s["resumed_
 print(f"ok: hung: the standby's replica of step {rep[0]['global_step']}, resumed from step {s['resumed_from_step']}")
 PY
   fi
+fi
+if ((ulfm)) && [[ $cases == *" hung-remote "* ]]; then
+  # No same-node worker can see the process state: the workers wait --failure-timeout, then twice
+  # that for ULFM's report; none comes, so they report it failed through the runtime (PMIx), which
+  # ends it; the standby takes it over, journals replayed.
+  rm -f "$dir/m.jsonl"
+  MT_PS_SHM=0 case_run hung-remote 4 "" &
+  loop=$!
+  stop_ps hung-remote
+  grep -q "parameter-server shard 0 did not answer within .* hung, reported failed to the runtime, so that the survivors" \
+    "$dir/hung-remote.txt" || { echo "FAIL: hung-remote: no worker reported the hung PS"; cat "$dir/hung-remote.txt"; exit 1; }
+  check_takeover hung-remote 150 1 0 1 40
+  # Fenced: the runtime ends the stopped process once the survivors are done (SIGCONT, SIGTERM,
+  # SIGKILL); woken, it finds the newer epoch its successor claimed and ends, writing nothing (exit
+  # 11; or its MPI library aborts it first: it was reported dead). One summary, the successor's
+  # status, epoch 2.
+  grep -Eq "parameter server \(rank 0\): paused for .* another has taken its place meanwhile .*exit 11|I have been reported dead" \
+    "$dir/hung-remote.txt" || { echo "FAIL: hung-remote: the former PS did not end fenced"; cat "$dir/hung-remote.txt"; exit 1; }
+  [[ $(grep -c '"event":"summary"' "$dir/m.jsonl") == 1 && $(cat "$dir/ck/ps-epoch") == 2 ]] \
+    || { echo "FAIL: hung-remote: the former PS wrote"; grep summary "$dir/m.jsonl"; cat "$dir/ck/ps-epoch"; exit 1; }
+  grep -q '"state":"done","exit_code":0,.*"ps_epoch":2' "$dir/ck/run-status.json" \
+    || { echo "FAIL: hung-remote: status"; cat "$dir/ck/run-status.json"; exit 1; }
+  echo "ok: hung-remote: the former PS ended fenced (epoch 2 on disk), nothing written by it"
 fi
 if [[ $cases == *" notice "* ]]; then
   case_run notice 4 "rank=0@step=150:TERM" --ps-handover

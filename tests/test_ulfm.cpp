@@ -24,7 +24,8 @@ TEST_CASE("ulfm: without ULFM, unavailable and no failed ranks", "[ulfm]") {
 }
 
 // ps/recovery: the plan every survivor computes from the same offers (docs/fault-model.md,
-// "Takeover under ULFM"). Offers: {replica step, seen step, launched rank, shard (-1: worker), slot}.
+// "Takeover under ULFM"). Offers: {replica step, seen step, launched rank, shard (-1: worker), slot,
+// hung shard reported (world rank, -1 when none; default)}.
 #include "ps/recovery.hpp"
 
 TEST_CASE("takeover plan: one shard, the newest replica's holder becomes the parameter server", "[ulfm][takeover]") {
@@ -42,7 +43,12 @@ TEST_CASE("takeover plan: one shard, the newest replica's holder becomes the par
     CHECK(plan->worker_ranks == std::vector<int>{1, 2});
     CHECK(plan->worker_slots == std::vector<int>{0, 1});
     CHECK(plan->shard == (me == 2 ? 0 : -1));
+    CHECK(plan->hung.empty());
   }
+  // A hung PS (world rank 0) that two of them reported failed: every survivor learns of it once,
+  // to have the runtime end it when its own part is done.
+  const std::vector<SurvivorOffer> hung{{-1, 157, 1, -1, 0, 0}, {150, 158, 2, -1, 1, -1}, {151, 157, 3, -1, 2, 0}};
+  for (int me = 0; me < 3; ++me) CHECK(plan_takeover(hung, 1, me, &why)->hung == std::vector<int>{0});
 }
 
 TEST_CASE("takeover plan: one shard of three lost, the survivors follow the replica's holder", "[ulfm][takeover]") {

@@ -148,6 +148,12 @@ int train_command(TrainConfig& cfg, int* argc, char*** argv, std::ostream& out, 
     MpiSession mpi(argc, argv, cfg.max_workers > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
     try {
       return end_mpi(mpi, train_distributed(cfg, mpi, out));
+    } catch (const PsSuperseded& e) {
+      // A former parameter server, woken after its successor took over: its job goes on without
+      // it. One line; no MPI_Finalize (its peers count it failed).
+      err << "mpi_trainer: " + std::string(e.what()) + '\n' << std::flush;
+      mpi.leave_unfinalized();
+      return e.exit_code();
     } catch (...) {
       // No MPI_Abort (a banner per rank, and a worker's error must not end the job): a
       // parameter server that failed has told its workers (run_ps); a worker that failed is

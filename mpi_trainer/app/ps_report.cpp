@@ -139,6 +139,7 @@ void PsReport::started(const Started& e) {
   config["synthetic_gradients"] = cfg_.synthetic_gradients;
   config["processes"] = e.workers + e.shards;
   config_json_ = config.dump();
+  claim_epoch();
   if (takeover_) {  // the same attempt goes on: its config event stands
     took_over(e);
     return;
@@ -368,7 +369,7 @@ void PsReport::report_evals(const std::vector<BackgroundEval::Done>& done) {
 
 void PsReport::write_status(const std::string& state, std::int64_t global_step, int exit_code, int revocations,
                             const std::string& error) {
-  if (!lead()) return;
+  if (!lead() || superseded()) return;
   write_run_status(status_path_,
                    nlohmann::ordered_json{
                        {"state", state},
@@ -378,6 +379,7 @@ void PsReport::write_status(const std::string& state, std::int64_t global_step, 
                        {"attempt", prev_.attempts},
                        {"stopped_by", or_null(stop_reason_)},
                        {"revocations", revocations},
+                       {"ps_epoch", epoch_ > 0 ? nlohmann::ordered_json(epoch_) : nlohmann::ordered_json()},
                        {"error", or_null(error)}});
 }
 

@@ -62,6 +62,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
   void snapshot_taken(std::int64_t global_step, double stall_seconds, double gather_seconds, bool final) override;
   std::optional<Evaluated> finished(const Finished& e) override;
   void failed(std::int64_t global_step, int exit_code, const std::string& what) override;
+  bool superseded() override;  // (app/ps_takeover_report.cpp)
 
   // SnapshotSink
   PsStart restore(FlatTensors& params, std::span<FlatTensors> momenta, FlatTensors* gap_mean_step, FlatTensors& bn_stats,
@@ -110,6 +111,9 @@ class PsReport final : public PsEvents, public SnapshotSink {
   void write_status(const std::string& state, std::int64_t global_step, int exit_code, int revocations,
                     const std::string& error = {});
   void report_written();
+  // Shard 0 at its start (a takeover's too): the next epoch of the checkpoint directory, and the
+  // checkpoint writer fenced with it (app/ps_takeover_report.cpp).
+  void claim_epoch();
   void report_evals(const std::vector<BackgroundEval::Done>& done);
 
   const TrainConfig& cfg_;
@@ -122,6 +126,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
   PushLog push_log_;
   bool durable_wait_ = false;  // the last snapshot's write was durable before training went on
   const std::string status_path_;
+  std::int64_t epoch_ = 0;  // this parameter server's epoch (claim_epoch); 0: none (no --ckpt-dir)
   TrainProgress prev_;
   std::string config_json_ = "{}";
   std::optional<ckpt::AsyncWriter> writer_;

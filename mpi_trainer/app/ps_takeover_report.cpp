@@ -1,12 +1,14 @@
 // The parameter server's reports of a takeover (ULFM, docs/fault-model.md, "Takeover under ULFM"
 // and "Zero-loss takeover"): the new parameter server's start, its replay of the survivors'
 // journaled pushes, its first step; a surviving shard following it; a handover on a notice.
+#include <filesystem>
 #include <iomanip>
 #include <sstream>
 #include <string>
 
 #include "app/ps_report.hpp"
 #include "core/clock.hpp"
+#include "core/error.hpp"
 #include "ps/notices.hpp"
 
 namespace mt {
@@ -99,6 +101,30 @@ void PsReport::first_step(std::int64_t global_step, double seconds_since_start) 
                                         {"global_step", global_step},
                                         {"unix_time", unix_now()},
                                         {"seconds_since_start", seconds_since_start}});
+}
+
+// The epoch fences a parameter server that was taken for lost but lives (hung, then woken: ULFM's
+// takeover of a hung PS, docs/fault-model.md "Epochs"): from the moment its successor claims the
+// next epoch, its checkpoints are not published (the writer's fence, right before the rename) and
+// its status is not written; its shard ends at its next poll (Shard::check_superseded).
+void PsReport::claim_epoch() {
+  if (cfg_.ckpt_dir.empty()) return;
+  epoch_ = ckpt::claim_ps_epoch(cfg_.ckpt_dir);
+  if (!writer_) return;
+  writer_->set_fence([dir = std::filesystem::path(cfg_.ckpt_dir), mine = epoch_] {
+    if (const std::int64_t now = ckpt::read_ps_epoch(dir); now > mine)
+      throw PsSuperseded("not published: the parameter server of epoch " + std::to_string(now) +
+                       " has taken this one's place (epoch " + std::to_string(mine) + ")");
+  });
+}
+
+bool PsReport::superseded() {
+  if (epoch_ == 0) return false;
+  try {
+    return ckpt::read_ps_epoch(cfg_.ckpt_dir) > epoch_;
+  } catch (const Error&) {
+    return false;  // unreadable: not known to be superseded
+  }
 }
 
 }  // namespace mt

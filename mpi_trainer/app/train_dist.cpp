@@ -28,8 +28,28 @@
 #include "core/error.hpp"
 #include "ps/ps.hpp"
 #include "ps/mpi_env.hpp"
+#include "ps/ulfm.hpp"
 
 namespace mt {
+
+namespace {
+
+// The hung parameter-server processes the survivors reported failed (ULFM, Worker::end_hung_shard):
+// the runtime ends them (SIGCONT, SIGTERM, then SIGKILL), else the launcher would wait for them. Not
+// while the survivors train: continued, such a process sends what it had pending, and its
+// transfers broke a survivor's MPI library (a segmentation fault in Open MPI 5.0.11's ob1, seen
+// twice). So when this process is done (a takeover's parameter server after its summary).
+void end_hung(const std::vector<int>& world_ranks, const std::string& label) {
+  for (const int r : world_ranks) {
+    std::string why;
+    if (!ulfm_end_process(r, &why))
+      std::cerr << "mpi_trainer: " + label + ": the hung process (rank " + std::to_string(r) +
+                       ") stays until it is continued: " + why + "\n"
+                << std::flush;
+  }
+}
+
+}  // namespace
 
 namespace {
 
@@ -202,6 +222,7 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   WorkerResult w = run_worker(opts, model, ps, rank, std::move(plan), [&]() -> std::unique_ptr<StepComputer> {
     return std::make_unique<NetworkStep>(model, setup, cfg.batch_size, StepPacer(emulation, pacer_seed));
   });
+  end_hung(w.hung, worker_label(rank));
   if (w.takeover) return take_over(cfg, setup, model, rank, std::move(*w.takeover), log);
   if (!w.refused.empty()) throw Error(kExitConfig, w.refused);  // a joiner with other flags
   if (w.push_journal_peak_bytes > 0 && !cfg.quiet)  // its memory (--push-journal; bench/ps_takeover.sh)
@@ -289,7 +310,9 @@ TrainResult take_over(const TrainConfig& cfg, const RunSetup& setup, const Model
   serve_survivors(opts, t.comm, std::move(t.worker_ranks), std::move(t.worker_slots), t.data_slots, t.first_step,
                   rank);
   opts.replay = t.replay;
+  const std::vector<int> hung = std::move(t.hung);
   TrainResult res = ps_role(setup, model, report, opts, std::move(t.plan));
+  end_hung(hung, "parameter server (" + label + ")");
   res.skip_finalize = true;  // as its workers (worker_role)
   return res;
 }

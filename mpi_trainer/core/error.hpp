@@ -15,6 +15,7 @@ enum ExitCode : int {
   kExitConfig = 3,     // bad configuration or data
   kExitCheckpoint = 4, // checkpoint could not be read or written
   kExitPsLost = 10,    // worker side: the parameter server vanished
+  kExitSuperseded = 11,  // a former parameter server woke after the survivors took its place: wrote nothing
   kExitRequeue = 75,   // checkpointed on a signal: rerun with --resume auto
   kExitInterrupted = 130,  // checkpointed on SIGINT (Ctrl-C): rerun the same command to continue
 };
@@ -43,6 +44,14 @@ class DataError : public Error {
 class CheckpointError : public Error {
  public:
   explicit CheckpointError(const std::string& what) : Error(kExitCheckpoint, what) {}
+};
+
+// This process was the parameter server, was taken for lost (hung) and has woken after another took
+// its place (a newer epoch in the checkpoint directory, ckpt/checkpoint.hpp): it must neither
+// publish nor answer anything, and ends quietly (exit 11).
+class PsSuperseded : public Error {
+ public:
+  explicit PsSuperseded(const std::string& what) : Error(kExitSuperseded, what) {}
 };
 
 // A failed call into a library; carries the call text and its location.

@@ -342,6 +342,11 @@ class PsEvents {
   virtual void replayed(const Replayed& /*e*/) {}
 
   // Every shard: training stops early (a notice, or no worker left).
+  // Whether another parameter server has taken this one's place (a newer epoch in the checkpoint
+  // directory, ckpt/checkpoint.hpp): asked by shard 0 after it was paused past --failure-timeout
+  // (stopped, a debugger, a stuck disk), when the survivors may have taken it for lost (ULFM). It
+  // then ends at once, writing nothing (PsSuperseded, exit 11).
+  virtual bool superseded() { return false; }
   virtual void stopping(int shard, const std::string& why, std::int64_t global_step, int active_workers) = 0;
   virtual void eval_skipped(std::int64_t global_step) = 0;
   virtual void snapshot_taken(std::int64_t global_step, double stall_seconds, double gather_seconds, bool final) = 0;
@@ -465,6 +470,7 @@ struct Takeover {
   double lost_at = 0;                            // unix time this process learned of the loss
   int takeovers = 0;                             // within this run, this one included
   FaultPlan plan;                                // this process's own revocations go on
+  std::vector<int> hung;  // world ranks of hung processes reported failed: ulfm_end_process at the end
 };
 
 struct WorkerResult {
@@ -486,6 +492,10 @@ struct WorkerResult {
   // worker is a standby (it held replicas; it has tried to write one as the newest checkpoint).
   bool ps_silent = false;
   bool standby = false;
+  // World ranks of hung parameter-server processes the survivors reported failed (ULFM; Worker::
+  // end_hung_shard): stopped, left behind by the takeover; the runtime ends them when this process
+  // ends (ulfm_end_process), so that the launcher does not wait for them.
+  std::vector<int> hung;
 };
 
 // A worker: `ps` holds the shards at ranks 0..S-1 (MPI_COMM_WORLD, or the intercommunicator of a

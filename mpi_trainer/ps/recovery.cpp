@@ -53,6 +53,10 @@ std::optional<TakeoverPlan> plan_takeover(const std::vector<SurvivorOffer>& offe
     plan.shard_ranks.push_back(offers[static_cast<std::size_t>(shards[k])].rank);
     if (shards[k] == me) plan.shard = static_cast<int>(k) + 1;
   }
+  for (const SurvivorOffer& o : offers)
+    if (o.hung >= 0 && std::find(plan.hung.begin(), plan.hung.end(), o.hung) == plan.hung.end())
+      plan.hung.push_back(o.hung);
+  std::sort(plan.hung.begin(), plan.hung.end());
   for (int i = 0; i < static_cast<int>(offers.size()); ++i) {
     const SurvivorOffer& o = offers[static_cast<std::size_t>(i)];
     if (i == chosen || o.shard >= 0) continue;
@@ -93,14 +97,16 @@ std::optional<TakeoverPlan> agree_takeover(MPI_Comm comm, const SurvivorOffer& m
   int me = 0, n = 0;
   MT_MPI(MPI_Comm_rank(shrunk, &me));
   MT_MPI(MPI_Comm_size(shrunk, &n));
-  constexpr int kFields = 5;
-  const std::int64_t mine_fields[kFields] = {mine.replica_step, mine.seen_step, mine.rank, mine.shard, mine.slot};
+  constexpr int kFields = 6;
+  const std::int64_t mine_fields[kFields] = {mine.replica_step, mine.seen_step, mine.rank,
+                                             mine.shard,        mine.slot,      mine.hung};
   std::vector<std::int64_t> all(static_cast<std::size_t>(kFields * n));
   MT_MPI(MPI_Allgather(mine_fields, kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T, shrunk));
   std::vector<SurvivorOffer> offers;
   for (int i = 0; i < n; ++i) {
     const std::int64_t* f = all.data() + static_cast<std::ptrdiff_t>(kFields * i);
-    offers.push_back(SurvivorOffer{f[0], f[1], static_cast<int>(f[2]), static_cast<int>(f[3]), static_cast<int>(f[4])});
+    offers.push_back(SurvivorOffer{f[0], f[1], static_cast<int>(f[2]), static_cast<int>(f[3]), static_cast<int>(f[4]),
+                                   static_cast<int>(f[5])});
   }
   std::optional<TakeoverPlan> plan = plan_takeover(offers, num_ps, me, why);
   if (!plan) {

@@ -32,6 +32,7 @@ struct SurvivorOffer {
   int rank = 0;                    // its rank in the launched job (the name in the reports)
   int shard = -1;                  // its shard index, or -1: a worker
   int slot = -1;                   // a worker's data slot
+  int hung = -1;                   // the world rank of a hung shard it reported failed (ulfm_report_failed), or -1
 };
 
 struct TakeoverPlan {
@@ -43,6 +44,7 @@ struct TakeoverPlan {
   std::vector<int> lost_shards;   // the old indexes of the shards lost
   std::vector<int> shard_ranks;   // the launched rank of each new shard
   std::vector<int> worker_ranks, worker_slots;  // each worker of `comm` (ranks S..): its name and data slot
+  std::vector<int> hung;  // world ranks of the hung shards any survivor reported failed: ended at the end
 };
 
 // The plan computed from every survivor's offer (index = rank in the shrunk communicator), for

@@ -460,6 +460,8 @@ PsResult Shard::run() {
   } catch (const ShardTakeover&) {
     dump_state("at-takeover");
     throw;
+  } catch (const PsSuperseded&) {
+    throw;  // nothing written, nobody answered
   } catch (...) {
     if (another_shard_lost()) {
       dump_state("at-takeover");
@@ -512,6 +514,7 @@ void Shard::serve() {
     statuses.resize(rreqs.size());
     const int rc = MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), statuses.data());
     if (n == MPI_UNDEFINED) n = 0;
+    check_superseded(next_slow_poll);  // woken after a pause: first, whether another took its place
     // With an ULFM MPI (cmake/ULFMProbe.cmake) a dead peer's request completes with an error
     // (MPI_ERR_IN_STATUS, the cause in its status): that worker is dropped at once instead of after
     // --failure-timeout, and the requests that completed normally beside it are handled as usual.

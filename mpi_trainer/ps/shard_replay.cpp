@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "ps/mpi_env.hpp"
 #include "ps/push_check.hpp"
@@ -192,6 +193,14 @@ void Shard::before_kill() {
   for (Member& m : members_.members())
     if (m.sreq != MPI_REQUEST_NULL) wait_for(&m.sreq, 1.0);  // every applied push acknowledged
   dump_state("killed");
+}
+
+void Shard::check_superseded(Clock::time_point due) {
+  const double paused = seconds_between(due, Clock::now());
+  if (!lead() || paused <= opts_.failure_timeout || !events_.superseded()) return;
+  throw PsSuperseded("parameter server (rank " + std::to_string(self_) + "): paused for " + std::to_string(paused) +
+                   " s, and another has taken its place meanwhile (a newer epoch in the checkpoint directory): "
+                   "ending without writing anything, exit " + std::to_string(kExitSuperseded));
 }
 
 }  // namespace mt

@@ -11,6 +11,13 @@
 #define MT_HAVE_ULFM 0
 #endif
 
+#ifndef MT_HAVE_PMIX
+#define MT_HAVE_PMIX 0
+#endif
+#if MT_HAVE_ULFM && MT_HAVE_PMIX
+#include <pmix.h>
+#endif
+
 #if MT_HAVE_ULFM && __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>  // Open MPI declares the MPIX_ functions and error classes there
 #endif
@@ -148,6 +155,87 @@ MPI_Comm ulfm_shrink(MPI_Comm comm) {
 #else
   (void)comm;
   throw Error(kExitInternal, "ulfm_shrink: this build has no ULFM");
+#endif
+}
+
+namespace {
+
+#if MT_HAVE_ULFM && MT_HAVE_PMIX
+// A PMIx reference for one call (the MPI library initialised PMIx already: PMIx_Init takes a
+// reference, PMIx_Finalize drops it) and the job's namespace.
+struct PmixRef {
+  pmix_proc_t me;
+  pmix_status_t rc;
+  PmixRef() { rc = PMIx_Init(&me, nullptr, 0); }
+  ~PmixRef() {
+    if (rc == PMIX_SUCCESS) PMIx_Finalize(nullptr, 0);
+  }
+  PmixRef(const PmixRef&) = delete;
+  PmixRef& operator=(const PmixRef&) = delete;
+};
+
+bool pmix_ok(pmix_status_t rc) { return rc == PMIX_SUCCESS || rc == PMIX_OPERATION_SUCCEEDED; }
+#endif
+
+bool fail(std::string* why, std::string text) {
+  if (why) *why = std::move(text);
+  return false;
+}
+
+}  // namespace
+
+bool ulfm_report_failed(MPI_Comm comm, int rank, int* world_rank, std::string* why) {
+#if MT_HAVE_ULFM && MT_HAVE_PMIX
+  // PMIx names a process by the job's namespace and its rank in MPI_COMM_WORLD.
+  int w = MPI_UNDEFINED;
+  try {
+    GroupGuard in, world;
+    MT_MPI(MPI_Comm_group(comm, &in.group));
+    MT_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world.group));
+    MT_MPI(MPI_Group_translate_ranks(in.group, 1, &rank, world.group, &w));
+    in.free();
+    world.free();
+  } catch (const Error& e) {
+    return fail(why, e.what());
+  }
+  if (w == MPI_UNDEFINED) return fail(why, "rank " + std::to_string(rank) + " is not in MPI_COMM_WORLD");
+  if (world_rank) *world_rank = w;
+  PmixRef pmix;
+  if (pmix.rc != PMIX_SUCCESS) return fail(why, std::string("PMIx_Init: ") + PMIx_Error_string(pmix.rc));
+  pmix_proc_t target;
+  PMIX_PROC_LOAD(&target, pmix.me.nspace, static_cast<pmix_rank_t>(w));
+  // The event every ULFM process listens for (as when the runtime sees a process abort): each
+  // marks the process failed. Delivered to the whole job (its namespace), this process included.
+  pmix_info_t affected;
+  PMIX_INFO_LOAD(&affected, PMIX_EVENT_AFFECTED_PROC, &target, PMIX_PROC);
+  const pmix_status_t rc =
+      PMIx_Notify_event(PMIX_ERR_PROC_ABORTED, &pmix.me, PMIX_RANGE_NAMESPACE, &affected, 1, nullptr, nullptr);
+  PMIX_INFO_DESTRUCT(&affected);
+  if (!pmix_ok(rc)) return fail(why, std::string("PMIx_Notify_event: ") + PMIx_Error_string(rc));
+  return true;
+#else
+  (void)comm;
+  (void)rank;
+  (void)world_rank;
+  return fail(why, MT_HAVE_ULFM ? "this build has no PMIx (cmake/ULFMProbe.cmake)" : "this build has no ULFM");
+#endif
+}
+
+bool ulfm_end_process(int world_rank, std::string* why) {
+#if MT_HAVE_ULFM && MT_HAVE_PMIX
+  PmixRef pmix;
+  if (pmix.rc != PMIX_SUCCESS) return fail(why, std::string("PMIx_Init: ") + PMIx_Error_string(pmix.rc));
+  pmix_proc_t target;
+  PMIX_PROC_LOAD(&target, pmix.me.nspace, static_cast<pmix_rank_t>(world_rank));
+  pmix_info_t kill;
+  PMIX_INFO_LOAD(&kill, PMIX_JOB_CTRL_KILL, nullptr, PMIX_BOOL);
+  const pmix_status_t rc = PMIx_Job_control_nb(&target, 1, &kill, 1, nullptr, nullptr);
+  PMIX_INFO_DESTRUCT(&kill);
+  if (!pmix_ok(rc)) return fail(why, std::string("PMIx_Job_control_nb (kill): ") + PMIx_Error_string(rc));
+  return true;
+#else
+  (void)world_rank;
+  return fail(why, MT_HAVE_ULFM ? "this build has no PMIx (cmake/ULFMProbe.cmake)" : "this build has no ULFM");
 #endif
 }
 

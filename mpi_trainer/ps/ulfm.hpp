@@ -30,6 +30,19 @@ void ulfm_revoke(MPI_Comm comm);
 // process fails during the shrink.
 MPI_Comm ulfm_shrink(MPI_Comm comm);
 
+// Reports the process at `rank` of `comm` failed, though it is alive (hung: stopped, a debugger, a
+// stuck disk), through PMIx, the MPI library's own runtime interface: every process's ULFM then
+// counts it failed (pending operations with it fail, a shrink leaves it out). Should it wake, its
+// MPI library aborts it at its next call ("reported dead by someone else"). Its rank in
+// MPI_COMM_WORLD goes to `world_rank`, for ulfm_end_process. Whether it was reported (`why`: why
+// not). ULFM builds with PMIx only (cmake/ULFMProbe.cmake); never throws.
+bool ulfm_report_failed(MPI_Comm comm, int rank, int* world_rank, std::string* why);
+// Asks the runtime to end the process at `world_rank` (PMIX_JOB_CTRL_KILL: SIGCONT, SIGTERM, then
+// SIGKILL), so that the job can end without it: a stopped process would keep the launcher waiting.
+// Once the survivors have left it behind (a takeover): continued earlier, it could answer them.
+// Whether the runtime took the request (`why`: why not); never throws.
+bool ulfm_end_process(int world_rank, std::string* why);
+
 // Whether `comm` was revoked (by any rank: a survivor that learned of a lost parameter-server
 // shard). Local, never blocks. Always false without ULFM.
 bool ulfm_is_revoked(MPI_Comm comm);

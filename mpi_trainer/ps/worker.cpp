@@ -73,6 +73,7 @@ class Worker {
     if (takeover_ && opts.push_journal) journal_.emplace(shards_);
   }
 
+  const std::vector<int>& hung() const { return hung_; }
   WorkerResult run() {
     client_->prepare_join(true);
     const Exchange joined = exchange(MsgKind::kJoin);
@@ -225,6 +226,7 @@ class Worker {
   const bool takeover_;  // ULFM, a launched worker: the survivors take a lost parameter-server shard over
   FaultPlan plan_;
   MPI_Comm comm_;  // the parameter server's; a takeover replaces it with the survivors'
+  std::vector<int> hung_;  // world ranks of the hung shards reported failed (by this worker or in an agreement)
   std::mutex mpi_lock_;
   // A standby's replicas of the shards (any worker may be made one, at any time), taken with the
   // MPI lock held by the polls and by the agent while a step computes.
@@ -304,19 +306,22 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
   }
 }
 
-// Under ULFM a shard silent past --failure-timeout (lost_) may be hung (stopped, a debugger), not
-// dead: neither MPI nor ULFM reports it, and the survivors' shrink would wait for it. A worker on
-// its node that finds it stopped or stuck in the kernel ends it (SIGKILL to the process id its join
-// reply gave), which turns the hang into a
-// failure the MPI library reports to every survivor, and the takeover follows with the journals
-// replayed: nothing lost. Every worker then waits up to --failure-timeout (1 s at least) for that
-// report, for a worker on the shard's node may end it. Not when this process's own suspension made
-// the silence. Whether the failure was reported (no: the loss ends this worker as before).
+// Under ULFM a shard silent past --failure-timeout (lost_) may be hung (stopped, a debugger, a
+// stuck disk), not dead: neither MPI nor ULFM reports it, and the survivors' shrink would wait for
+// it. The hang is turned into a failure the MPI library reports to every survivor, and the takeover
+// follows with the journals replayed: nothing lost.
+//   - A worker on its node (it took the worker's shared-memory segment, so the join reply's process
+//     id is valid here) that finds it stopped or stuck in the kernel ends it at once (SIGKILL); one
+//     that runs or sleeps is alive, only slow (a handover that waits for its standby, say): left.
+//   - Every other worker waits up to --failure-timeout (1 s at least) more for the report (a worker
+//     on its node may end it); when none came and the shard did not answer meanwhile, it reports
+//     the shard failed itself, through the runtime (ulfm_report_failed: PMIx), which also ends it.
+// Not when this process's own suspension made the silence. Whether the failure was reported (no:
+// the loss ends this worker as before).
 bool Worker::end_hung_shard() {
   if (suspended() > opts_.failure_timeout) return false;
   const int s = lost_->shard;
-  // Only a process that is stopped (SIGSTOP, a debugger) or stuck in the kernel (a disk) is ended:
-  // one that runs or sleeps is alive, only slow (a handover that waits for its standby, say).
+  const double wait = std::max(1.0, opts_.failure_timeout);
   const int pid = client_->local_pid(s);
   const char state = pid > 0 ? process_state(pid) : '?';
   if (state == 'T' || state == 't' || state == 'D') {
@@ -328,8 +333,26 @@ bool Worker::end_hung_shard() {
     if (::kill(pid, SIGKILL) != 0 && errno != ESRCH)
       std::cerr << "mpi_trainer: " + worker_label(rank_) + ": kill(" + std::to_string(pid) + "): " + std::strerror(errno) + "\n"
                 << std::flush;
+    return client_->await_failure(wait);
   }
-  return client_->await_failure(std::max(1.0, opts_.failure_timeout));
+  bool answered = false;
+  if (client_->await_failure(wait, &answered)) return true;
+  if (answered || (pid > 0 && state != '?')) return false;  // alive: it answered, or it runs or sleeps here
+  std::string why;
+  int world_rank = -1;
+  bool reported = false;
+  {
+    const std::lock_guard<std::mutex> lock(mpi_lock_);
+    reported = ulfm_report_failed(comm_, s, &world_rank, &why);
+  }
+  if (reported) hung_.push_back(world_rank);  // ended once the job no longer needs the survivors' memory
+  std::ostringstream line;
+  line << "mpi_trainer: " << worker_label(rank_) << ": parameter-server shard " << s << " did not answer within "
+       << std::setprecision(3) << lost_->waited + wait << " s and is not reported dead: hung, "
+       << (reported ? "reported failed to the runtime, so that the survivors take it over"
+                    : "but it cannot be reported failed (" + why + ")");
+  std::cerr << line.str() << '\n' << std::flush;
+  return reported && client_->await_failure(wait);
 }
 
 // The takeover of a lost parameter-server shard (ULFM; docs/fault-model.md, "Takeover under
@@ -366,7 +389,9 @@ Worker::Recovered Worker::recover() {
     std::string why;
     SurvivorData replay;
     std::optional<TakeoverPlan> agreed =
-        agree_takeover(comm_, SurvivorOffer{held ? held->global_step : -1, client_->global_step(), rank_, -1, my_slot_},
+        agree_takeover(comm_,
+                       SurvivorOffer{held ? held->global_step : -1, client_->global_step(), rank_, -1, my_slot_,
+                                     hung_.empty() ? -1 : hung_.back()},
                        shards_, &why, SurvivorData{journal_ ? journal_->take() : std::string(), {}}, &replay);
     if (!agreed) {  // a standby writes its replica for the restart (end_lost)
       if (!opts_.quiet)
@@ -375,6 +400,8 @@ Worker::Recovered Worker::recover() {
       return Recovered::kLost;
     }
     ++res_.takeovers;
+    for (const int r : agreed->hung)
+      if (std::find(hung_.begin(), hung_.end(), r) == hung_.end()) hung_.push_back(r);
     if (agreed->shard < 0) {
       comm_ = agreed->comm;
       client_->set_comm(comm_);
@@ -394,6 +421,7 @@ Worker::Recovered Worker::recover() {
     t.lost_at = lost_at;
     t.takeovers = res_.takeovers;
     t.plan = std::move(plan_);
+    t.hung = hung_;
     res_.takeover = std::move(t);
     return Recovered::kBecamePs;
   } catch (const ProcessFailed&) {  // another process failed during the takeover
@@ -463,7 +491,10 @@ WorkerResult Worker::end_dropped(double suspended) {
 
 WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm ps, int rank, FaultPlan plan,
                         const std::function<std::unique_ptr<StepComputer>()>& make_computer) {
-  return Worker(opts, model, ps, rank, std::move(plan), make_computer).run();
+  Worker w(opts, model, ps, rank, std::move(plan), make_computer);
+  WorkerResult r = w.run();
+  if (!r.takeover) r.hung = w.hung();
+  return r;
 }
 
 }  // namespace mt

@@ -277,8 +277,9 @@ void WorkerClient::take_replies(MsgKind kind) {
   }
 }
 
-bool WorkerClient::await_failure(double seconds) {
+bool WorkerClient::await_failure(double seconds, bool* answered) {
   const auto t0 = Clock::now();
+  bool replied = false;
   for (;;) {
     if (ps_failed_) return true;
     {
@@ -286,11 +287,13 @@ bool WorkerClient::await_failure(double seconds) {
       for (std::size_t i = 0; i < reqs_.size(); ++i) {
         if (reqs_[i] == MPI_REQUEST_NULL) continue;
         int flag = 0;
-        if (const int rc = MPI_Test(&reqs_[i], &flag, MPI_STATUS_IGNORE); ulfm_is_proc_failed(rc))
-          on_failed_(static_cast<int>(i / 2));
+        const int rc = MPI_Test(&reqs_[i], &flag, MPI_STATUS_IGNORE);
+        if (ulfm_is_proc_failed(rc)) on_failed_(static_cast<int>(i / 2));
+        if (rc == MPI_SUCCESS && flag && i % 2 == 0) replied = true;  // a reply (even index: receives)
       }
     }
-    if (ps_failed_ || since(t0) > seconds) return ps_failed_;
+    if (answered) *answered = replied;
+    if (ps_failed_ || replied || since(t0) > seconds) return ps_failed_;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

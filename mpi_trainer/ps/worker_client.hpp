@@ -77,8 +77,9 @@ class WorkerClient {
   // else 0.
   int local_pid(int s) const { return local_pid_[static_cast<std::size_t>(s)]; }
   // Waits up to `seconds` for the MPI library (ULFM) to report a shard of the last exchange
-  // failed (on_failed raises `ps_failed`); whether it did.
-  bool await_failure(double seconds);
+  // failed (on_failed raises `ps_failed`); whether it did. A reply that arrives meanwhile ends the
+  // wait too (`answered`: the shard is alive, only slow; the reply is not used).
+  bool await_failure(double seconds, bool* answered = nullptr);
   const FlatTensors& params() const { return params_; }
   const Partition& partition() const { return part_; }
   std::int64_t global_step() const { return global_step_; }  // the highest any shard replied
