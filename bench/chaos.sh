@@ -19,6 +19,11 @@
 #   hung-ps        the PS is stopped at a random step and never continued: the standby ends the
 #                  job (MPI_Abort) once its replica is written, the restart resumes; under ULFM a
 #                  worker on its node SIGKILLs it and the standby takes it over in the job
+#   hung-ps-remote (ULFM) hung-ps with no worker on the PS's node (MT_PS_SHM=0: none can see its
+#                  process state): a worker reports it failed through the runtime (PMIx), the
+#                  standby takes it over in the job; the runtime ends the stopped process at the
+#                  end, and it exits 11 writing nothing (the epoch fence); in the plan under ULFM
+#                  (--other-runs M of them)
 #   notice-one     one worker gets SIGTERM at a random step (--revoke ...:TERM): it leaves
 #   notice-all     every process of the job gets SIGTERM at a random step (a preemption of all):
 #                  the PS checkpoints and exits 75, the restart resumes from that checkpoint
@@ -108,7 +113,7 @@ if ((ulfm)) || [[ ,$only, == *,ps-shard-kill,* ]]; then
   for ((i = 0; i < kill_runs; i++)); do plan+=(ps-shard-kill); done
 fi
 if ((ulfm)); then
-  for ((i = 0; i < other_runs; i++)); do plan+=(takeover-kill); done
+  for ((i = 0; i < other_runs; i++)); do plan+=(takeover-kill hung-ps-remote); done
 fi
 for s in ps-term-mid hung-worker hung-ps notice-one notice-all disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
   for ((i = 0; i < other_runs; i++)); do plan+=("$s"); done
@@ -204,8 +209,8 @@ signal_at() {  # signal_at SIGNAL AT RANK...
 }
 # One phase with a fault sent from outside: SIGNAL to RANKS at step AT, continued (SIGCONT)
 # RESUME seconds later unless RESUME is "-".
-signal_phase() {  # signal_phase NAME SIGNAL AT RESUME RANK...
-  write_cmd "" ""
+signal_phase() {  # signal_phase NAME SIGNAL AT RESUME RANK...   (FIRST_ENV from $phase_env)
+  write_cmd "" "${phase_env:-}"
   phase_bg "$1" 4
   signal_at "$2" "$3" "${@:5}"
   if [[ $4 != - ]]; then
@@ -314,6 +319,15 @@ for scenario in "${plan[@]}"; do
         expect "hung PS" 0 2
         expect_line "the parameter server is silent but not known to be dead" "hung PS: no worker ended the job"
       fi ;;
+    hung-ps-remote)
+      at=$((30 + RANDOM % 120))
+      note="the PS stopped at step $at, never continued, no worker on its node"
+      phase_env="-x MT_PS_SHM=0" signal_phase "hung PS (remote)" STOP "$at" - 0
+      expect "hung PS (remote)" 0 1
+      expect_line "is not reported dead: hung, reported failed to the runtime" "hung PS (remote): no worker reported it"
+      # Fenced: nothing written by the former PS once woken at the end (exit 11, or killed first).
+      [[ -n $why || ( $(grep -c '"event":"summary"' "$dir/m.jsonl") == 1 && $(cat "$ck/ps-epoch") == 2 ) ]] ||
+        why="hung PS (remote): the former PS wrote after its successor took over (or the epoch is not 2)" ;;
     notice-all)
       at=$((30 + RANDOM % 120))
       note="SIGTERM to every process at step $at"
@@ -414,7 +428,7 @@ for scenario in "${plan[@]}"; do
     tail -25 "$dir/loop.txt"
   fi
 done
-for s in worker-kill ps-kill ps-kill-mid ps-kill-rep ps-shard-kill takeover-kill ps-term-mid hung-worker hung-ps notice-one notice-all \
+for s in worker-kill ps-kill ps-kill-mid ps-kill-rep ps-shard-kill takeover-kill ps-term-mid hung-worker hung-ps hung-ps-remote notice-one notice-all \
   disk-full read-only fsync-fail truncated bit-flipped wrong-version; do
   [[ -n ${n_run[$s]:-}${n_skip[$s]:-} ]] || continue
   echo "  $s: ${n_pass[$s]:-0}/${n_run[$s]:-0} finished${n_skip[$s]:+, ${n_skip[$s]} skipped}"

@@ -28,11 +28,11 @@ import time
 SCHEMA = "mpi_trainer.chaos_report/1"
 PS_KILLS = ("ps-kill", "ps-kill-mid", "ps-kill-rep", "ps-shard-kill")
 # Faults of the parameter server: the job stops applying steps until a takeover or a restart.
-PS_FAULTS = PS_KILLS + ("takeover-kill", "ps-term-mid", "hung-ps", "notice-all", "truncated", "bit-flipped",
-                        "wrong-version")
+PS_FAULTS = PS_KILLS + ("takeover-kill", "ps-term-mid", "hung-ps", "hung-ps-remote", "notice-all", "truncated",
+                        "bit-flipped", "wrong-version")
 SCENARIOS = ["worker-kill", "ps-kill", "ps-kill-mid", "ps-kill-rep", "ps-shard-kill", "takeover-kill", "ps-term-mid",
              "hung-worker",
-             "hung-ps", "notice-one", "notice-all", "disk-full", "read-only", "fsync-fail", "truncated", "bit-flipped",
+             "hung-ps", "hung-ps-remote", "notice-one", "notice-all", "disk-full", "read-only", "fsync-fail", "truncated", "bit-flipped",
              "wrong-version"]
 
 REVOKED = re.compile(r"mpi_trainer: rank (\d+): revoked \(.*\): (\S+) to itself at unix ([0-9.]+)")
@@ -116,8 +116,9 @@ def check_run(a, events, log):
         name = f"ckpt-{a.damaged:010d}.h5"
         if not any(e["event"] == "checkpoint_skipped" and name in e["reason"] for e in events):
             return f"the damaged {name} was not reported as skipped", rec
-    # Under ULFM a hung PS is ended by a worker on its node and taken over too (Worker::end_hung_shard).
-    if (a.scenario in PS_KILLS or a.scenario == "hung-ps") and a.ulfm:
+    # Under ULFM a hung PS is ended by a worker on its node, or reported failed through the runtime,
+    # and taken over too (Worker::end_hung_shard).
+    if (a.scenario in PS_KILLS or a.scenario in ("hung-ps", "hung-ps-remote")) and a.ulfm:
         if configs != 1 or len(takeovers) != 1:
             return (f"ULFM: the PS fault was not taken over in the same attempt ({configs} attempt(s), "
                     f"{len(takeovers)} takeover(s))"), rec
@@ -129,7 +130,7 @@ def check_run(a, events, log):
         config = next((e for e in events if e["event"] == "config"), {})
         if config.get("push_journal", "on") == "on" and takeovers[0].get("lost_updates") != 0:
             return f"the takeover lost {takeovers[0].get('lost_updates')} update(s) with the push journal on", rec
-    elif a.scenario in PS_KILLS + ("hung-ps",) and not lost:
+    elif a.scenario in PS_KILLS + ("hung-ps", "hung-ps-remote") and not lost:
         return "the PS fault did not lead to a second attempt", rec
     if missing:
         return f"published checkpoint(s) of step(s) {missing} missing or failing to verify at the end", rec

@@ -47,7 +47,7 @@ PushLog::PushLog(const std::string& path) {
 }
 
 void MetricsWriter::write(const nlohmann::ordered_json& event) {
-  if (!out_.is_open()) return;
+  if (!out_.is_open() || (gate_ && !gate_())) return;
   out_ << event.dump() << '\n';
   out_.flush();
   if (!out_) throw DataError("--metrics " + path_ + ": write failed (disk full?)");

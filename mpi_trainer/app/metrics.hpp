@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 namespace mt {
 
@@ -32,10 +34,13 @@ class MetricsWriter {
   explicit MetricsWriter(const std::string& path);
   void write(const nlohmann::ordered_json& event);
   bool enabled() const { return out_.is_open(); }
+  // Events are written only while `open` says so (a superseded parameter server writes none).
+  void set_gate(std::function<bool()> open) { gate_ = std::move(open); }
 
  private:
   std::string path_;
   std::ofstream out_;
+  std::function<bool()> gate_;
 };
 
 // --push-log FILE: one CSV line per applied push, `step,rank,pulled,staleness,seconds` after a

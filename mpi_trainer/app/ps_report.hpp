@@ -127,6 +127,8 @@ class PsReport final : public PsEvents, public SnapshotSink {
   bool durable_wait_ = false;  // the last snapshot's write was durable before training went on
   const std::string status_path_;
   std::int64_t epoch_ = 0;  // this parameter server's epoch (claim_epoch); 0: none (no --ckpt-dir)
+  Clock::time_point epoch_checked_;  // superseded()'s last read of the epoch file
+  bool superseded_ = false;          // a newer epoch was seen: nothing more is written
   TrainProgress prev_;
   std::string config_json_ = "{}";
   std::optional<ckpt::AsyncWriter> writer_;

@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "app/ps_report.hpp"
 #include "core/clock.hpp"
@@ -110,6 +111,8 @@ void PsReport::first_step(std::int64_t global_step, double seconds_since_start) 
 void PsReport::claim_epoch() {
   if (cfg_.ckpt_dir.empty()) return;
   epoch_ = ckpt::claim_ps_epoch(cfg_.ckpt_dir);
+  epoch_checked_ = Clock::now();
+  metrics_.set_gate([this] { return !superseded(); });
   if (!writer_) return;
   writer_->set_fence([dir = std::filesystem::path(cfg_.ckpt_dir), mine = epoch_] {
     if (const std::int64_t now = ckpt::read_ps_epoch(dir); now > mine)
@@ -118,13 +121,19 @@ void PsReport::claim_epoch() {
   });
 }
 
+// The file is read again only after half a second without a look at it (a pause: this process
+// stopped), so that the metrics' gate costs a clock read per event while it runs.
 bool PsReport::superseded() {
   if (epoch_ == 0) return false;
+  if (superseded_) return true;
+  const auto now = Clock::now();
+  if (seconds_between(std::exchange(epoch_checked_, now), now) < 0.5) return false;
   try {
-    return ckpt::read_ps_epoch(cfg_.ckpt_dir) > epoch_;
+    superseded_ = ckpt::read_ps_epoch(cfg_.ckpt_dir) > epoch_;
   } catch (const Error&) {
     return false;  // unreadable: not known to be superseded
   }
+  return superseded_;
 }
 
 }  // namespace mt

@@ -35,10 +35,11 @@ namespace mt {
 namespace {
 
 // The hung parameter-server processes the survivors reported failed (ULFM, Worker::end_hung_shard):
-// the runtime ends them (SIGCONT, SIGTERM, then SIGKILL), else the launcher would wait for them. Not
-// while the survivors train: continued, such a process sends what it had pending, and its
-// transfers broke a survivor's MPI library (a segmentation fault in Open MPI 5.0.11's ob1, seen
-// twice). So when this process is done (a takeover's parameter server after its summary).
+// the runtime ends them (SIGCONT, 0.25 s, SIGTERM, 0.25 s, SIGKILL), else the launcher would wait
+// for them. Not while the survivors run: continued, such a process sends what it had pending, and
+// that broke a survivor's MPI library (Open MPI 5.0.11: a segmentation fault in ob1, "Send error
+// after request freed"). So by the new parameter server once it is done (its summary and status
+// written), or by the worker that reported it when no takeover followed.
 void end_hung(const std::vector<int>& world_ranks, const std::string& label) {
   for (const int r : world_ranks) {
     std::string why;

@@ -470,7 +470,7 @@ struct Takeover {
   double lost_at = 0;                            // unix time this process learned of the loss
   int takeovers = 0;                             // within this run, this one included
   FaultPlan plan;                                // this process's own revocations go on
-  std::vector<int> hung;  // world ranks of hung processes reported failed: ulfm_end_process at the end
+  std::vector<int> hung;  // world ranks of hung processes reported failed: ended once this PS is done
 };
 
 struct WorkerResult {
@@ -492,9 +492,10 @@ struct WorkerResult {
   // worker is a standby (it held replicas; it has tried to write one as the newest checkpoint).
   bool ps_silent = false;
   bool standby = false;
-  // World ranks of hung parameter-server processes the survivors reported failed (ULFM; Worker::
-  // end_hung_shard): stopped, left behind by the takeover; the runtime ends them when this process
-  // ends (ulfm_end_process), so that the launcher does not wait for them.
+  // World ranks of hung parameter-server processes this worker reported failed (ULFM; Worker::
+  // end_hung_shard) when no takeover followed: the runtime ends them when this process ends
+  // (ulfm_end_process), so that the launcher does not wait for them. After a takeover the new
+  // parameter server does (Takeover::hung).
   std::vector<int> hung;
 };
 

@@ -386,6 +386,7 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
 }
 
 void Shard::detect_failures() {
+  check_superseded();  // a silence may be this process's own pause
   const auto now = Clock::now();
   for (auto& m : members_.members())
     if (const auto why = members_.overdue(m, now, stop_at_)) drop(m, /*lost=*/true, *why);
@@ -514,7 +515,7 @@ void Shard::serve() {
     statuses.resize(rreqs.size());
     const int rc = MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), statuses.data());
     if (n == MPI_UNDEFINED) n = 0;
-    check_superseded(next_slow_poll);  // woken after a pause: first, whether another took its place
+    check_superseded();  // woken after a pause: first, whether another took its place
     // With an ULFM MPI (cmake/ULFMProbe.cmake) a dead peer's request completes with an error
     // (MPI_ERR_IN_STATUS, the cause in its status): that worker is dropped at once instead of after
     // --failure-timeout, and the requests that completed normally beside it are handled as usual.

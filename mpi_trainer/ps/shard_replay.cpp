@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -195,8 +196,9 @@ void Shard::before_kill() {
   dump_state("killed");
 }
 
-void Shard::check_superseded(Clock::time_point due) {
-  const double paused = seconds_between(due, Clock::now());
+void Shard::check_superseded() {
+  const auto now = Clock::now();
+  const double paused = seconds_between(std::exchange(checked_, now), now);
   if (!lead() || paused <= opts_.failure_timeout || !events_.superseded()) return;
   throw PsSuperseded("parameter server (rank " + std::to_string(self_) + "): paused for " + std::to_string(paused) +
                    " s, and another has taken its place meanwhile (a newer epoch in the checkpoint directory): "

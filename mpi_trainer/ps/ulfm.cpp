@@ -229,9 +229,10 @@ bool ulfm_end_process(int world_rank, std::string* why) {
   PMIX_PROC_LOAD(&target, pmix.me.nspace, static_cast<pmix_rank_t>(world_rank));
   pmix_info_t kill;
   PMIX_INFO_LOAD(&kill, PMIX_JOB_CTRL_KILL, nullptr, PMIX_BOOL);
-  const pmix_status_t rc = PMIx_Job_control_nb(&target, 1, &kill, 1, nullptr, nullptr);
+  // Blocking: the caller may end right after, before a non-blocking request left.
+  const pmix_status_t rc = PMIx_Job_control(&target, 1, &kill, 1, nullptr, nullptr);
   PMIX_INFO_DESTRUCT(&kill);
-  if (!pmix_ok(rc)) return fail(why, std::string("PMIx_Job_control_nb (kill): ") + PMIx_Error_string(rc));
+  if (!pmix_ok(rc)) return fail(why, std::string("PMIx_Job_control (kill): ") + PMIx_Error_string(rc));
   return true;
 #else
   (void)world_rank;

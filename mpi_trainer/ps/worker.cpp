@@ -12,6 +12,7 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <utility>
 
 #include "core/error.hpp"
 #include "ps/mpi_env.hpp"
@@ -226,7 +227,7 @@ class Worker {
   const bool takeover_;  // ULFM, a launched worker: the survivors take a lost parameter-server shard over
   FaultPlan plan_;
   MPI_Comm comm_;  // the parameter server's; a takeover replaces it with the survivors'
-  std::vector<int> hung_;  // world ranks of the hung shards reported failed (by this worker or in an agreement)
+  std::vector<int> hung_;  // world ranks of hung shards this worker reported failed, no takeover agreed yet
   std::mutex mpi_lock_;
   // A standby's replicas of the shards (any worker may be made one, at any time), taken with the
   // MPI lock held by the polls and by the agent while a step computes.
@@ -400,8 +401,10 @@ Worker::Recovered Worker::recover() {
       return Recovered::kLost;
     }
     ++res_.takeovers;
+    // The hung processes reported failed are the new parameter server's to end, at its end.
     for (const int r : agreed->hung)
       if (std::find(hung_.begin(), hung_.end(), r) == hung_.end()) hung_.push_back(r);
+    std::vector<int> hung = std::exchange(hung_, {});
     if (agreed->shard < 0) {
       comm_ = agreed->comm;
       client_->set_comm(comm_);
@@ -421,7 +424,7 @@ Worker::Recovered Worker::recover() {
     t.lost_at = lost_at;
     t.takeovers = res_.takeovers;
     t.plan = std::move(plan_);
-    t.hung = hung_;
+    t.hung = std::move(hung);
     res_.takeover = std::move(t);
     return Recovered::kBecamePs;
   } catch (const ProcessFailed&) {  // another process failed during the takeover
