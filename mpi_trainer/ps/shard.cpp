@@ -495,6 +495,7 @@ void Shard::serve() {
   // With --max-workers the parameter server also waits, with no worker at all, for joins.
   while (members_.live() > 0 ||
          (opts_.max_workers > 0 && !stop_at_ && failure_code_ == 0 && step_ < opts_.train_steps)) {
+    check_superseded();  // woken after a pause: before any MPI call, whether another took its place
     if (joins_ && joins_->pending()) take_joins();
     const std::size_t nw = ms.size();  // grows when workers join
     const bool slow_poll = Clock::now() >= next_slow_poll;
@@ -515,7 +516,6 @@ void Shard::serve() {
     statuses.resize(rreqs.size());
     const int rc = MPI_Testsome(static_cast<int>(rreqs.size()), rreqs.data(), &n, ready.data(), statuses.data());
     if (n == MPI_UNDEFINED) n = 0;
-    check_superseded();  // woken after a pause: first, whether another took its place
     // With an ULFM MPI (cmake/ULFMProbe.cmake) a dead peer's request completes with an error
     // (MPI_ERR_IN_STATUS, the cause in its status): that worker is dropped at once instead of after
     // --failure-timeout, and the requests that completed normally beside it are handled as usual.

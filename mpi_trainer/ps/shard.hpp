@@ -92,10 +92,11 @@ class Shard {
   // The fault hook before this shard kills itself: the replies in flight are completed (every applied
   // push acknowledged), then the state is dumped ("killed").
   void before_kill();
-  // Shard 0, after each poll and before it drops silent workers: paused past --failure-timeout since
-  // the last call (stopped, a debugger, a stuck disk), it may have been taken for lost and replaced
-  // (ULFM); when a newer parameter server has claimed the next epoch (PsEvents::superseded) it throws
-  // PsSuperseded: this process ends at once, writing nothing. (shard_replay.cpp)
+  // Shard 0, before each poll's MPI call and before it drops silent workers: paused past
+  // --failure-timeout since the last call (stopped, a debugger, a stuck disk), it may have been taken
+  // for lost and replaced (ULFM); when a newer parameter server has claimed the next epoch
+  // (PsEvents::superseded) it throws PsSuperseded: this process ends at once, writing nothing.
+  // (shard_replay.cpp)
   void check_superseded();
   Clock::time_point checked_ = Clock::now();  // check_superseded's last call
   // A push the check refused (ps/push_check.hpp), or one its worker marked not to apply (fault
