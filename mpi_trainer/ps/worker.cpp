@@ -316,7 +316,8 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
 //     that runs or sleeps is alive, only slow (a handover that waits for its standby, say): left.
 //   - Every other worker waits up to --failure-timeout (1 s at least) more for the report (a worker
 //     on its node may end it); when none came and the shard did not answer meanwhile, it reports
-//     the shard failed itself, through the runtime (ulfm_report_failed: PMIx), which also ends it.
+//     the shard failed itself, through the runtime (ulfm_report_failed: PMIx); the agreement tells
+//     the new parameter server, which has the runtime end it once it is done (Takeover::hung).
 // Not when this process's own suspension made the silence. Whether the failure was reported (no:
 // the loss ends this worker as before).
 bool Worker::end_hung_shard() {
@@ -346,7 +347,7 @@ bool Worker::end_hung_shard() {
     const std::lock_guard<std::mutex> lock(mpi_lock_);
     reported = ulfm_report_failed(comm_, s, &world_rank, &why);
   }
-  if (reported) hung_.push_back(world_rank);  // ended once the job no longer needs the survivors' memory
+  if (reported) hung_.push_back(world_rank);  // offered in the agreement (recover)
   std::ostringstream line;
   line << "mpi_trainer: " << worker_label(rank_) << ": parameter-server shard " << s << " did not answer within "
        << std::setprecision(3) << lost_->waited + wait << " s and is not reported dead: hung, "
