@@ -50,10 +50,6 @@ void end_hung(const std::vector<int>& world_ranks, const std::string& label) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // Where shard 0 writes its port for `mpi_trainer join` (--max-workers) and joiners read it.
 std::string join_port_file(const TrainConfig& cfg) {
   if (!cfg.port_file.empty()) return cfg.port_file;
@@ -311,9 +307,8 @@ TrainResult take_over(const TrainConfig& cfg, const RunSetup& setup, const Model
   serve_survivors(opts, t.comm, std::move(t.worker_ranks), std::move(t.worker_slots), t.data_slots, t.first_step,
                   rank);
   opts.replay = t.replay;
-  const std::vector<int> hung = std::move(t.hung);
   TrainResult res = ps_role(setup, model, report, opts, std::move(t.plan));
-  end_hung(hung, "parameter server (" + label + ")");
+  end_hung(t.hung, "parameter server (" + label + ")");
   res.skip_finalize = true;  // as its workers (worker_role)
   return res;
 }

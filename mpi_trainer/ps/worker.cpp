@@ -497,7 +497,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
                         const std::function<std::unique_ptr<StepComputer>()>& make_computer) {
   Worker w(opts, model, ps, rank, std::move(plan), make_computer);
   WorkerResult r = w.run();
-  if (!r.takeover) r.hung = w.hung();
+  r.hung = w.hung();  // empty once a takeover was agreed: the new parameter server has them
   return r;
 }
 
