@@ -85,6 +85,12 @@ TEST_CASE("help documents every flag and the environment defaults", "[unit][cli]
                            "--seed", "--lr-schedule", "--lr", "--metrics", "--eval-every-steps",
                            "--instance-type", "MT_TRAIN_STEPS"})
     CHECK(contains(r.output, flag));
+  // The exit codes of core/error.hpp, each with its meaning, in the top-level help.
+  const auto top = run("--help");
+  CHECK(top.code == 0);
+  for (const char* code : {"0 done", "1 internal error", "2 usage", "3 config/data error", "4 checkpoint error",
+                           "10 parameter server lost", "11 a former parameter server", "75 stopped", "130 stopped"})
+    CHECK(contains(top.output, code));
 }
 
 TEST_CASE("data and device errors exit 3 and name the problem", "[unit][cli]") {

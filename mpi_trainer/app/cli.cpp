@@ -208,7 +208,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app{
       "mpi_trainer: ResNet training for preemptible (spot) servers.\n"
       "Exit codes: 0 done, 1 internal error, 2 usage, 3 config/data error, 4 checkpoint error,\n"
-      "10 parameter server lost (a worker), 75 stopped on SIGTERM/SIGUSR1 after a checkpoint: rerun\n"
+      "10 parameter server lost (a worker), 11 a former parameter server woken after its successor took\n"
+      "over (ULFM; it wrote nothing), 75 stopped on SIGTERM/SIGUSR1 after a checkpoint: rerun\n"
       "with --resume auto, 130 stopped by Ctrl-C (SIGINT) after a checkpoint: rerun the same command\n"
       "(a second Ctrl-C ends it at once). Under mpirun a parameter server that fails stops its workers\n"
       "with its own code; <ckpt-dir>/run-status.json says how the run ended (docs/fault-model.md)."};
