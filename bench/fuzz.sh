@@ -25,11 +25,11 @@ if ! command -v clang++ >/dev/null; then
   sudo=(); [[ $(id -u) -eq 0 ]] || sudo=(sudo)
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends clang >/dev/null
 fi
-generated=build/release/src/generated  # ps/revocation_gce.hpp, written by the release build
-[[ -f $generated/ps/revocation_gce.hpp ]] || { echo "build first: launch/build.sh release" >&2; exit 1; }
+generated=build/release/src/generated  # plan/revocation_gce.hpp, written by the release build
+[[ -f $generated/plan/revocation_gce.hpp ]] || { echo "build first: launch/build.sh release" >&2; exit 1; }
 s=mpi_trainer
 declare -A sources=(
-  [tables]="$s/app/emulation.cpp $s/app/cost.cpp $s/app/table_file.cpp $s/ps/fault_injection.cpp $s/ps/notices.cpp $s/core/error.cpp"
+  [tables]="$s/app/emulation.cpp $s/plan/cost.cpp $s/plan/table_file.cpp $s/plan/revocation_model.cpp $s/plan/revocation_bands.cpp $s/ps/inject/fault_injection.cpp $s/ps/resilience/notices.cpp $s/core/error.cpp"
   [dataset]="$s/data/dataset.cpp $s/core/error.cpp -lz"
   [header]=""
   [checkpoint]="ckpt/checkpoint.cpp ckpt/contained.cpp ckpt/hdf5_util.cpp ckpt/image.cpp ckpt/publish.cpp ckpt/state.cpp $s/core/error.cpp $s/core/atomic_file.cpp $s/core/tensor.cpp $(pkg-config --cflags --libs hdf5) -lz"

@@ -27,9 +27,9 @@
 #include "app/train_dist.hpp"
 #include "backend/backend.hpp"
 #include "core/error.hpp"
-#include "ps/mpi_env.hpp"
-#include "ps/precision.hpp"
-#include "ps/protocol.hpp"
+#include "ps/wire/mpi_env.hpp"
+#include "ps/wire/precision.hpp"
+#include "ps/wire/protocol.hpp"
 #include "nn/resnet.hpp"
 
 using namespace mt;

@@ -5,7 +5,7 @@ instance type that carries that device.
 
 AWS publishes, per instance type and region, the "frequency of interruption": "the rate at which
 Spot has reclaimed capacity during the trailing month", in five bands (<5%, 5-10%, 10-15%,
-15-20%, >20%). It is a monthly frequency, not a lifetime: ps/revocation_bands.cpp states the
+15-20%, >20%). It is a monthly frequency, not a lifetime: plan/revocation_bands.cpp states the
 model built on it (a constant hazard). There is no internet here: the feed
 (https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json) is read from a public
 repository that keeps a copy, alexei-led/spotinfo (internal/spot/data/spot-advisor-data.json),
@@ -22,7 +22,7 @@ import json
 import subprocess
 import sys
 
-# Our device types (app/prices_aws.txt) and the AWS instance whose band stands for them. The
+# Our device types (plan/prices_aws.txt) and the AWS instance whose band stands for them. The
 # advisor has no p5.4xlarge (1 H100): the 8-GPU p5.48xlarge, the same GPU pool, stands in.
 TYPES = [
     ("t4", "g4dn.xlarge"),
@@ -76,7 +76,7 @@ def main():
           f"https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json", file=out)
     print(f"# as kept by {a.repo} ({a.path}, last changed {dated}), commit {commit},", file=out)
     print(f"# sha256 {hashlib.sha256(raw).hexdigest()}; reduced by bench/spot_advisor.py.", file=out)
-    print("# The band is AWS's, the model built on it is ours (ps/revocation_bands.cpp: a constant hazard).", file=out)
+    print("# The band is AWS's, the model built on it is ours (plan/revocation_bands.cpp: a constant hazard).", file=out)
     if missing:
         print(f"# Not in the feed: {', '.join(missing)}.", file=out)
     print("# type,instance,region,band", file=out)

@@ -11,7 +11,7 @@
 # - -ffile-prefix-map=<source root>/= (every build, with or without ccache): __FILE__ in error
 #   messages and the debug information's file names are relative to the source root, so the
 #   preprocessed text no longer holds the clone's folder. Error messages read
-#   "mpi_trainer/ps/shard.cpp:120" instead of the absolute path.
+#   "mpi_trainer/ps/exchange/shard.cpp:120" instead of the absolute path.
 # The cache lives where ccache keeps it (~/.cache/ccache, 5 GB; CCACHE_DIR elsewhere); nvcc's
 # compilations go through it too.
 set(MT_CCACHE AUTO CACHE STRING "Compile through ccache: AUTO (when found), ON, OFF")

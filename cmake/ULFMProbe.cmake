@@ -160,7 +160,7 @@ endif()
 
 # PMIx, the runtime interface of the MPI library itself (ULFM builds only): a worker reports a
 # parameter server that is hung (stopped, not dead; no worker on its node to see it) failed
-# through it, so that every survivor's ULFM excludes it and the runtime ends it (ps/ulfm.cpp,
+# through it, so that every survivor's ULFM excludes it and the runtime ends it (ps/wire/ulfm.cpp,
 # docs/fault-model.md). The header may come from another PMIx release than the library (Debian's
 # libpmix-dev beside the ULFM Open MPI's own libpmix): PMIx keeps its interface stable across
 # releases. The library is the one the MPI library loads, found beside libmpi.

@@ -12,7 +12,7 @@ PACKAGES=(
   libpmix-dev                      # pmix.h: the ULFM build reports a hung parameter server through PMIx
   libhdf5-dev hdf5-tools           # checkpoints
   zlib1g-dev                       # gzip'd IDX files
-  libssl-dev                       # OpenSSL: the HMAC of the join handshake (ps/join_auth.cpp)
+  libssl-dev                       # OpenSSL: the HMAC of the join handshake (ps/elastic/join_auth.cpp)
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   catch2                           # tests (v2)
   dataset-fashion-mnist            # default real data

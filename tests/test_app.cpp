@@ -17,15 +17,16 @@
 #include <nlohmann/json.hpp>
 
 #include "app/checkpointing.hpp"
-#include "app/cost.hpp"
+#include "plan/cost.hpp"
 #include "app/learning_check.hpp"
 #include "app/metrics.hpp"
 #include "ckpt/async_writer.hpp"
 #include "data/dataset.hpp"
 #include "core/error.hpp"
 #include "core/line_output.hpp"
+#include "plan/revocation_model.hpp"
 #include "ps/ps.hpp"
-#include "ps/revocation_bands.hpp"
+#include "plan/revocation_bands.hpp"
 #include "test_util.hpp"
 
 using namespace mt;
@@ -83,7 +84,7 @@ TEST_CASE("today's built-in price tables (--prices aws|gcp|azure): every row sou
   for (const char* cloud : {"aws", "gcp", "azure"}) {
     INFO(cloud);
     const auto t = PriceTable::load(cloud);
-    CHECK(t.source() == std::string(cloud) + " (built in: app/prices_" + cloud + ".txt)");
+    CHECK(t.source() == std::string(cloud) + " (built in: plan/prices_" + cloud + ".txt)");
     // A parameter server's type in each, and a spot price below the on-demand one wherever both exist.
     CHECK(t.per_hour("ps", true) < t.per_hour("ps", false));
     for (const auto& type : t.types()) {
@@ -323,10 +324,10 @@ TEST_CASE("the GCE revocation model per GPU type: the paper's Table III revocati
 }
 
 TEST_CASE("the AWS V100 spot model from public traces: half revoked within 40 minutes, no 24 h cap", "[unit][fault]") {
-  // ps/revocation_aws_v100.csv, written by bench/spot_traces.py from skypilot-org/spot-traces
+  // plan/revocation_aws_v100.csv, written by bench/spot_traces.py from skypilot-org/spot-traces
   // (202 revocations of p3.2xlarge in 4 zones, April 2023).
   const auto m = RevocationModel::load("aws-v100");
-  CHECK(m.source() == "aws-v100 (built in: ps/revocation_aws_v100.csv)");
+  CHECK(m.source() == "aws-v100 (built in: plan/revocation_aws_v100.csv)");
   CHECK(m.fraction_by(0.6578) == Approx(0.5098));
   CHECK(m.lifetime_hours(0.5) == Approx(0.65).epsilon(0.02));
   CHECK(m.fraction_by(2) == Approx(0.74).epsilon(0.02));
@@ -354,7 +355,7 @@ TEST_CASE("AWS's interruption bands as a constant hazard: the band's upper edge 
   CHECK_THROWS_WITH(RevocationModel::load("aws-band:>20%"), Catch::Contains("no upper edge"));
 }
 
-TEST_CASE("aws-advisor: each type's band in its region, from ps/revocation_aws_bands.csv", "[unit][fault]") {
+TEST_CASE("aws-advisor: each type's band in its region, from plan/revocation_aws_bands.csv", "[unit][fault]") {
   // Rows of the table (AWS's feed as kept by alexei-led/spotinfo): g4dn.xlarge is 15-20% in
   // us-east-1 and 5-10% in eu-west-1; p4d.24xlarge 10-15% in us-east-1, >20% in us-west-2.
   const auto t4 = RevocationModel::load("aws-advisor", "t4");

@@ -13,7 +13,7 @@
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/state.hpp"
 #include "core/atomic_file.hpp"
-#include "ps/snapshot.hpp"
+#include "ps/exchange/snapshot.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "test_util.hpp"

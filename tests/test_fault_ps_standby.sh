@@ -34,7 +34,7 @@
 # `ps` and `shards` the lost shard's state, dumped right before it killed itself, and the new one's
 # after the replay are the same bytes (same_state); `both` has no replica left to take over from
 # and restarts as above; in `shards` the standby takes the lost shard over, the surviving shard
-# following it (ps/recovery.hpp).
+# following it (ps/resilience/recovery.hpp).
 # Usage: test_fault_ps_standby.sh MPIEXEC TRAINER [CASES]; CTest runs "ps standby both hung notice", and
 # "shards bf16 replay hung-remote" too under ULFM. Without ULFM the shards case takes 90 s (shard 0 waits up to 60 s for
 # the lost shard 1 before the attempt ends), so it is run by hand there: ... "ps shards standby both".
@@ -73,7 +73,7 @@ t = [e for e in events if e["event"] == "ps_takeover"]
 assert len(t) == 1 and t[0]["by"] == f"worker rank {standby}", t
 t = t[0]
 assert kill - 3 <= t["global_step"] <= kill + after and 0 <= t["lost_updates"] <= max_lost, t
-# The survivors' journals (--push-journal, ps/push_journal.hpp) are replayed after the replica:
+# The survivors' journals (--push-journal, ps/resilience/push_journal.hpp) are replayed after the replica:
 # every step the lost shard acknowledged, then the pushes whose reply never came, each once.
 unacked = t["replayed_unacknowledged"]
 # (shard 0's part starts from the replica, or from the surviving shard 0's own state: replayed_from_step)
@@ -90,7 +90,7 @@ print(f"ok: {name}: taken over by worker rank {standby} at step {t['global_step'
 PY
 }
 # same_state NAME PART [BEFORE]: the state the lost shard dumped right before it killed itself (its
-# replies completed first: every applied push acknowledged; MT_FAULT_DUMP_DIR, ps/shard_replay.cpp),
+# replies completed first: every applied push acknowledged; MT_FAULT_DUMP_DIR, ps/resilience/shard_takeover.cpp),
 # or with BEFORE=at-takeover a surviving shard's when it learned of the loss, and the new parameter
 # server's part after its start state and the acknowledged journaled pushes: the same bytes
 # (parameters, optimizer state, BN statistics) at the same step.

@@ -1,4 +1,4 @@
-// Join authentication (issue 45, ps/join_auth.hpp): the HMAC against RFC 4231, the proof a joiner
+// Join authentication (issue 45, ps/elastic/join_auth.hpp): the HMAC against RFC 4231, the proof a joiner
 // sends, and the rules for the secret file. The handshake over MPI is tested with real joiners in
 // tests/test_fault_elastic.sh.
 #include <sys/stat.h>
@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "ps/join_auth.hpp"
+#include "ps/elastic/join_auth.hpp"
 #include "test_util.hpp"
 
 using namespace mt;

@@ -8,10 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "app/accuracy_table.hpp"
-#include "app/cluster_sim.hpp"
-#include "app/plan.hpp"
+#include "plan/accuracy_table.hpp"
+#include "plan/cluster_sim.hpp"
+#include "plan/plan.hpp"
 #include "core/error.hpp"
+#include "plan/revocation_model.hpp"
 #include "test_util.hpp"
 
 using mt::test::contains;
@@ -323,7 +324,7 @@ TEST_CASE("mpi_trainer calibrate writes a device table that plan and --emulate-d
 }
 
 TEST_CASE("plan's accuracy line: the measured cost of asynchrony for its shape, or what was measured", "[unit][plan]") {
-  // app/accuracy_measured.csv, from bench/README.md's "Speed-up" tables.
+  // plan/accuracy_measured.csv, from bench/README.md's "Speed-up" tables.
   const auto rows = mt::measured_accuracy();
   REQUIRE(rows.size() == 7);
   for (const auto& m : rows) {
@@ -361,7 +362,7 @@ TEST_CASE("plan's accuracy line: the measured cost of asynchrony for its shape, 
 
 TEST_CASE("plan --target-accuracy: each shape runs the shortest measured schedule reaching it, soonest first",
           "[unit][plan]") {
-  // One worker's accuracy plus the measured cost of asynchrony (app/accuracy_measured.csv):
+  // One worker's accuracy plus the measured cost of asynchrony (plan/accuracy_measured.csv):
   // 4 workers reach 88.04% after 5 epochs, 90.87% after 10, 92.39% after 20.
   CHECK(mt::epochs_to_reach("resnet8", 4, 91.0)->epochs == 20);
   CHECK(mt::epochs_to_reach("resnet8", 4, 90.8)->epochs == 10);

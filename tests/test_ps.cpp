@@ -14,15 +14,15 @@
 
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
-#include "ps/cadence.hpp"
-#include "ps/membership.hpp"
-#include "ps/fault_injection.hpp"
-#include "ps/partition.hpp"
-#include "ps/precision.hpp"
-#include "ps/push_check.hpp"
-#include "ps/snapshot.hpp"
-#include "ps/standbys.hpp"
-#include "ps/update_policy.hpp"
+#include "ps/exchange/cadence.hpp"
+#include "ps/exchange/membership.hpp"
+#include "ps/inject/fault_injection.hpp"
+#include "ps/wire/partition.hpp"
+#include "ps/wire/precision.hpp"
+#include "ps/exchange/push_check.hpp"
+#include "ps/exchange/snapshot.hpp"
+#include "ps/resilience/standbys.hpp"
+#include "ps/exchange/update_policy.hpp"
 
 using namespace mt;
 using namespace std::chrono_literals;

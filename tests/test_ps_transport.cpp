@@ -15,8 +15,8 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include "ps/mpi_env.hpp"
-#include "ps/transport.hpp"
+#include "ps/wire/mpi_env.hpp"
+#include "ps/wire/transport.hpp"
 
 using namespace mt;
 

@@ -1,4 +1,4 @@
-// The push journal (ps/push_journal.hpp): what a worker keeps, when it lets go, how it travels and
+// The push journal (ps/resilience/push_journal.hpp): what a worker keeps, when it lets go, how it travels and
 // in which order a takeover replays it. The replay itself (bit for bit the lost shard's state) is
 // checked end to end by tests/test_fault_ps_standby.sh under ULFM.
 #include <cstring>
@@ -9,7 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/error.hpp"
-#include "ps/push_journal.hpp"
+#include "ps/resilience/push_journal.hpp"
 
 using namespace mt;
 

@@ -39,7 +39,7 @@ def params(name):
     with h5py.File(f"{d}/{name}.h5", "r") as f:
         f["params"].visititems(lambda k, o: out.__setitem__(k, o[()]) if isinstance(o, h5py.Dataset) else None)
     return out
-def bf16(a):  # round to nearest even, as ps/precision.hpp
+def bf16(a):  # round to nearest even, as ps/wire/precision.hpp
     u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
     return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
 z32, z16 = params("zero-fp32"), params("zero-bf16")

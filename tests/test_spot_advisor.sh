@@ -38,7 +38,7 @@ if /usr/bin/python3 "$root/bench/spot_advisor.py" "$dir/t/.git" 2> "$dir/err"; t
 fi
 grep -q "its format changed" "$dir/err"
 # The shipped table came from the feed it names; plan says which band each type got.
-grep -q "commit 05e933139449b888c78795b28af8e9370429a031" "$root/mpi_trainer/ps/revocation_aws_bands.csv"
+grep -q "commit 05e933139449b888c78795b28af8e9370429a031" "$root/mpi_trainer/plan/revocation_aws_bands.csv"
 "$1" plan --workers 2 --worker-types v100 --prices aws --steps 1000 --draws 5 --revocation-model aws-advisor:eu-west-1 \
   > "$dir/plan.txt"
 cat "$dir/plan.txt"

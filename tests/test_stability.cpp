@@ -1,5 +1,5 @@
 // What keeps an asynchronous run stable: the start-up warm-up that follows the worker count and
-// the spike guard (ps/spike_guard.hpp, RateStability, chosen by app/run_setup.hpp's rate_stability).
+// the spike guard (ps/exchange/spike_guard.hpp, RateStability, chosen by app/run_setup.hpp's rate_stability).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -7,8 +7,8 @@
 
 #include "app/run_setup.hpp"
 #include "core/rng.hpp"
-#include "ps/spike_guard.hpp"
-#include "ps/update_policy.hpp"
+#include "ps/exchange/spike_guard.hpp"
+#include "ps/exchange/update_policy.hpp"
 
 using namespace mt;
 

@@ -2,7 +2,7 @@
 // without ULFM every answer is the no-op one; the configure-time probe decides which build it is.
 #include <catch2/catch.hpp>
 
-#include "ps/ulfm.hpp"
+#include "ps/wire/ulfm.hpp"
 
 using namespace mt;
 
@@ -26,7 +26,7 @@ TEST_CASE("ulfm: without ULFM, unavailable and no failed ranks", "[ulfm]") {
 // ps/recovery: the plan every survivor computes from the same offers (docs/fault-model.md,
 // "Takeover under ULFM"). Offers: {replica step, seen step, launched rank, shard (-1: worker), slot,
 // hung shard reported (world rank, -1 when none; default)}.
-#include "ps/recovery.hpp"
+#include "ps/resilience/recovery.hpp"
 
 TEST_CASE("takeover plan: one shard, the newest replica's holder becomes the parameter server", "[ulfm][takeover]") {
   // PS (rank 0) lost; workers 1..3 survive, ranks 2 and 3 hold replicas of steps 150 and 151.

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "app/cluster_sim.hpp"
+#include "plan/cluster_sim.hpp"
 #include "app/train_virtual.hpp"
 #include "core/error.hpp"
 #include "test_util.hpp"

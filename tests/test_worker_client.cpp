@@ -14,9 +14,9 @@
 #include <catch2/catch.hpp>
 
 #include "nn/resnet.hpp"
-#include "ps/mpi_env.hpp"
-#include "ps/transport.hpp"
-#include "ps/worker_client.hpp"
+#include "ps/wire/mpi_env.hpp"
+#include "ps/wire/transport.hpp"
+#include "ps/exchange/worker_client.hpp"
 
 using namespace mt;
 

@@ -126,7 +126,7 @@ void restore_slot_momenta(const ckpt::CheckpointState& s, const FlatTensors& mom
 // throws CheckpointError when it records them but they are missing or misshapen (damaged).
 bool restore_gap_mean_step(const ckpt::CheckpointState& s, FlatTensors& out);
 
-// A standby's replica of the parameter server (--ps-standby, ps/replica.hpp) as a checkpoint. The
+// A standby's replica of the parameter server (--ps-standby, ps/resilience/replica.hpp) as a checkpoint. The
 // parameter server's progress and configuration travel in each replica as this record.
 // `revocations`: of this attempt so far (workers and parameter servers lost or left), carried to a
 // parameter server that takes over (its summary counts the whole attempt's).

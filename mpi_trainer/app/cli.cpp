@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "app/calibrate.hpp"
+#include "plan/calibrate.hpp"
 #include "app/cli_tool_options.hpp"
 #include "app/cli_train_options.hpp"
 #include "app/config.hpp"
 #include "app/emulation.hpp"
 #include "app/evaluate.hpp"
 #include "app/export.hpp"
-#include "app/plan.hpp"
+#include "plan/plan.hpp"
 #include "app/ps_report.hpp"
 #include "app/report_command.hpp"
 #include "app/train.hpp"
@@ -24,7 +24,7 @@
 #include "app/train_virtual.hpp"
 #include "app/version.hpp"
 #include "ps/ps.hpp"
-#include "ps/mpi_env.hpp"
+#include "ps/wire/mpi_env.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"

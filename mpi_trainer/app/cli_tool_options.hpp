@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <string>
 
-#include "app/calibrate.hpp"
+#include "plan/calibrate.hpp"
 #include "app/evaluate.hpp"
 #include "app/export.hpp"
-#include "app/plan.hpp"
+#include "plan/plan.hpp"
 
 namespace mt::cli {
 

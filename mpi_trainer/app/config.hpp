@@ -21,7 +21,7 @@ struct TrainConfig {
   double max_loss = 1000;           // a step's loss above this (or not finite) stops the run: diverged (0: only non-finite)
   double push_norm_limit = 0;       // PS: reject a push whose gradient norm exceeds this x the recent median (0: off)
   int max_rejected_pushes = 3;      // PS: a worker whose pushes are rejected this many times in a row is dropped (0: never)
-  std::string push_precision = "fp32";  // fp32 | bf16: the values of pushes and replies (ps/precision.hpp)
+  std::string push_precision = "fp32";  // fp32 | bf16: the values of pushes and replies (ps/wire/precision.hpp)
   std::string device = "auto";  // cpu | cuda | auto
   int threads = 0;              // 0: every core
   std::uint64_t seed = 1;

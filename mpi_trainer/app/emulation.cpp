@@ -5,7 +5,7 @@
 #include <sstream>
 #include <thread>
 
-#include "app/table_file.hpp"
+#include "plan/table_file.hpp"
 #include "core/error.hpp"
 
 namespace mt {

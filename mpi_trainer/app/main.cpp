@@ -6,7 +6,7 @@
 #include "app/cli.hpp"
 #include "core/error.hpp"
 #include "core/line_output.hpp"
-#include "ps/mpi_env.hpp"
+#include "ps/wire/mpi_env.hpp"
 
 int main(int argc, char** argv) {
   // Every line leaves in one write: under mpirun, ranks' lines do not cut into each other.

@@ -9,14 +9,14 @@
 #include <sstream>
 #include <thread>
 
-#include "app/cluster_sim.hpp"
+#include "plan/cluster_sim.hpp"
 #include "app/config_event.hpp"
 #include "app/device.hpp"
 #include "app/emulation.hpp"
 #include "app/learning_check.hpp"
 #include "core/atomic_file.hpp"
 #include "ps/ps.hpp"
-#include "ps/update_policy.hpp"
+#include "ps/exchange/update_policy.hpp"
 
 namespace mt {
 

@@ -15,10 +15,11 @@
 #include "app/checkpointing.hpp"
 #include "app/config.hpp"
 #include "app/metrics.hpp"
-#include "app/plan.hpp"
+#include "plan/plan.hpp"
 #include "app/run_setup.hpp"
 #include "ckpt/async_writer.hpp"
 #include "core/clock.hpp"
+#include "plan/revocation_model.hpp"
 #include "ps/ps.hpp"
 
 namespace mt {
@@ -140,7 +141,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
   bool stop_durable_reported_ = false;
   double cost_usd_ = 0;
   CheckpointTally tally_;
-  // The live prediction of the progress lines and metrics (app/plan.hpp, predict_finish): each
+  // The live prediction of the progress lines and metrics (plan/plan.hpp, predict_finish): each
   // worker's type and billed run seconds (end < 0 while it runs), and each type's revocation model.
   struct Billed {
     std::string type;

@@ -10,7 +10,7 @@
 #include "app/ps_report.hpp"
 #include "core/clock.hpp"
 #include "core/error.hpp"
-#include "ps/notices.hpp"
+#include "ps/resilience/notices.hpp"
 
 namespace mt {
 

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "app/checkpointing.hpp"
-#include "app/cost.hpp"
+#include "plan/cost.hpp"
 #include "app/device.hpp"
 #include "app/emulation.hpp"
 #include "core/error.hpp"
@@ -22,7 +22,7 @@
 #include "data/loader.hpp"
 #include "nn/resnet.hpp"
 #include "optim/schedule.hpp"
-#include "ps/mpi_env.hpp"
+#include "ps/wire/mpi_env.hpp"
 
 namespace mt {
 

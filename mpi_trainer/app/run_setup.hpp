@@ -7,7 +7,7 @@
 
 #include "app/checkpointing.hpp"
 #include "app/config.hpp"
-#include "app/cost.hpp"
+#include "plan/cost.hpp"
 #include "app/device.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"

@@ -12,13 +12,13 @@
 
 #include "app/batch_ahead.hpp"
 #include "app/checkpointing.hpp"
-#include "app/cluster_sim.hpp"
+#include "plan/cluster_sim.hpp"
 #include "app/config_event.hpp"
-#include "app/cost.hpp"
+#include "plan/cost.hpp"
 #include "app/emulation.hpp"
 #include "app/learning_check.hpp"
 #include "app/metrics.hpp"
-#include "app/plan.hpp"
+#include "plan/plan.hpp"
 #include "app/run_setup.hpp"
 #include "ckpt/async_writer.hpp"
 #include "core/clock.hpp"
@@ -27,6 +27,7 @@
 #include "nn/resnet.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
+#include "plan/revocation_model.hpp"
 #include "ps/ps.hpp"
 
 namespace mt {
@@ -70,7 +71,7 @@ class SingleRun {
   std::ostream& log_;
   const Clock::time_point t_setup_;
   const RunSetup setup_;
-  // The live prediction's revocation model (app/plan.hpp): --revocation-model, else gce when transient.
+  // The live prediction's revocation model (plan/plan.hpp): --revocation-model, else gce when transient.
   const std::map<std::string, RevocationModel> predict_models_;
   std::unique_ptr<Backend> backend_;
   MetricsWriter metrics_;

@@ -27,8 +27,8 @@
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
 #include "ps/ps.hpp"
-#include "ps/mpi_env.hpp"
-#include "ps/ulfm.hpp"
+#include "ps/wire/mpi_env.hpp"
+#include "ps/wire/ulfm.hpp"
 
 namespace mt {
 
@@ -57,7 +57,7 @@ std::string join_port_file(const TrainConfig& cfg) {
   throw UsageError("elastic joins need --port-file or --ckpt-dir (the port file is <ckpt-dir>/ps-port)");
 }
 
-// The secret a joiner proves (ps/join_auth.hpp): --join-secret, else join-secret beside the port file.
+// The secret a joiner proves (ps/elastic/join_auth.hpp): --join-secret, else join-secret beside the port file.
 std::filesystem::path join_secret_path(const TrainConfig& cfg) {
   return cfg.join_secret.empty() ? default_join_secret_path(join_port_file(cfg)) : std::filesystem::path(cfg.join_secret);
 }
@@ -398,7 +398,7 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
     // A rank that a launcher pinned (mpirun --bind-to core, srun --cpu-bind) uses the cores it
     // was given. One that may use the whole node shares the node's cores with the other workers
     // on it. A PS shard beside them takes no core of its own: it sleeps until a push arrives
-    // (ps/bell.hpp). Measured (bench/ps_cpu.sh, 2 cores, resnet32): 1 PS + 1 worker with 2
+    // (ps/wire/bell.hpp). Measured (bench/ps_cpu.sh, 2 cores, resnet32): 1 PS + 1 worker with 2
     // threads 423 img/s against one process's 432, with 1 thread 268.
     const int node = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int mine = usable_cores();

@@ -11,19 +11,20 @@
 #include <string>
 #include <vector>
 
-#include "app/cluster_sim.hpp"
+#include "plan/cluster_sim.hpp"
 #include "app/config_event.hpp"
 #include "app/emulation.hpp"
 #include "app/learning_check.hpp"
 #include "app/metrics.hpp"
-#include "app/plan.hpp"
+#include "plan/plan.hpp"
 #include "app/run_setup.hpp"
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
 #include "optim/optimizer.hpp"
+#include "plan/revocation_model.hpp"
 #include "ps/ps.hpp"
-#include "ps/update_policy.hpp"
+#include "ps/exchange/update_policy.hpp"
 
 namespace mt {
 
@@ -112,7 +113,7 @@ class VirtualRun {
   // Revocations on the virtual clock: --revoke names worker ranks 1..N (rank 0 is the parameter
   // server, which is not revoked here); --revocation-model draws each worker's lifetime.
   const std::vector<RevokeEntry> revokes_;
-  // The live prediction's models (app/plan.hpp): --revocation-model, else gce when transient;
+  // The live prediction's models (plan/plan.hpp): --revocation-model, else gce when transient;
   // the simulator draws lifetimes only from --revocation-model, which is then the same.
   const std::map<std::string, RevocationModel> lifetimes_by_type_;
   std::unique_ptr<Backend> backend_;
@@ -363,7 +364,7 @@ void VirtualRun::report_progress() {
   const double done = double(done_steps) / double(c_.train_steps);
   const double real = since(t_start_);
   const double mean_staleness = window_staleness_ / double(window_pushes_);
-  // The live prediction (app/plan.hpp): each active worker's pushes per virtual second, the
+  // The live prediction (plan/plan.hpp): each active worker's pushes per virtual second, the
   // virtual cluster's bill so far.
   std::vector<LiveWorker> live;
   double spent = setup_.prices.cost_usd(c_.ps_type, setup_.ps_transient, now);

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "app/cluster_sim.hpp"
+#include "plan/cluster_sim.hpp"
 #include "app/config.hpp"
 #include "app/train.hpp"
 

@@ -22,9 +22,9 @@
 #include "nn/params.hpp"
 #include "nn/resnet.hpp"
 #include "optim/schedule.hpp"
-#include "ps/fault_injection.hpp"
-#include "ps/join_auth.hpp"  // the join secret and its files (app: --join-secret)
-#include "ps/precision.hpp"
+#include "ps/inject/fault_injection.hpp"
+#include "ps/elastic/join_auth.hpp"  // the join secret and its files (app: --join-secret)
+#include "ps/wire/precision.hpp"
 
 namespace mt {
 
@@ -41,7 +41,7 @@ const char* to_string(MomentumCorrection m);
 
 // What keeps an asynchronous run stable (docs/user-guide.md, "Defaults that learn"), applied by
 // UpdatePolicy: `start_warmup`, the rate rises linearly over the first N global steps (the
-// schedule's own warm-up, if longer, stays); `spike_guard`, ps/spike_guard.hpp.
+// schedule's own warm-up, if longer, stays); `spike_guard`, ps/exchange/spike_guard.hpp.
 struct RateStability {
   std::int64_t start_warmup = 0;
   bool spike_guard = false;
@@ -76,7 +76,7 @@ struct PsOptions {
   std::int64_t first_step = 0;  // the global step starts here at least (a takeover: never backwards)
   // A takeover's new shard 0: the survivors' push journals, the surviving shards' own parts, and its
   // replica's pushes handled per shard and slot: every part starts from its surviving shard's state
-  // (else the replica's) and replays the journaled pushes that state does not hold (ps/push_journal.hpp).
+  // (else the replica's) and replays the journaled pushes that state does not hold (ps/resilience/push_journal.hpp).
   struct Replay {
     std::string log;
     std::string states;                              // the surviving shards' own parts (PartState)
@@ -90,11 +90,11 @@ struct PsOptions {
   // checkpointing and stopping the job (docs/fault-model.md, "Takeover under ULFM").
   bool hand_over = false;
   // ULFM, a standby, several shards: when another shard is lost, this one takes part in its
-  // takeover (ps/recovery.hpp) and goes on as a shard of the new parameter server, in the same
+  // takeover (ps/resilience/recovery.hpp) and goes on as a shard of the new parameter server, in the same
   // job, instead of failing with exit 10.
   bool takeover = false;
   int max_workers = 0;  // elastic joins: data slots (0: the launched workers only)
-  // The update: SGD with momentum, the learning rate scaled by the policy (ps/update_policy.hpp).
+  // The update: SGD with momentum, the learning rate scaled by the policy (ps/exchange/update_policy.hpp).
   LrScaling lr_scaling = LrScaling::kStaleness;  // the trainer's defaults (app/config.hpp)
   MomentumCorrection momentum_correction = MomentumCorrection::kDana;
   double momentum = 0.9;
@@ -105,17 +105,17 @@ struct PsOptions {
   RateStability stability;          // the start-up warm-up and the spike guard
   std::int64_t max_staleness = -1;  // pushes staler than this are not applied (-1: no bound)
   double max_loss = 1000;           // a push whose loss is not finite or above this: diverged (0: non-finite only)
-  // The push check (ps/push_check.hpp): a push with a value that is not finite is rejected, and
+  // The push check (ps/exchange/push_check.hpp): a push with a value that is not finite is rejected, and
   // with push_norm_limit > 0 one whose gradient norm exceeds that many times the recent median;
   // max_rejected_pushes in a row stop and drop the worker (0: never).
   double push_norm_limit = 0;
   int max_rejected_pushes = 3;
-  // The values on the wire (ps/precision.hpp): bf16 halves pushes and replies; the state stays fp32.
+  // The values on the wire (ps/wire/precision.hpp): bf16 halves pushes and replies; the state stays fp32.
   PushPrecision push_precision = PushPrecision::kFp32;
   // Fault tolerance (docs/fault-model.md).
   double failure_timeout = 1.5;  // a worker silent this long is lost (s)
   double drain_deadline = 10;    // after a notice: workers stop within this (s)
-  int ps_standby = 0;                   // standby workers each shard streams replicas to (ps/replica.hpp)
+  int ps_standby = 0;                   // standby workers each shard streams replicas to (ps/resilience/replica.hpp)
   std::int64_t replica_interval = 10;   // updates between two replicas, at least
   double replica_budget = 0.01;         // the share of a shard's time replicas may take, at most
   // Shard 0's cadence.
@@ -130,7 +130,7 @@ struct PsOptions {
   std::vector<std::string> worker_types;  // instance type of each launched worker, in rank order
   std::string join_type;                  // instance type of workers that join
   std::string port_file;                  // --max-workers: where shard 0 publishes its port
-  std::string join_secret;                // --max-workers: what a joiner must prove (ps/join_auth.hpp)
+  std::string join_secret;                // --max-workers: what a joiner must prove (ps/elastic/join_auth.hpp)
   double join_auth_seconds = kJoinAuthSeconds;  // how long shard 0 waits for a joiner's proof
 };
 
@@ -197,7 +197,7 @@ class SnapshotSink {
   // Called often from the update loop: report what finished in the background. Non-empty: why
   // training must stop now (the shard stops as on a notice).
   virtual std::string poll() = 0;
-  // What a replica on a standby carries besides the tensors (ps/replica.hpp), for the app to
+  // What a replica on a standby carries besides the tensors (ps/resilience/replica.hpp), for the app to
   // write the replica as its own checkpoint: data cursors, time and cost so far, configuration.
   virtual std::string replica_record(std::int64_t /*global_step*/, const std::vector<LoaderCursor>& /*slot_cursors*/,
                                      double /*run_seconds*/, double /*lr*/,
@@ -206,7 +206,7 @@ class SnapshotSink {
   }
 };
 
-// Why a shard's standbys changed (ps/standbys.hpp).
+// Why a shard's standbys changed (ps/resilience/standbys.hpp).
 enum class StandbyChange {
   kNone,         // the same workers
   kFirst,        // the first standbys of this shard
@@ -284,7 +284,7 @@ class PsEvents {
   // A worker asked to join and was answered with stop: it trains another model or batch size
   // (`rank`, its parameter count and batch), every slot is taken, the job is stopping, or the
   // parameter server failed. kUnauthenticated: a process connected but did not prove the job's
-  // join secret (`detail` says how; ps/join_auth.hpp), and was never let in.
+  // join secret (`detail` says how; ps/elastic/join_auth.hpp), and was never let in.
   struct JoinRefused {
     enum class Why { kMismatch, kFull, kStopping, kFailed, kUnauthenticated };
     Why why = Why::kFull;
@@ -329,7 +329,7 @@ class PsEvents {
 
   // A shard of a new parameter server (a takeover) replayed the survivors' logged pushes after its
   // start state of `replica_step` (its part of the replica, or of the shard that held it and
-  // survived; ps/push_journal.hpp): `replayed` of them, `unacknowledged`
+  // survived; ps/resilience/push_journal.hpp): `replayed` of them, `unacknowledged`
   // among them (their reply never came: after the others), `not_applied` only counted as steps (as
   // the lost shard did); `lost`: steps of the lost shard no log holds (pushes of workers lost with
   // it); it goes on at `global_step`.
@@ -421,7 +421,7 @@ class StepComputer {
 };
 
 // A standby's newest replica of the whole parameter server, assembled from every shard's
-// (ps/replica.hpp): each shard's part is that shard's state at one point of its update stream.
+// (ps/resilience/replica.hpp): each shard's part is that shard's state at one point of its update stream.
 struct ReplicaState {
   std::int64_t global_step = 0;  // shard 0's
   std::vector<std::int64_t> shard_steps;
@@ -429,7 +429,7 @@ struct ReplicaState {
   std::vector<FlatTensors> state;  // the optimizer's state buffers: the momenta, then the gap's if any
   std::string record;              // SnapshotSink::replica_record of shard 0
   // Per shard, per data slot: the last push number (MsgHeader::push_id) the shard had handled
-  // (applied, or counted as a step) by its replica (ps/push_journal.hpp).
+  // (applied, or counted as a step) by its replica (ps/resilience/push_journal.hpp).
   std::vector<std::vector<std::int64_t>> handled;
 };
 
@@ -448,13 +448,13 @@ struct WorkerOptions {
   std::function<void(const ReplicaState&)> on_ps_lost;
   // Under ULFM, a worker of the launched job: when the MPI library reports a parameter-server
   // shard failed, the survivors take it over inside the job instead of exiting 10
-  // (docs/fault-model.md, "Takeover under ULFM"; ps/recovery.hpp): they revoke and shrink the
+  // (docs/fault-model.md, "Takeover under ULFM"; ps/resilience/recovery.hpp): they revoke and shrink the
   // communicator, the one holding the newest replica becomes shard 0 of the new parameter server
   // (run_worker returns it a `Takeover`), the surviving shards follow it, the others join it and
   // train on with their data slots and cursors.
   bool takeover = false;
   // With `takeover`: each worker logs its pushes since the newest replica, so that a takeover
-  // replays them and loses no update (--push-journal; ps/push_journal.hpp).
+  // replays them and loses no update (--push-journal; ps/resilience/push_journal.hpp).
   bool push_journal = true;
 };
 
@@ -475,7 +475,7 @@ struct Takeover {
 
 struct WorkerResult {
   std::int64_t pushes = 0;
-  std::size_t push_journal_peak_bytes = 0;   // the most its push journal held (ps/push_journal.hpp),
+  std::size_t push_journal_peak_bytes = 0;   // the most its push journal held (ps/resilience/push_journal.hpp),
   std::size_t push_journal_peak_pushes = 0;  // and the most pushes,
   std::int64_t push_journal_dropped = 0;     // and those dropped past its bound (PushJournal)
   bool clean_end = false;  // stopped by shards that knew of no lost rank
@@ -507,7 +507,7 @@ WorkerResult run_worker(const WorkerOptions& opts, const Model& model, MPI_Comm 
                         const std::function<std::unique_ptr<StepComputer>()>& make_computer);
 
 // What this build of the runtime uses, and what the app needs of MPI beside run_ps and
-// run_worker (the MPI session itself is ps/mpi_env.hpp's MpiSession).
+// run_worker (the MPI session itself is ps/wire/mpi_env.hpp's MpiSession).
 
 // Whether this build uses ULFM (the configure-time probe passed and MT_ULFM was not OFF).
 bool ulfm_available();
@@ -530,7 +530,7 @@ void precise_naps(std::ostream& log);
 std::optional<std::vector<int>> max_over_ranks(const std::vector<int>& values, MPI_Comm comm, double seconds);
 
 // `mpi_trainer join`: waits up to 60 s for the port file, reads the job's join secret from
-// `secret_file`, connects (one joiner at a time), proves the secret (ps/join_auth.hpp; `prove`
+// `secret_file`, connects (one joiner at a time), proves the secret (ps/elastic/join_auth.hpp; `prove`
 // false: connects and stays silent, a test hook) and returns the intercommunicator to the
 // parameter server, with errors returned. Throws Error with exit 10 when no parameter server
 // answers, exit 3 when the secret file is missing or unsafe or the proof is refused. A notice

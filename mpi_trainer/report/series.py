@@ -12,7 +12,7 @@ from collections import Counter
 
 from metrics import is_number, percentile
 
-# Table II of the ICAC'19 paper ($/hour: on demand, transient), as mpi_trainer's app/cost.cpp.
+# Table II of the ICAC'19 paper ($/hour: on demand, transient), as mpi_trainer's plan/cost.cpp.
 TABLE2 = {"k80": (0.723, 0.256), "p100": (1.43, 0.551), "v100": (2.144, 0.861), "ps": (0.143, 0.041)}
 MARK_KINDS = {"revocation": "revocation", "join": "join", "ps_takeover": "takeover",
               "ps_handover": "handover", "checkpoint": "checkpoint",

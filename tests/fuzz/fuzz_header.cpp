@@ -1,10 +1,10 @@
 // Fuzz target (issue 45): the protocol's message header as a parameter server or worker receives
-// it (ps/protocol.hpp check_header): any 144 bytes and a payload bound give a verdict, never a
+// it (ps/wire/protocol.hpp check_header): any 144 bytes and a payload bound give a verdict, never a
 // crash. The first 8 bytes are the bound, the next 144 the header.
 #include <cstdint>
 #include <cstring>
 
-#include "ps/protocol.hpp"
+#include "ps/wire/protocol.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::int64_t bound = 0;

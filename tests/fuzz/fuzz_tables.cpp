@@ -1,10 +1,10 @@
 // Fuzz target (issue 45): the tables a user gives on the command line or copies from elsewhere.
 // The first byte picks the parser, the rest is the file's text:
 //   0: a device table (--emulate-device FILE, plan --devices)   app/emulation.cpp
-//   1: a revocation model (--revocation-model FILE), AWS's bands  ps/fault_injection.cpp,
-//      table and an aws-band:BAND name                            ps/revocation_bands.cpp
-//   2: a price table (--prices FILE)                             app/cost.cpp
-//   3: --revoke and --corrupt-push specifications                ps/fault_injection.cpp
+//   1: a revocation model (--revocation-model FILE), AWS's bands  ps/inject/fault_injection.cpp,
+//      table and an aws-band:BAND name                            plan/revocation_bands.cpp
+//   2: a price table (--prices FILE)                             plan/cost.cpp
+//   3: --revoke and --corrupt-push specifications                ps/inject/fault_injection.cpp
 // A bad input must end in mt::Error (a clear message, an exit code); anything else (another
 // exception, a crash, a sanitizer report) is a bug.
 #include <unistd.h>
@@ -14,11 +14,12 @@
 #include <fstream>
 #include <string>
 
-#include "app/cost.hpp"
+#include "plan/cost.hpp"
 #include "app/emulation.hpp"
 #include "core/error.hpp"
-#include "ps/fault_injection.hpp"
-#include "ps/revocation_bands.hpp"
+#include "plan/revocation_model.hpp"
+#include "ps/inject/fault_injection.hpp"
+#include "plan/revocation_bands.hpp"
 
 namespace {
 

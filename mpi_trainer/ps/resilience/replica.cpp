@@ -1,0 +1,257 @@
+#include "ps/resilience/replica.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <chrono>
+#include <thread>
+
+#include "core/error.hpp"
+#include "ps/resilience/notices.hpp"
+#include "ps/wire/mpi_env.hpp"
+#include "ps/resilience/push_journal.hpp"
+
+namespace mt {
+
+namespace {
+
+// How long a standby given the handover replica waits for a notice of its own before it takes it:
+// a notice to the whole job (Slurm's, a signal to mpirun or to the launcher's group) reaches every
+// process within milliseconds, and then the job is to checkpoint and stop, not to hand over.
+constexpr double kHandoverGrace = 0.25;
+
+std::int64_t record_floats(std::size_t bytes) {
+  return static_cast<std::int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
+}
+
+}  // namespace
+
+void ReplicaSender::give_up() {
+  abandon(std::move(buf_));
+  buf_ = Buffer(0);
+  inflight_.clear();
+}
+
+bool ReplicaSender::ready(const std::vector<Dest>& dests) {
+  bool done = true;
+  for (auto& [id, req] : inflight_) {
+    const bool wanted = std::any_of(dests.begin(), dests.end(), [&](const Dest& d) { return d.id == id; });
+    int flag = 1;
+    try {
+      if (req != MPI_REQUEST_NULL) MT_MPI(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
+    } catch (const ProcessFailed&) {  // ULFM: that standby died; the shard drops it on its own
+      flag = 0;
+      req = MPI_REQUEST_NULL;
+      if (wanted) continue;
+    }
+    if (!flag && !wanted) {  // a former standby that does not take it: let it go
+      give_up();
+      return true;
+    }
+    done = done && flag;
+  }
+  if (done) settled();
+  return done;
+}
+
+void ReplicaSender::progress() {
+  if (inflight_.empty()) return;
+  for (auto& [id, req] : inflight_) {
+    int flag = 1;
+    try {
+      if (req != MPI_REQUEST_NULL) MT_MPI(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
+    } catch (const ProcessFailed&) {  // ULFM: that standby died; ready() lets it go
+      return;
+    }
+    if (!flag) return;
+  }
+  settled();
+}
+
+void ReplicaSender::settled() {
+  if (!inflight_.empty()) settled_step_ = last_step_;
+  inflight_.clear();
+}
+
+void ReplicaSender::send(std::int64_t step, int state_buffers, std::span<const std::span<const float>> pieces,
+                         const std::string& record, const std::vector<Dest>& dests, bool handover) {
+  MT_ASSERT(inflight_.empty(), "the previous replica has left");
+  const auto t0 = Clock::now();
+  std::int64_t floats = record_floats(record.size());
+  for (const auto& p : pieces) floats += static_cast<std::int64_t>(p.size());
+  if (static_cast<std::int64_t>(buf_.data.size()) != kHeaderFloats + floats) buf_ = Buffer(floats);
+  float* out = buf_.payload();
+  for (const auto& p : pieces) out = std::copy(p.begin(), p.end(), out);
+  if (!record.empty()) {
+    out[record_floats(record.size()) - 1] = 0.f;  // the padding after the last byte
+    std::memcpy(out, record.data(), record.size());
+  }
+  MsgHeader& h = buf_.header();
+  h = MsgHeader{};
+  h.kind = MsgKind::kReplica;
+  h.step = h.model_version = step;
+  h.payload = floats;
+  h.request_id = static_cast<std::int64_t>(record.size());
+  h.slots = state_buffers;
+  if (handover) h.end = kHandover;
+  for (const Dest& d : dests) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    try {
+      isend(buf_, floats, d.peer, kTagReplica, &req, d.comm);
+    } catch (const LibraryError&) {  // known dead (ULFM), or its connection broke: the shard drops it
+      continue;
+    }
+    inflight_.emplace_back(d.id, req);
+  }
+  if (first_step_ < 0) first_step_ = step;
+  last_step_ = step;
+  ++sent_;
+  last_at_ = Clock::now();
+  cost_ = seconds_between(t0, last_at_);
+  cost_sum_ += cost_;
+}
+
+bool ReplicaSender::settle(int id, double seconds) {
+  for (auto it = inflight_.begin(); it != inflight_.end(); ++it) {
+    if (it->first != id) continue;
+    if (wait_for(&it->second, seconds)) {
+      inflight_.erase(it);
+      return true;
+    }
+    give_up();
+    return false;
+  }
+  return true;
+}
+
+ReplicaSender::Answer ReplicaSender::acknowledged(const Dest& d, std::int64_t step, double seconds, int* signo) {
+  Buffer ack(0);
+  MPI_Request req = MPI_REQUEST_NULL;
+  try {
+    irecv(ack, d.peer, kTagReplica, &req, d.comm);
+    if (!wait_for(&req, seconds)) {
+      if (MPI_Cancel(&req) != MPI_SUCCESS || !wait_for(&req, 1.0)) abandon(std::move(ack));
+      return Answer::kNone;
+    }
+  } catch (const ProcessFailed&) {  // ULFM: the standby is gone (it left on a notice of its own)
+    abandon(std::move(ack));
+    return Answer::kNone;
+  }
+  const MsgHeader& h = ack.header();
+  if (!check_header(h, 0).empty() || h.kind != MsgKind::kReplica || h.step != step) return Answer::kNone;
+  if (signo) *signo = h.signal;
+  return h.end == kHandover ? Answer::kTaken : Answer::kRefused;
+}
+
+ReplicaHost::ReplicaHost(int shards) : parts_(static_cast<std::size_t>(shards)) {}
+
+void ReplicaHost::poll(MPI_Comm comm) {
+  if (closed_) return;
+  for (std::size_t s = 0; s < parts_.size(); ++s) {
+    Part& p = parts_[s];
+    if (p.req == MPI_REQUEST_NULL) {
+      int flag = 0;
+      MPI_Status st;
+      MT_MPI(MPI_Iprobe(static_cast<int>(s), kTagReplica, comm, &flag, &st));
+      if (!flag) continue;
+      int count = 0;
+      MT_MPI(MPI_Get_count(&st, MPI_FLOAT, &count));
+      if (count < kHeaderFloats)
+        throw Error(kExitInternal, "worker: malformed replica from shard " + std::to_string(s) + ": " +
+                                       std::to_string(count) + " floats");
+      if (static_cast<int>(p.incoming.data.size()) != count) p.incoming = Buffer(count - kHeaderFloats);
+      MT_MPI(MPI_Irecv(p.incoming.data.data(), count, MPI_FLOAT, static_cast<int>(s), kTagReplica, comm, &p.req));
+    }
+    int done = 0;
+    MT_MPI(MPI_Test(&p.req, &done, MPI_STATUS_IGNORE));
+    if (!done) continue;
+    if (const auto bad = check_header(p.incoming.header(), static_cast<std::int64_t>(p.incoming.data.size()));
+        !bad.empty() || p.incoming.header().kind != MsgKind::kReplica)
+      throw Error(kExitInternal, "worker: malformed replica from shard " + std::to_string(s) + ": " +
+                                     (bad.empty() ? "not a replica" : bad));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::swap(p.incoming, p.newest);
+      p.has = true;
+    }
+    const MsgHeader& h = p.newest.header();
+    if (h.end == kHandover) {  // the shard waits for this before it leaves
+      // Taken unless this process has a notice too (within the grace): a notice to the whole job.
+      const auto t0 = Clock::now();
+      while (!notice_signal() && since(t0) < kHandoverGrace) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      const int sig = notice_signal();
+      Buffer ack(0);
+      ack.header() = MsgHeader{};
+      ack.header().kind = MsgKind::kReplica;
+      ack.header().step = h.step;
+      ack.header().end = sig ? 0 : kHandover;
+      ack.header().signal = sig;
+      MPI_Request req = MPI_REQUEST_NULL;
+      isend(ack, 0, static_cast<int>(s), kTagReplica, &req, comm);
+      if (!wait_for(&req, 1.0)) abandon(std::move(ack));
+    }
+  }
+}
+
+bool ReplicaHost::any() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::any_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.has; });
+}
+
+std::optional<ReplicaState> ReplicaHost::assemble(const Model& model, const Partition& part, int slots) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.has; })) return std::nullopt;
+  ReplicaState r;
+  r.params = FlatTensors(model.params());
+  r.bn_stats = FlatTensors(model.stats());
+  const auto header = [](const Part& p) { return *reinterpret_cast<const MsgHeader*>(p.newest.data.data()); };
+  const int buffers = header(parts_[0]).slots;
+  for (int j = 0; j < buffers; ++j) r.state.emplace_back(model.params());
+  for (std::size_t s = 0; s < parts_.size(); ++s) {
+    const MsgHeader h = header(parts_[s]);
+    const auto n = static_cast<std::size_t>(part.floats(static_cast<int>(s)));
+    const std::size_t stats = s == 0 ? static_cast<std::size_t>(model.stats().total()) : 0;
+    const std::size_t record = s == 0 ? static_cast<std::size_t>(record_floats(static_cast<std::size_t>(h.request_id))) : 0;
+    const std::size_t table = 2 * static_cast<std::size_t>(slots);  // the pushes handled per slot
+    if (h.slots != buffers || h.payload < 0 ||
+        static_cast<std::size_t>(h.payload) != (1 + static_cast<std::size_t>(buffers)) * n + table + stats + record)
+      throw Error(kExitInternal, "worker: shard " + std::to_string(s) + "'s replica does not fit this model (" +
+                                     std::to_string(h.payload) + " floats, " + std::to_string(h.slots) +
+                                     " state buffers)");
+    const std::span<const float> payload(parts_[s].newest.data.data() + kHeaderFloats, static_cast<std::size_t>(h.payload));
+    part.unpack(static_cast<int>(s), payload.subspan(0, n), r.params);
+    for (int j = 0; j < buffers; ++j)
+      part.unpack(static_cast<int>(s), payload.subspan((1 + static_cast<std::size_t>(j)) * n, n),
+                  r.state[static_cast<std::size_t>(j)]);
+    r.handled.push_back(handled_from_floats(payload.subspan((1 + static_cast<std::size_t>(buffers)) * n, table)));
+    if (s == 0) {
+      const auto tail = payload.subspan((1 + static_cast<std::size_t>(buffers)) * n + table);
+      std::copy_n(tail.begin(), stats, r.bn_stats.flat().data());
+      r.record.assign(reinterpret_cast<const char*>(tail.data() + stats), static_cast<std::size_t>(h.request_id));
+      r.global_step = h.step;
+    }
+    r.shard_steps.push_back(h.step);
+  }
+  return r;
+}
+
+void ReplicaHost::close() {
+  closed_ = true;
+  for (Part& p : parts_) {
+    if (p.req == MPI_REQUEST_NULL) continue;
+    int done = 0;
+    if (MPI_Test(&p.req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) continue;
+    if (MPI_Cancel(&p.req) != MPI_SUCCESS || !wait_for(&p.req, 1.0)) abandon(std::move(p.incoming));
+  }
+}
+
+void ReplicaHost::abandon_receives() {
+  closed_ = true;
+  for (Part& p : parts_)
+    if (p.req != MPI_REQUEST_NULL) {
+      abandon(std::move(p.incoming));
+      p.req = MPI_REQUEST_NULL;
+    }
+}
+
+}  // namespace mt
