@@ -34,12 +34,28 @@ declare -A sources=(
   [header]=""
   [checkpoint]="ckpt/checkpoint.cpp ckpt/contained.cpp ckpt/hdf5_util.cpp ckpt/image.cpp ckpt/publish.cpp ckpt/state.cpp $s/core/error.cpp $s/core/atomic_file.cpp $s/core/tensor.cpp $(pkg-config --cflags --libs hdf5) -lz"
 )
+common=(-std=c++20 -O1 -g -fno-sanitize-recover=undefined "-ffile-prefix-map=$PWD/=")
+cc=(clang++)
+command -v ccache >/dev/null && cc=(env CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true ccache clang++)
 printf '%-8s %12s %10s %8s %9s  %s\n' target executions exec/s "new" crashes "seconds"
 for t in $targets; do
   [[ -v "sources[$t]" ]] || bench_usage_error "unknown target '$t' (tables, dataset, header, checkpoint)"
+  # Each source compiled on its own (through ccache when installed, as the project's builds: a
+  # second run, in any clone, compiles nothing), then linked with libFuzzer's main.
+  objs=() cflags=() ldflags=()
   # shellcheck disable=SC2086  # the source list splits on purpose
-  clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. -I$s -I$generated \
-    "tests/fuzz/fuzz_$t.cpp" ${sources[$t]} -o "$dir/fuzz_$t"
+  for x in ${sources[$t]}; do
+    case $x in *.cpp) ;; -I* | -D*) cflags+=("$x") ;; *) ldflags+=("$x") ;; esac
+  done
+  mkdir -p "$dir/obj_$t"
+  # shellcheck disable=SC2086
+  for src in "tests/fuzz/fuzz_$t.cpp" $(printf '%s\n' ${sources[$t]} | grep '\.cpp$'); do
+    obj=$dir/obj_$t/$(tr / _ <<<"$src").o
+    "${cc[@]}" "${common[@]}" -fsanitize=fuzzer-no-link,address,undefined -I. -I$s -I$generated \
+      ${cflags[@]+"${cflags[@]}"} -c "$src" -o "$obj"
+    objs+=("$obj")
+  done
+  clang++ "${common[@]}" -fsanitize=fuzzer,address,undefined "${objs[@]}" ${ldflags[@]+"${ldflags[@]}"} -o "$dir/fuzz_$t"
   mkdir -p "$dir/corpus_$t" "$dir/crashes_$t"
   cp tests/fuzz/corpus/"$t"/* "$dir/corpus_$t/"
   rc=0

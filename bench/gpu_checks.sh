@@ -24,6 +24,11 @@
 # Logs go to gpu-results/, and all of them, packed, to $OUT/gpu-results.tgz after every stage
 # (the device tool's output folder brings back only a few files).
 set -uo pipefail
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  echo "usage: bench/gpu_checks.sh [STAGE[:SECONDS]]...   (stages: env tests variants speed ps4 full summary)"
+  sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 res=$PWD/gpu-results
 mkdir -p "$res"

@@ -12,6 +12,12 @@ set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=/usr/bin/python3
 
+case "${1:-}" in
+  -h|--help)
+    echo "usage: bench/report_screenshot.sh [REPORT_DIR_OR_INDEX_HTML [SCREENSHOT.png]]"
+    sed -n '2,/^set -eu/{/^set -eu/d;s/^# \{0,1\}//;p}' "$0"
+    exit 0 ;;
+esac
 if [ $# -ge 1 ]; then
   case "$1" in
     *.html) INDEX=$1 ;;

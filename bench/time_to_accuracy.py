@@ -10,6 +10,12 @@ import sys
 
 from run_metrics import mean_curve, read_run
 
+if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+    print(__doc__.strip())
+    sys.exit(0)
+if len(sys.argv) < 7:
+    print(__doc__.strip().splitlines()[2], file=sys.stderr)
+    sys.exit(2)
 out, seeds, workers, steps, model, epochs = sys.argv[1], int(sys.argv[2]), [int(w) for w in sys.argv[3].split()], \
     int(sys.argv[4]), sys.argv[5], sys.argv[6]
 policy = sys.argv[7].strip() if len(sys.argv) > 7 else ""

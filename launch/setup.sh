@@ -7,6 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   ccache                           # compiler cache: a second build of any clone compiles almost nothing
+  clang                            # bench/fuzz.sh: libFuzzer targets (CI's tools leg, bench/check_tools.sh)
   libdnnl-dev ocl-icd-opencl-dev   # oneDNN: CPU kernels (its CMake config asks for OpenCL)
   libopenmpi-dev openmpi-bin       # MPI (Open MPI 4.1)
   libpmix-dev                      # pmix.h: the ULFM build reports a hung parameter server through PMIx

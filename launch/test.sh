@@ -20,6 +20,12 @@ b=$((SECONDS - t)); t=$SECONDS
 ctest --preset release -j "$jobs" --output-junit "$PWD/build/release/junit.xml"
 leg release $b $((SECONDS - t))
 
+echo "== tools: every bench script's --help, the fuzz targets built and fuzzed, the A/B tools on a tiny run"
+# A tool the docs name must not break unseen (bench/check_tools.sh): it needs the release build.
+t=$SECONDS
+bench/check_tools.sh --fuzz-seconds 3
+leg tools 0 $((SECONDS - t))
+
 echo "== AddressSanitizer + UBSan build and unit suite"
 # Only what its tests run (the unit suite and the trainer; no benchmarks): CI's time limit.
 t=$SECONDS

@@ -115,6 +115,10 @@ def main():
             if there not in LAYERS:
                 continue  # a system or third-party header spelled with quotes
             checked += 1
+            if here.startswith("ps/") and rel.endswith(".hpp") and inc == PS_FACE:
+                bad.append(f"{rel}:{n}: includes {inc}: an internal header includes ps/options.hpp or "
+                           f"ps/events.hpp, not the app's face")
+                continue
             if here in ("app", "plan") and there.startswith("ps") and inc != PS_FACE:
                 if inc in PS_OUTSIDE:
                     used.add(inc)

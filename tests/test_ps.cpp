@@ -17,6 +17,7 @@
 #include "ps/exchange/cadence.hpp"
 #include "ps/exchange/membership.hpp"
 #include "ps/inject/fault_injection.hpp"
+#include "ps/ps.hpp"
 #include "ps/wire/partition.hpp"
 #include "ps/wire/precision.hpp"
 #include "ps/exchange/push_check.hpp"

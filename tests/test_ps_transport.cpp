@@ -1,4 +1,4 @@
-// ps/transport against a fake peer: this process itself over MPI_COMM_SELF (a singleton MPI, no
+// ps/wire/transport against a fake peer: this process itself over MPI_COMM_SELF (a singleton MPI, no
 // launcher). Sends and receives with deadlines, a peer that never answers, shared payloads.
 #include <fcntl.h>
 #include <mpi.h>

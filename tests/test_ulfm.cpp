@@ -1,4 +1,4 @@
-// ps/ulfm: the parts that need no MPI_Init (the unit tests run without MPI). In this build
+// ps/wire/ulfm: the parts that need no MPI_Init (the unit tests run without MPI). In this build
 // without ULFM every answer is the no-op one; the configure-time probe decides which build it is.
 #include <catch2/catch.hpp>
 
@@ -23,7 +23,7 @@ TEST_CASE("ulfm: without ULFM, unavailable and no failed ranks", "[ulfm]") {
   CHECK(ulfm_failed_ranks(MPI_COMM_WORLD).empty());
 }
 
-// ps/recovery: the plan every survivor computes from the same offers (docs/fault-model.md,
+// ps/resilience/recovery: the plan every survivor computes from the same offers (docs/fault-model.md,
 // "Takeover under ULFM"). Offers: {replica step, seen step, launched rank, shard (-1: worker), slot,
 // hung shard reported (world rank, -1 when none; default)}.
 #include "ps/resilience/recovery.hpp"

@@ -1,4 +1,4 @@
-// ps/worker_client (the worker's exchange core) against a fake shard: this process itself over
+// ps/exchange/worker_client (the worker's exchange core) against a fake shard: this process itself over
 // MPI_COMM_SELF (a singleton MPI, no launcher). The test plays shard 0: it posts the shard's
 // receive of the push and the reply before the client's exchange, then reads what arrived. Built
 // into mt_ps_transport_tests (its main starts MPI); CTest runs these as `worker_client` ([client]).

@@ -232,7 +232,7 @@ def fraction_by(model, h):
 
 
 def run_cdf(exp, trainer, draws, rep, plt, opts):
-    models = {name: read_model(os.path.join(REPO, "mpi_trainer", "ps", f)) for name, f in exp["models"].items()}
+    models = {name: read_model(os.path.join(REPO, "mpi_trainer", "plan", f)) for name, f in exp["models"].items()}
     rep.add("| model | revoked by 1 h | by 2 h | by 12 h | before 24 h | at 24 h |")
     rep.add("|---|---|---|---|---|---|")
     for name, m in models.items():

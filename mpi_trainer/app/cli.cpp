@@ -201,6 +201,8 @@ void model_info(const std::string& name, std::ostream& out) {
 
 }  // namespace
 
+// Every subcommand declared, then the one given dispatched: one function, in --help's order, so
+// that a command's flags and its action sit side by side (each action is a call of a few lines).
 int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   // `report` is the Python script's: every argument after it, --help too, goes there.
   if (argc > 1 && std::string(argv[1]) == "report") return report_command(argc, argv, err);

@@ -6,9 +6,9 @@
 #include <set>
 #include <sstream>
 
+#include "core/error.hpp"
 #include "plan/table_file.hpp"
 #include "plan/tables_builtin.hpp"
-#include "core/error.hpp"
 
 namespace mt {
 
@@ -28,7 +28,8 @@ double signed_number(const std::string& text, const std::string& where) {
 
 std::string list(const std::set<double>& values) {
   std::ostringstream s;
-  for (auto it = values.begin(); it != values.end(); ++it) s << (it == values.begin() ? "" : ", ") << *it;
+  for (auto it = values.begin(); it != values.end(); ++it)
+    s << (it == values.begin() ? "" : ", ") << *it;
   return s.str();
 }
 
@@ -99,8 +100,8 @@ std::string accuracy_line(const std::string& model, double epochs, int workers) 
   if (const auto m = accuracy_for(model, epochs, workers)) {
     s << "  accuracy: " << std::showpos << std::setprecision(2) << m->delta_points << std::noshowpos
       << " points against one worker (sd " << m->sd_points << ", " << m->seeds << " seeds; one worker "
-      << m->one_worker_percent << "%), measured for " << m->model << " on " << m->data << ", "
-      << std::setprecision(0) << m->epochs << " epochs, " << m->workers
+      << m->one_worker_percent << "%), measured for " << m->model << " on " << m->data << ", " << std::setprecision(0)
+      << m->epochs << " epochs, " << m->workers
       << " workers, the default policy (evidence E; bench/README.md, \"Speed-up\")\n";
     return s.str();
   }
@@ -113,7 +114,8 @@ std::string accuracy_line(const std::string& model, double epochs, int workers) 
   }
   s << std::setprecision(1) << "  accuracy: not measured for " << model << " over " << epochs << " epochs with "
     << workers << " workers; measured: ";
-  for (auto it = models.begin(); it != models.end(); ++it) s << (it == models.begin() ? "" : "; ") << *it;
+  for (auto it = models.begin(); it != models.end(); ++it)
+    s << (it == models.begin() ? "" : "; ") << *it;
   s << ", " << list(all_epochs) << " epochs, " << list(all_workers)
     << " workers (bench/README.md, \"Speed-up\"); train --virtual-workers measures yours\n";
   return s.str();

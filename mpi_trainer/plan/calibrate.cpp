@@ -29,10 +29,12 @@ struct Spread {
 
 Spread spread(const std::vector<double>& v) {
   Spread s;
-  for (double x : v) s.mean += x;
+  for (double x : v)
+    s.mean += x;
   s.mean /= double(v.size());
   double var = 0;
-  for (double x : v) var += (x - s.mean) * (x - s.mean);
+  for (double x : v)
+    var += (x - s.mean) * (x - s.mean);
   s.cv = v.size() > 1 && s.mean > 0 ? std::sqrt(var / double(v.size() - 1)) / s.mean : 0;
   return s;
 }
@@ -56,9 +58,11 @@ int calibrate_command(const CalibrateConfig& c, std::ostream& out) {
   // Random images and labels: the step's cost does not depend on what they show.
   Rng rng(7);
   Tensor images(Dims{c.batch_size, 3, 32, 32});
-  for (float& x : images.span()) x = static_cast<float>(rng.normal());
+  for (float& x : images.span())
+    x = static_cast<float>(rng.normal());
   std::vector<std::int32_t> labels(static_cast<std::size_t>(c.batch_size));
-  for (auto& l : labels) l = static_cast<std::int32_t>(rng.below(10));
+  for (auto& l : labels)
+    l = static_cast<std::int32_t>(rng.below(10));
   out << "calibrate: " << model.spec().name << " (" << model.param_count() << " parameters), batch " << c.batch_size
       << ", " << device.name << " (" << threads << " thread(s)): " << c.warmup << " warm-up and " << c.steps
       << " timed steps, " << c.updates << " parameter-server updates\n"
@@ -79,7 +83,8 @@ int calibrate_command(const CalibrateConfig& c, std::ostream& out) {
   GapPenalty gap(mean_step);
   FlatTensors pulled(model.params()), before(model.params());
   std::copy(params.span().begin(), params.span().end(), pulled.span().begin());
-  for (float& g : grads.span()) g = static_cast<float>(rng.normal()) * 1e-3f;
+  for (float& g : grads.span())
+    g = static_cast<float>(rng.normal()) * 1e-3f;
   std::vector<double> updates;
   for (int i = 0; i < c.updates; ++i) {
     const auto t0 = Clock::now();
@@ -102,8 +107,8 @@ int calibrate_command(const CalibrateConfig& c, std::ostream& out) {
         << "# `mpi_trainer plan --devices FILE --worker-types " << name << "` (with a price for '" << name
         << "': --prices, or --name one of Table II's types) and `train --emulate-device FILE`.\n"
         << name << ' ' << step.mean << ' ' << step.cv << '\n'
-        << "# The parameter server's time per update (gap-aware penalty and SGD with momentum, one thread): "
-        << update << " s; plan and virtual runs take it as --ps-update-seconds " << update << '\n';
+        << "# The parameter server's time per update (gap-aware penalty and SGD with momentum, one thread): " << update
+        << " s; plan and virtual runs take it as --ps-update-seconds " << update << '\n';
   out << "  step " << std::setprecision(4) << step.mean << " s (coefficient of variation " << step.cv << ", "
       << std::setprecision(1) << std::fixed << double(c.batch_size) / step.mean << " img/s); parameter-server update "
       << std::setprecision(6) << std::defaultfloat << update << " s (" << std::fixed << std::setprecision(0)

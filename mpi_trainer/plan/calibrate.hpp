@@ -13,12 +13,12 @@ struct CalibrateConfig {
   std::string model = "resnet32";
   std::int64_t batch_size = 128;
   std::string device = "auto";
-  int threads = 0;        // 0: the cores this process may use
-  int steps = 20;         // timed training steps (after `warmup`)
+  int threads = 0;  // 0: the cores this process may use
+  int steps = 20;   // timed training steps (after `warmup`)
   int warmup = 3;
-  int updates = 200;      // timed parameter-server updates
-  std::string name;       // the device's name in the table; empty: cpu or cuda
-  std::string out;        // the file to write; empty: stdout only
+  int updates = 200;  // timed parameter-server updates
+  std::string name;   // the device's name in the table; empty: cpu or cuda
+  std::string out;    // the file to write; empty: stdout only
 };
 
 // Prints what it measured; writes the table to `out` when given. Returns the exit code.

@@ -57,7 +57,8 @@ std::vector<VirtualJoin> parse_virtual_joins(const std::string& spec) {
   std::vector<VirtualJoin> joins;
   for (const auto& item : split_list(spec)) {
     const auto bad = [&] {
-      return UsageError("--virtual-joins: '" + item + "' is not TYPE@step=N or TYPE@TIME (e.g. k80@step=16000, k80@2h)");
+      return UsageError("--virtual-joins: '" + item +
+                        "' is not TYPE@step=N or TYPE@TIME (e.g. k80@step=16000, k80@2h)");
     };
     const auto at = item.find('@');
     if (at == std::string::npos || at == 0) throw bad();
@@ -83,8 +84,7 @@ std::optional<Link> parse_ps_link(const std::string& spec) {
   const auto slash = spec.find('/');
   double ms = link.latency_seconds * 1000;
   if ((slash != std::string::npos && (!parse_number(spec.substr(0, slash), ms) || ms < 0)) ||
-      !parse_number(spec.substr(slash == std::string::npos ? 0 : slash + 1), link.gbit_per_s) ||
-      !(link.gbit_per_s > 0))
+      !parse_number(spec.substr(slash == std::string::npos ? 0 : slash + 1), link.gbit_per_s) || !(link.gbit_per_s > 0))
     throw UsageError("--ps-link: '" + spec +
                      "' is not GBIT_PER_S or LATENCY_MS/GBIT_PER_S (e.g. 16, or 0.1/16; the bandwidth above 0), "
                      "or none");
@@ -96,7 +96,8 @@ std::vector<double> shard_message_bytes(const std::string& model, int shards, do
   const Model m(parse_model(model));
   const Partition part(m.params(), shards);
   std::vector<double> bytes;
-  for (int s = 0; s < shards; ++s) bytes.push_back(double(part.floats(s)) * bytes_per_value);
+  for (int s = 0; s < shards; ++s)
+    bytes.push_back(double(part.floats(s)) * bytes_per_value);
   return bytes;
 }
 
@@ -105,7 +106,8 @@ double default_ps_update_seconds(std::int64_t params, PushPrecision precision) {
   return per_resnet32 * double(params) / 464154.0;
 }
 
-std::map<std::string, RevocationModel> revocation_models(const std::string& name, const std::vector<std::string>& types) {
+std::map<std::string, RevocationModel> revocation_models(const std::string& name,
+                                                         const std::vector<std::string>& types) {
   std::map<std::string, RevocationModel> out;
   if (name.empty()) return out;
   for (const auto& t : types)
@@ -130,14 +132,16 @@ ClusterSim::ClusterSim(SimOptions options, std::vector<SimWorker> workers, int i
   in_busy_.assign(links, 0);
   out_busy_.assign(links, 0);
   join_at_.assign(joins_.size(), kNeverSeconds);
-  for (std::size_t j = 0; j < joins_.size(); ++j) join_at_[j] = joins_[j].seconds >= 0 ? joins_[j].seconds : kNeverSeconds;
+  for (std::size_t j = 0; j < joins_.size(); ++j)
+    join_at_[j] = joins_[j].seconds >= 0 ? joins_[j].seconds : kNeverSeconds;
   for (std::size_t i = 0; i < workers_.size(); ++i) {
     SimWorker& w = workers_[i];
     MT_ASSERT(w.pacer.has_value(), "cluster simulator: every worker needs its step times");
     w.alive = w.counted = static_cast<int>(i) < initial_;  // joiners start later
   }
   active_ = initial_;
-  for (int i = 0; i < initial_; ++i) start(static_cast<std::size_t>(i), 0);
+  for (int i = 0; i < initial_; ++i)
+    start(static_cast<std::size_t>(i), 0);
 }
 
 void ClusterSim::next_step(SimWorker& w, double at) {
@@ -189,7 +193,8 @@ void ClusterSim::settle_sends() {
 
 double ClusterSim::ps_link_busy_seconds() const {
   double busiest = 0;
-  for (std::size_t s = 0; s < in_busy_.size(); ++s) busiest = std::max({busiest, in_busy_[s], out_busy_[s]});
+  for (std::size_t s = 0; s < in_busy_.size(); ++s)
+    busiest = std::max({busiest, in_busy_[s], out_busy_[s]});
   return busiest;
 }
 
@@ -241,9 +246,7 @@ ClusterSim::Event ClusterSim::advance() {
   now_ = std::max(now_, e.at);
   SimWorker& w = workers_[e.who];
   switch (e.kind) {
-    case Kind::kKill:
-      kill(w, e.at, "--revoke or its sampled lifetime at virtual time " + format_eta(e.at));
-      break;
+    case Kind::kKill: kill(w, e.at, "--revoke or its sampled lifetime at virtual time " + format_eta(e.at)); break;
     case Kind::kDetect:
       w.counted = false;
       --active_;
@@ -264,8 +267,7 @@ ClusterSim::Event ClusterSim::advance() {
       now_ = applied;
       break;
     }
-    default:
-      break;
+    default: break;
   }
   return e;
 }

@@ -1,6 +1,6 @@
 // The virtual clock of a parameter-server cluster: one simulator, two uses. A virtual-clock run
 // (`train --virtual-workers`, app/train_virtual) computes a real gradient at each push it reports;
-// `mpi_trainer plan` (app/plan) runs it alone, many times, to predict time, cost and risk.
+// `mpi_trainer plan` (plan/plan) runs it alone, many times, to predict time, cost and risk.
 //
 // What it models: each worker's step time (its device's, with that device's jitter, deterministic
 // per seed and rank: StepPacer's draws), its link both ways (one message of the model down, one
@@ -51,7 +51,7 @@ inline constexpr double kDefaultPsLinkGbit = 8;
 // --ps-link: "GBIT_PER_S" or "LATENCY_MS/GBIT_PER_S" for every shard; "none": not modelled (an
 // unlimited link); empty: the default. Throws UsageError.
 std::optional<Link> parse_ps_link(const std::string& spec);
-// The bytes of each shard's part of a message of the model's parameters, as ps/partition splits
+// The bytes of each shard's part of a message of the model's parameters, as ps/wire/partition splits
 // them, `bytes_per_value` each (--push-precision: 4 fp32, 2 bf16).
 std::vector<double> shard_message_bytes(const std::string& model, int shards, double bytes_per_value = sizeof(float));
 
@@ -71,7 +71,8 @@ std::vector<VirtualJoin> parse_virtual_joins(const std::string& spec);
 double default_ps_update_seconds(std::int64_t params, PushPrecision precision = PushPrecision::kFp32);
 
 // `--revocation-model NAME` (empty: none) for each of `types`: RevocationModel::load(NAME, type).
-std::map<std::string, RevocationModel> revocation_models(const std::string& name, const std::vector<std::string>& types);
+std::map<std::string, RevocationModel> revocation_models(const std::string& name,
+                                                         const std::vector<std::string>& types);
 // The lifetime (virtual seconds from its start) the simulator draws for worker `rank` of `type`
 // with `seed`; negative: never revoked, or no model for its type.
 double worker_lifetime_seconds(const std::map<std::string, RevocationModel>& lifetimes, const std::string& type,
@@ -82,13 +83,13 @@ struct SimWorker {
   int rank = 0;  // as in a real job with one parameter server: 1, 2, ...
   std::string type;
   Link link;
-  std::optional<StepPacer> pacer;  // its step times (draw_target: no sleeping)
-  double arrival = kNeverSeconds;  // its next push reaches the parameter server
-  bool begun = false;              // started (a joiner: once it joined)
-  double started = 0, ended = -1;  // virtual seconds, for billing (ended < 0: still running)
-  bool alive = true;               // its process runs
-  bool counted = true;             // the parameter server counts it active
-  bool leaving = false;            // a notice: its next push is its last
+  std::optional<StepPacer> pacer;    // its step times (draw_target: no sleeping)
+  double arrival = kNeverSeconds;    // its next push reaches the parameter server
+  bool begun = false;                // started (a joiner: once it joined)
+  double started = 0, ended = -1;    // virtual seconds, for billing (ended < 0: still running)
+  bool alive = true;                 // its process runs
+  bool counted = true;               // the parameter server counts it active
+  bool leaving = false;              // a notice: its next push is its last
   double detect_at = kNeverSeconds;  // when the parameter server notices its loss
   double kill_at = kNeverSeconds;    // --revoke rank=R@T, or a lifetime of the revocation model
   std::int64_t kill_step = -1;       // --revoke rank=R@step=N
@@ -97,18 +98,18 @@ struct SimWorker {
   std::int64_t version = 0;        // the global step of the parameters it computes on
   double last_step_seconds = 0;    // its step in flight: compute only, links excluded
   double send_at = kNeverSeconds;  // with a shard link: its step computed, its push starts up
-  std::int64_t pushes = 0;        // applied
+  std::int64_t pushes = 0;         // applied
 };
 
 struct SimOptions {
-  double update_seconds = 0;   // the parameter server's time per update
-  double message_bytes = 0;    // the model, one way
+  double update_seconds = 0;  // the parameter server's time per update
+  double message_bytes = 0;   // the model, one way
   // Each shard's link, and the bytes of its part of a message (one per shard); none: only the
   // workers' links are modelled.
   std::optional<Link> ps_link;
   std::vector<double> shard_bytes;
   double failure_timeout = 1.5;
-  std::uint64_t seed = 1;      // lifetimes: sampled_lifetime_seconds(model, seed, rank)
+  std::uint64_t seed = 1;  // lifetimes: sampled_lifetime_seconds(model, seed, rank)
   // Each instance type's revocation model (revocation_models()); empty: no lifetimes.
   std::map<std::string, RevocationModel> lifetimes;
 };

@@ -5,9 +5,9 @@
 #include <limits>
 #include <sstream>
 
-#include "plan/tables_builtin.hpp"
-#include "plan/table_file.hpp"
 #include "core/error.hpp"
+#include "plan/table_file.hpp"
+#include "plan/tables_builtin.hpp"
 
 namespace mt {
 
@@ -59,7 +59,8 @@ const InstancePrice& PriceTable::at(const std::string& type) const {
   const auto it = prices_.find(type);
   if (it != prices_.end()) return it->second;
   std::string names;
-  for (const auto& [name, price] : prices_) names += (names.empty() ? "" : ", ") + name;
+  for (const auto& [name, price] : prices_)
+    names += (names.empty() ? "" : ", ") + name;
   throw UsageError("unknown instance type '" + type + "'; the price table (" + source_ + ") has " + names);
 }
 
@@ -79,7 +80,8 @@ double PriceTable::cost_usd(const std::string& type, bool transient, double seco
 
 std::vector<std::string> PriceTable::types() const {
   std::vector<std::string> out;
-  for (const auto& [name, price] : prices_) out.push_back(name);
+  for (const auto& [name, price] : prices_)
+    out.push_back(name);
   return out;
 }
 

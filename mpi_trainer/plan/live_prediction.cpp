@@ -29,8 +29,8 @@ LivePrediction predict_finish(std::int64_t steps_left, const std::vector<LiveWor
   for (const auto& w : workers) {
     const auto it = models.find(w.type);
     const RevocationModel* m = it == models.end() ? nullptr : &it->second;
-    live.push_back(Live{&w, prices.cost_usd(w.type, transient, 1.0), m,
-                        m ? 1.0 - m->fraction_by(hours(w.age_seconds)) : 1.0});
+    live.push_back(
+        Live{&w, prices.cost_usd(w.type, transient, 1.0), m, m ? 1.0 - m->fraction_by(hours(w.age_seconds)) : 1.0});
     rate += w.steps_per_second;
     spend += live.back().usd_per_second;
   }
@@ -71,8 +71,8 @@ std::string prediction_model(const std::string& revocation_model, bool transient
 std::string format_prediction(const LivePrediction& p, const char* word) {
   if (p.seconds_left < 0) return std::string("  ") + word + " ? (a restart is likely)";
   std::ostringstream s;
-  s << "  " << word << " ~" << format_eta(p.seconds_left) << " $" << std::fixed << std::setprecision(p.cost_usd < 10 ? 3 : 2)
-    << p.cost_usd;
+  s << "  " << word << " ~" << format_eta(p.seconds_left) << " $" << std::fixed
+    << std::setprecision(p.cost_usd < 10 ? 3 : 2) << p.cost_usd;
   return s.str();
 }
 

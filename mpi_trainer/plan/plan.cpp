@@ -8,14 +8,14 @@
 #include <ostream>
 #include <sstream>
 
+#include "app/emulation.hpp"
+#include "app/metrics.hpp"
+#include "core/error.hpp"
+#include "nn/resnet.hpp"
 #include "plan/accuracy_table.hpp"
 #include "plan/cluster_sim.hpp"
 #include "plan/cost.hpp"
-#include "app/emulation.hpp"
-#include "app/metrics.hpp"
 #include "plan/plan_format.hpp"
-#include "core/error.hpp"
-#include "nn/resnet.hpp"
 #include "ps/ps.hpp"
 
 namespace mt {
@@ -42,8 +42,8 @@ struct Cluster {
   std::int64_t params = 0;
   double update_seconds = 0;  // per shard and update
   double message_bytes = 0;
-  std::optional<Link> ps_link;      // each shard's (none: not modelled)
-  std::vector<double> shard_bytes;  // each shard's part of a message
+  std::optional<Link> ps_link;                       // each shard's (none: not modelled)
+  std::vector<double> shard_bytes;                   // each shard's part of a message
   std::map<std::string, RevocationModel> lifetimes;  // the workers' types (revocation_models)
   std::optional<RevocationModel> ps_lifetime;
   PriceTable prices;
@@ -184,7 +184,8 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     const auto joined_before = [&](const VirtualJoin& j) { return j.step > 0 && j.step <= durable; };
     std::vector<std::size_t> order;
     std::vector<VirtualJoin> later;
-    for (int i = 0; i < n; ++i) order.push_back(static_cast<std::size_t>(i));
+    for (int i = 0; i < n; ++i)
+      order.push_back(static_cast<std::size_t>(i));
     for (std::size_t j = 0; j < k.joins.size(); ++j)
       if (joined_before(k.joins[j])) order.push_back(static_cast<std::size_t>(n) + j);
     const int initial = static_cast<int>(order.size());
@@ -202,7 +203,7 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
       w.type = k.types[order[i]];
       w.link = k.links[order[i]];
       w.pacer.emplace(k.speeds[order[i]], pacer_seed(s, w.rank));
-      // Warned a step ahead: it pushes the step it computes and leaves (ps/worker_agent).
+      // Warned a step ahead: it pushes the step it computes and leaves (ps/exchange/worker_agent).
       if (c.num_ps > 0 && c.notice_seconds >= k.speeds[order[i]].step_seconds) w.kill_signal = SIGTERM;
     }
     SimOptions so;
@@ -277,9 +278,6 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
   }
 }
 
-
-
-
 // The steps lost by each draw that needed a restart.
 std::vector<double> lost_steps_of_restarted(const PlanResult& r) {
   std::vector<double> out;
@@ -288,21 +286,23 @@ std::vector<double> lost_steps_of_restarted(const PlanResult& r) {
   return out;
 }
 
-
 std::string number_text(double v) {
   std::ostringstream s;
   s << v;
   return s.str();
 }
 
-
-// The measured cost of asynchrony for this shape (app/accuracy_table), or null.
+// The measured cost of asynchrony for this shape (plan/accuracy_table), or null.
 nlohmann::ordered_json accuracy_json(const PlanConfig& c, const PlanResult& r) {
   if (!c.joins.empty() || c.num_ps == 0) return nullptr;
   const auto m = accuracy_for(c.model, plan_epochs(r.steps, c.batch_size, c.train_images), c.workers);
   if (!m) return nullptr;
-  return {{"delta_points", m->delta_points}, {"sd_points", m->sd_points},        {"seeds", m->seeds},
-          {"one_worker_percent", m->one_worker_percent}, {"data", m->data}, {"evidence", "E"},
+  return {{"delta_points", m->delta_points},
+          {"sd_points", m->sd_points},
+          {"seeds", m->seeds},
+          {"one_worker_percent", m->one_worker_percent},
+          {"data", m->data},
+          {"evidence", "E"},
           {"source", "bench/README.md, Speed-up (plan/accuracy_measured.csv)"}};
 }
 
@@ -340,10 +340,11 @@ std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
   // Near the limit, more workers add little: say what moves it.
   if (double(r.worker_types.size()) >= 0.75 * r.ps_saturation_workers)
     s << "  near or past that limit more workers add little: "
-      << (r.ps_limit == "link" ? std::string("more shards split each message (--num-ps), or a faster link (--ps-link)") +
-                                     (c.push_precision == "bf16" ? "" : ", or half the bytes (--push-precision bf16)")
-                               : std::string("more shards split each update (--num-ps)") +
-                                     (c.push_precision == "bf16" ? ", or fp32 pushes (bf16 adds coding to each update)" : ""))
+      << (r.ps_limit == "link"
+              ? std::string("more shards split each message (--num-ps), or a faster link (--ps-link)") +
+                    (c.push_precision == "bf16" ? "" : ", or half the bytes (--push-precision bf16)")
+              : std::string("more shards split each update (--num-ps)") +
+                    (c.push_precision == "bf16" ? ", or fp32 pushes (bf16 adds coding to each update)" : ""))
       << '\n';
   return s.str();
 }
@@ -353,15 +354,15 @@ std::string cluster_line(const PlanConfig& c, const Cluster& k) {
   std::string types = k.types[0];
   if (std::any_of(k.types.begin(), k.types.end(), [&](const std::string& t) { return t != k.types[0]; })) {
     types.clear();
-    for (const auto& t : k.types) types += (types.empty() ? "" : ",") + t;
+    for (const auto& t : k.types)
+      types += (types.empty() ? "" : ",") + t;
   }
   if (c.num_ps == 0)
     s << "one " << types << " process alone (" << c.pricing << "); " << c.model << " (";
   else
     s << c.workers << " x " << types << " worker(s) (" << c.pricing << ") + " << c.num_ps << " parameter server"
       << (c.num_ps > 1 ? "s" : "") << " (" << c.ps_type << ", " << c.ps_pricing << "); " << c.model << " (";
-  s
-<< k.params << " parameters), " << k.steps << " global steps of " << c.batch_size;
+  s << k.params << " parameters), " << k.steps << " global steps of " << c.batch_size;
   return s.str();
 }
 
@@ -376,7 +377,8 @@ PlanResult run_plan(const PlanConfig& c) {
   r.worker_types = k.types;
   r.prices = k.prices.source();
   r.devices = k.device_source;
-  for (const auto& [type, model] : k.lifetimes) r.revocation_models[type] = model.source();
+  for (const auto& [type, model] : k.lifetimes)
+    r.revocation_models[type] = model.source();
   if (k.ps_lifetime) r.revocation_models[c.ps_type] = k.ps_lifetime->source();
   const Draw ideal = simulate(k, c, c.seed, false, nullptr);
   r.ideal_seconds = ideal.seconds;
@@ -390,12 +392,12 @@ PlanResult run_plan(const PlanConfig& c) {
   for (std::size_t i = 0; i < k.types.size(); ++i)
     pushes_per_second += 1.0 / (k.speeds[i].step_seconds + 2 * k.links[i].seconds(k.message_bytes));
   const double workers = double(k.types.size());
-  r.ps_compute_saturation_workers = k.update_seconds > 0 && c.num_ps > 0
-                                        ? workers / (pushes_per_second * k.update_seconds)
-                                        : kNeverSeconds;
+  r.ps_compute_saturation_workers =
+      k.update_seconds > 0 && c.num_ps > 0 ? workers / (pushes_per_second * k.update_seconds) : kNeverSeconds;
   r.ps_link_saturation_workers = kNeverSeconds;
   if (k.ps_link) {
-    const double wire = *std::max_element(k.shard_bytes.begin(), k.shard_bytes.end()) * 8 / (k.ps_link->gbit_per_s * 1e9);
+    const double wire =
+        *std::max_element(k.shard_bytes.begin(), k.shard_bytes.end()) * 8 / (k.ps_link->gbit_per_s * 1e9);
     r.ps_link_saturation_workers = workers / (pushes_per_second * wire);
   }
   r.ps_saturation_workers = std::min(r.ps_compute_saturation_workers, r.ps_link_saturation_workers);
@@ -420,8 +422,8 @@ PlanResult run_plan(const PlanConfig& c) {
 
 nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
   const auto stats = [](const std::vector<double>& v) {
-    return nlohmann::ordered_json{{"median", percentile(v, 0.5)}, {"p10", percentile(v, 0.1)},
-                                  {"p90", percentile(v, 0.9)},    {"mean", mean(v)}};
+    return nlohmann::ordered_json{
+        {"median", percentile(v, 0.5)}, {"p10", percentile(v, 0.1)}, {"p90", percentile(v, 0.9)}, {"mean", mean(v)}};
   };
   nlohmann::ordered_json out{
       {"event", "plan"},
@@ -471,9 +473,14 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"accuracy", accuracy_json(c, r)},
       {"joins", c.joins}};
   if (c.per_draw)
-    out["per_draw"] = {{"seconds", r.seconds}, {"cost_usd", r.cost_usd}, {"revocations", r.revocations},
-                       {"restarts", r.restarts}, {"lost_steps", r.lost_steps}, {"takeovers", r.takeovers},
-                       {"first_attempt_seconds", r.first_attempt_seconds}, {"worker_ends", r.worker_ends}};
+    out["per_draw"] = {{"seconds", r.seconds},
+                       {"cost_usd", r.cost_usd},
+                       {"revocations", r.revocations},
+                       {"restarts", r.restarts},
+                       {"lost_steps", r.lost_steps},
+                       {"takeovers", r.takeovers},
+                       {"first_attempt_seconds", r.first_attempt_seconds},
+                       {"worker_ends", r.worker_ends}};
   return out;
 }
 
@@ -489,12 +496,13 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
       << (standbys(c) > 0 ? ", standby replica every " + std::to_string(c.replica_interval) + " updates" : "")
       << ", restart " << c.restart_seconds << " s"
       << (c.notice_seconds > 0 ? ", notice " + number_text(c.notice_seconds) + " s" : std::string())
-      << (c.takeover ? ", takeover in the job (ULFM) " + std::to_string(c.takeover_seconds).substr(0, 4) + " s" : std::string()) << "; "
-      << c.draws << " draws (seed "
-      << c.seed << "); evidence S (simulator)\n";
+      << (c.takeover ? ", takeover in the job (ULFM) " + std::to_string(c.takeover_seconds).substr(0, 4) + " s"
+                     : std::string())
+      << "; " << c.draws << " draws (seed " << c.seed << "); evidence S (simulator)\n";
   // A model that differs by type (AWS's bands) says which lifetimes each type got.
   if (c.revocation_model.rfind("aws-advisor", 0) == 0)
-    for (const auto& m : r.revocation_models.items()) out << "  lifetimes: " << m.value().get<std::string>() << '\n';
+    for (const auto& m : r.revocation_models.items())
+      out << "  lifetimes: " << m.value().get<std::string>() << '\n';
   if (r.seconds.empty()) {
     out << "  no draw finished within " << kMaxRestarts << " restarts: the servers are revoked faster than it trains\n";
     return;
@@ -504,12 +512,12 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
   row("cost", r.cost_usd, dollars);
   const std::vector<double> lost_when = lost_steps_of_restarted(r);
   out << std::fixed << std::setprecision(2) << "  without revocations: " << hours(r.ideal_seconds) << '\n'
-      << "  revocations: " << mean(r.revocations) << " per run on average; at least one in "
-      << std::setprecision(1) << 100 * fraction_positive(r.revocations) << "% of runs\n"
+      << "  revocations: " << mean(r.revocations) << " per run on average; at least one in " << std::setprecision(1)
+      << 100 * fraction_positive(r.revocations) << "% of runs\n"
       << "  restarts: needed in " << 100 * fraction_positive(r.restarts) << "% of runs";
   if (!lost_when.empty())
-    out << " (then " << std::setprecision(0) << mean(lost_when) << " steps lost on average, and "
-        << c.restart_seconds << " s per restart)";
+    out << " (then " << std::setprecision(0) << mean(lost_when) << " steps lost on average, and " << c.restart_seconds
+        << " s per restart)";
   out << '\n';
   if (c.takeover)
     out << std::setprecision(1) << "  takeovers (the parameter server lost, its standby up): in "

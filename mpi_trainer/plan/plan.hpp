@@ -1,5 +1,5 @@
 // `mpi_trainer plan`: predicts the training time, cost and risk of a (transient) parameter-server
-// cluster before renting it. The cluster simulator of virtual runs (app/cluster_sim), without
+// cluster before renting it. The cluster simulator of virtual runs (plan/cluster_sim), without
 // gradients, run once per Monte-Carlo draw of revocations: each worker's lifetime drawn from the
 // revocation model; a worker revoked mid-run leaves the others training (the parameter server
 // notices after --failure-timeout); the parameter server itself revoked (when it is transient)
@@ -26,13 +26,13 @@ namespace mt {
 
 struct PlanConfig {
   std::string model = "resnet32";
-  std::int64_t steps = 64000;       // global steps (or --epochs with --train-images)
+  std::int64_t steps = 64000;  // global steps (or --epochs with --train-images)
   double epochs = 0;
   std::int64_t train_images = 50000;
   std::int64_t batch_size = 128;
   int workers = 4;
   std::string worker_types = "k80";  // one for all, or one per worker
-  int num_ps = 1;                   // 0: one process alone (--workers 1)
+  int num_ps = 1;                    // 0: one process alone (--workers 1)
   std::string ps_type = "ps";
   std::string pricing = "transient";     // the workers'
   std::string ps_pricing = "on-demand";  // the parameter server's (the paper's)
@@ -86,25 +86,25 @@ inline constexpr double kNoticeCheckpointSeconds = 5;
 // One configuration's prediction.
 struct PlanResult {
   // What was planned, as checked and resolved (the report and the JSON say it).
-  std::string cluster;                    // e.g. "4 x k80 worker(s) (transient) + 1 parameter server ..."
+  std::string cluster;  // e.g. "4 x k80 worker(s) (transient) + 1 parameter server ..."
   std::int64_t params = 0, steps = 0;
-  std::vector<std::string> worker_types;  // per worker, joiners last
-  std::string prices, devices;            // the tables' sources
+  std::vector<std::string> worker_types;                                        // per worker, joiners last
+  std::string prices, devices;                                                  // the tables' sources
   nlohmann::ordered_json revocation_models = nlohmann::ordered_json::object();  // type -> the model's source
-  double ideal_seconds = 0;              // no revocation: one draw of the step times
+  double ideal_seconds = 0;               // no revocation: one draw of the step times
   std::vector<double> seconds, cost_usd;  // one per draw
   std::vector<double> revocations, restarts, lost_steps, takeovers;
   // Each draw's first attempt: its length and each initial worker's end (revoked or at the end).
   std::vector<double> first_attempt_seconds;
   std::vector<std::vector<double>> worker_ends;
-  double ps_utilisation = 0;   // the parameter server's busy fraction without revocations
+  double ps_utilisation = 0;       // the parameter server's busy fraction without revocations
   double ps_link_utilisation = 0;  // its busiest shard link's busiest direction's, likewise
   double ps_link_gbit = 0;         // each shard's link as resolved from --ps-link; 0: not modelled
   // Workers like these at which the parameter servers are always busy: updating (compute) or
   // carrying pushes and replies (link), and the lower of the two (kNeverSeconds: never).
   double ps_compute_saturation_workers = 0, ps_link_saturation_workers = 0, ps_saturation_workers = 0;
-  std::string ps_limit;        // "compute" or "link": which saturates first
-  int unfinished = 0;          // draws that needed more than the restart limit
+  std::string ps_limit;  // "compute" or "link": which saturates first
+  int unfinished = 0;    // draws that needed more than the restart limit
 };
 
 PlanResult run_plan(const PlanConfig& cfg);
@@ -118,7 +118,7 @@ struct PlanShape {
   std::optional<EpochsToTarget> target;
 };
 // Every shape tried, the ones meeting both first, cheapest (median cost) first, or with
-// --target-accuracy soonest (median time) first (app/plan_search).
+// --target-accuracy soonest (median time) first (plan/plan_search).
 std::vector<PlanShape> search_plans(const PlanConfig& cfg);
 // `mpi_trainer plan --deadline/--budget`: prints the search (or its JSON); 1 when no shape meets both.
 int plan_search_command(const PlanConfig& cfg, std::ostream& out);

@@ -28,13 +28,15 @@ inline double percentile(std::vector<double> v, double p) {
 
 inline double mean(const std::vector<double>& v) {
   double s = 0;
-  for (double x : v) s += x;
+  for (double x : v)
+    s += x;
   return v.empty() ? 0 : s / double(v.size());
 }
 
 inline double fraction_positive(const std::vector<double>& v) {
   double n = 0;
-  for (double x : v) n += x > 0 ? 1 : 0;
+  for (double x : v)
+    n += x > 0 ? 1 : 0;
   return v.empty() ? 0 : n / double(v.size());
 }
 

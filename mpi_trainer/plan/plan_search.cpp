@@ -5,13 +5,13 @@
 #include <ostream>
 #include <sstream>
 
+#include "app/emulation.hpp"
+#include "core/error.hpp"
 #include "plan/accuracy_table.hpp"
 #include "plan/cluster_sim.hpp"
 #include "plan/cost.hpp"
-#include "app/emulation.hpp"
 #include "plan/plan.hpp"
 #include "plan/plan_format.hpp"
-#include "core/error.hpp"
 
 namespace mt {
 
@@ -44,8 +44,8 @@ std::vector<PlanShape> search_plans(const PlanConfig& c) {
       for (int n : counts) {
         const InstancePrice& p = prices.at(type);
         if (!std::isfinite(std::string(pricing) == "transient" ? p.transient : p.on_demand)) break;  // not offered so
-        for (int ps = n == 1 ? 0 : 1; ps <= 2 || (ps <= kMaxSearchShards &&
-                                                  out.back().result.ps_saturation_workers < n);
+        for (int ps = n == 1 ? 0 : 1;
+             ps <= 2 || (ps <= kMaxSearchShards && out.back().result.ps_saturation_workers < n);
              ps = ps < 2 ? ps + 1 : ps * 2) {  // one worker: also alone; more shards while they saturate
           if (n == 1 && ps == 2) break;
           PlanShape shape;
@@ -107,9 +107,14 @@ int plan_search_command(const PlanConfig& c, std::ostream& out) {
       all.push_back(std::move(j));
     }
     out << nlohmann::ordered_json{{"event", "plan_search"},
-                                  {"deadline_seconds", c.deadline_seconds < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.deadline_seconds)},
-                                  {"budget_usd", c.budget_usd < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.budget_usd)},
-                                  {"target_accuracy_percent", c.target_accuracy < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.target_accuracy)},
+                                  {"deadline_seconds", c.deadline_seconds < 0
+                                                           ? nlohmann::ordered_json()
+                                                           : nlohmann::ordered_json(c.deadline_seconds)},
+                                  {"budget_usd",
+                                   c.budget_usd < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(c.budget_usd)},
+                                  {"target_accuracy_percent", c.target_accuracy < 0
+                                                                  ? nlohmann::ordered_json()
+                                                                  : nlohmann::ordered_json(c.target_accuracy)},
                                   {"meeting", meeting},
                                   {"shapes", all}}
                .dump()
@@ -123,8 +128,8 @@ int plan_search_command(const PlanConfig& c, std::ostream& out) {
         << c.target_accuracy << "% test accuracy, batch " << std::defaultfloat << c.batch_size;
   else
     out << shapes.front().result.steps << " global steps of " << c.batch_size;
-  out << "; deadline " << (c.deadline_seconds < 0 ? std::string("none") : hours(c.deadline_seconds))
-      << ", budget " << (c.budget_usd < 0 ? std::string("none") : dollars(c.budget_usd))
+  out << "; deadline " << (c.deadline_seconds < 0 ? std::string("none") : hours(c.deadline_seconds)) << ", budget "
+      << (c.budget_usd < 0 ? std::string("none") : dollars(c.budget_usd))
       << " (both at the 90th percentile); parameter servers " << c.ps_type << " (" << c.ps_pricing << "); " << c.draws
       << " draws per shape; evidence S" << (target ? " and E (the accuracy)" : "") << "\n"
       << "  " << shapes.size() << " shapes tried, " << meeting << (target ? " meet all three" : " meet both")
@@ -154,8 +159,8 @@ int plan_search_command(const PlanConfig& c, std::ostream& out) {
       accuracy << '?';
     out << "  " << std::left << std::setw(34) << shape_name(s.cfg) << std::right << std::setw(9)
         << hours(percentile(r.seconds, 0.5)) << std::setw(9) << hours(percentile(r.seconds, 0.9)) << std::setw(9)
-        << dollars(percentile(r.cost_usd, 0.5)) << std::setw(9) << dollars(percentile(r.cost_usd, 0.9))
-        << std::setw(11) << restarts.str() << std::setw(8) << accuracy.str() << '\n';
+        << dollars(percentile(r.cost_usd, 0.5)) << std::setw(9) << dollars(percentile(r.cost_usd, 0.9)) << std::setw(11)
+        << restarts.str() << std::setw(8) << accuracy.str() << '\n';
     ++shown;
   }
   if (target)

@@ -41,7 +41,8 @@ RevocationModel monthly_hazard_model(double monthly, const std::string& source) 
   std::ostringstream t;
   t << "# " << source << "\n# A constant hazard; beyond a year (8760 h) a server is never revoked.\n"
     << std::setprecision(9);
-  for (int h = 0; h <= 8760; h += 6) t << h << ',' << -std::expm1(-rate * h) << '\n';
+  for (int h = 0; h <= 8760; h += 6)
+    t << h << ',' << -std::expm1(-rate * h) << '\n';
   return RevocationModel::parse(t.str(), source);
 }
 
@@ -49,8 +50,9 @@ RevocationModel aws_band_model(const std::string& band) {
   const std::string name = "aws-band:" + band;
   if (const Band* b = find_band(trim(band))) {
     if (b->upper < 0)
-      throw UsageError(name + ": AWS's >20% band has no upper edge, so no lifetime follows from it: give a "
-                              "percentage (aws-band:50) or the measured lifetimes of such a type (aws-v100)");
+      throw UsageError(name +
+                       ": AWS's >20% band has no upper edge, so no lifetime follows from it: give a "
+                       "percentage (aws-band:50) or the measured lifetimes of such a type (aws-v100)");
     return monthly_hazard_model(b->upper, name + " (AWS interruption band " + b->label + ", taken as " +
                                               percent(b->upper) + " revoked a month, a constant hazard)");
   }
@@ -58,8 +60,9 @@ RevocationModel aws_band_model(const std::string& band) {
   if (!p.empty() && p.back() == '%') p.pop_back();
   double v = 0;
   if (!to_double(p, v) || !(v > 0 && v < 100))
-    throw UsageError(name + ": expected an AWS interruption band (<5%, 5-10%, 10-15%, 15-20%) or a percentage "
-                            "revoked a month in (0, 100)");
+    throw UsageError(name +
+                     ": expected an AWS interruption band (<5%, 5-10%, 10-15%, 15-20%) or a percentage "
+                     "revoked a month in (0, 100)");
   return monthly_hazard_model(v / 100, name + " (" + percent(v / 100) + " revoked a month, a constant hazard)");
 }
 
@@ -68,7 +71,8 @@ std::vector<AwsBandRow> parse_aws_bands(const std::string& text, const std::stri
   for_each_data_line(text, source, [&](const std::string& line, const std::string& where) {
     std::vector<std::string> f;
     std::stringstream ls(line);
-    for (std::string cell; std::getline(ls, cell, ',');) f.push_back(trim(cell));
+    for (std::string cell; std::getline(ls, cell, ',');)
+      f.push_back(trim(cell));
     if (f.size() != 4 || f[0].empty() || f[1].empty() || f[2].empty())
       throw DataError(where + "expected TYPE,INSTANCE,REGION,BAND, got '" + line + "'");
     if (!find_band(f[3]) || f[3].back() != '%')
@@ -98,10 +102,12 @@ RevocationModel aws_advisor_model(const std::string& spec, const std::string& ty
   }
   const auto list = [](const std::set<std::string>& s) {
     std::string out;
-    for (const auto& x : s) out += (out.empty() ? "" : " ") + x;
+    for (const auto& x : s)
+      out += (out.empty() ? "" : " ") + x;
     return out;
   };
-  if (types.empty()) throw UsageError(spec + ": no region '" + region + "' in the table (it has " + list(regions) + ")");
+  if (types.empty())
+    throw UsageError(spec + ": no region '" + region + "' in the table (it has " + list(regions) + ")");
   throw UsageError(spec + ": no band for the device type '" + type + "' in " + region + " (it has " + list(types) +
                    "; the trainer's --instance-type, plan's --worker-types and --ps-type)");
 }

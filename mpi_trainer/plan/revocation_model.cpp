@@ -48,8 +48,9 @@ RevocationModel RevocationModel::load(const std::string& name_or_file, const std
   if (name == "aws-advisor" || name.rfind("aws-advisor:", 0) == 0) return aws_advisor_model(name, instance_type);
   std::ifstream in(name_or_file);
   if (!in)
-    throw DataError(name_or_file + ": cannot open the revocation model (give gce, gce-k80, gce-p100, gce-v100, "
-                                   "aws-v100, aws-advisor[:REGION], aws-band:BAND or a table file)");
+    throw DataError(name_or_file +
+                    ": cannot open the revocation model (give gce, gce-k80, gce-p100, gce-v100, "
+                    "aws-v100, aws-advisor[:REGION], aws-band:BAND or a table file)");
   std::stringstream text;
   text << in.rdbuf();
   return parse(text.str(), name_or_file);

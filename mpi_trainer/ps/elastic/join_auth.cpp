@@ -166,8 +166,8 @@ std::string load_or_create_join_secret(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     if (path.has_parent_path() && !create_private_directories(path.parent_path(), ec))
-      throw Error(kExitConfig, "cannot create " + path.parent_path().string() + " for the join secret: " +
-                                   ec.message());
+      throw Error(kExitConfig,
+                  "cannot create " + path.parent_path().string() + " for the join secret: " + ec.message());
     const std::string secret = random_bytes(32);
     write_file_atomically(path, hex(bytes_of(secret)) + '\n');
   }
@@ -236,9 +236,10 @@ void prove_join_secret(MPI_Comm ps, const std::string& secret, bool answer, doub
   std::int32_t v = 0;
   std::memcpy(&v, reply.data(), sizeof v);
   if (v != kAdmitted)
-    throw Error(kExitConfig, "the parameter server refused this worker: it did not prove the job's join secret "
-                             "(give `join` the job's --join-secret, or the same --ckpt-dir / --port-file, whose "
-                             "join-secret the job wrote)");
+    throw Error(kExitConfig,
+                "the parameter server refused this worker: it did not prove the job's join secret "
+                "(give `join` the job's --join-secret, or the same --ckpt-dir / --port-file, whose "
+                "join-secret the job wrote)");
 }
 
 }  // namespace mt

@@ -21,11 +21,10 @@
 
 namespace mt {
 
-inline constexpr int kTagJoinAuth = 18;                 // the handshake's messages, both ways
+inline constexpr int kTagJoinAuth = 18;  // the handshake's messages, both ways
 inline constexpr std::size_t kJoinNonceBytes = 32;
 inline constexpr std::size_t kJoinProofBytes = 32;      // HMAC-SHA256
 inline constexpr std::size_t kJoinSecretMinBytes = 16;  // a user's own secret: at least this long
-inline constexpr double kJoinAuthSeconds = 10;          // shard 0 waits this long for an answer
 
 using Sha256 = std::array<std::uint8_t, 32>;
 

@@ -1,4 +1,5 @@
 #include "ps/elastic/joins.hpp"
+#include "ps/options.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>

@@ -19,8 +19,7 @@ class JoinListener {
   // Opens the port and writes `port_file` atomically: {"port": ..., "pid": ..., plus `about`
   // (a JSON object's members: model, batch size, slots)}. Starts the accept thread, which admits a
   // connection only when it proves `secret` within `auth_seconds`.
-  JoinListener(const std::string& port_file, const std::string& about_json, std::string secret,
-               double auth_seconds);
+  JoinListener(const std::string& port_file, const std::string& about_json, std::string secret, double auth_seconds);
   // A connection (or an accept error) is waiting to be taken. Cheap: an atomic load.
   bool pending() const;
   // The connections admitted since the last call; `refused` gets why each refused one was (for
@@ -35,6 +34,5 @@ class JoinListener {
   // connecting to one's own port to wake it hangs), so what it uses outlives the listener.
   std::shared_ptr<Queue> queue_;
 };
-
 
 }  // namespace mt

@@ -16,8 +16,7 @@ void Shard::take_joins() {
   const std::vector<MPI_Comm> comms = joins_->take(&refused, &error);
   if (!error.empty()) events_.log("mpi_trainer: warning: " + error);
   for (std::string& why : refused)
-    events_.join_refused(
-        PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kUnauthenticated, -1, {}, std::move(why)});
+    events_.join_refused(PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kUnauthenticated, -1, {}, std::move(why)});
   for (const MPI_Comm comm : comms) {
     const auto slot = members_.free_slot();
     if (stop_at_ || failure_code_ != 0 || members_.live() >= opts_.max_workers || !slot) {
@@ -31,8 +30,12 @@ void Shard::take_joins() {
       MT_MPI(MPI_Request_free(&req));
       abandon(std::move(b));
       using Why = PsEvents::JoinRefused::Why;
-      events_.join_refused(PsEvents::JoinRefused{
-          failure_code_ != 0 ? Why::kFailed : stop_at_ ? Why::kStopping : Why::kFull, -1, {}, {}});
+      events_.join_refused(PsEvents::JoinRefused{failure_code_ != 0 ? Why::kFailed
+                                                 : stop_at_         ? Why::kStopping
+                                                                    : Why::kFull,
+                                                 -1,
+                                                 {},
+                                                 {}});
       continue;
     }
     Member& m = members_.add(shards_ + workers_ + connected_, comm, 0, *slot, opts_.join_type, Clock::now());

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "ps/ps.hpp"
+#include "ps/options.hpp"
 
 namespace mt {
 

@@ -19,7 +19,7 @@ Coordinator::Coordinator(const PsOptions& opts, const Model& model, const Partit
       gather_(model, part, deadline, momenta, gap, opts.comm) {}
 
 std::int64_t Coordinator::start(FlatTensors& params, std::vector<FlatTensors>& state, FlatTensors& stats,
-                               std::span<const StartLog> logs, const std::function<void()>& adjust) {
+                                std::span<const StartLog> logs, const std::function<void()>& adjust) {
   const int momenta = static_cast<int>(state.size()) - (policy_.gap_aware() ? 1 : 0);
   const std::span<FlatTensors> all(state);
   const PsStart start = sink_.restore(params, all.first(static_cast<std::size_t>(momenta)),
@@ -78,7 +78,8 @@ void Coordinator::report_progress(std::int64_t step, double lr) {
   p.momentum = policy_.momentum(p.active_workers);
   p.images_per_second = double(window_images_) / std::max(dt, 1e-9);
   double staleness = 0;
-  for (const auto& m : members_.members()) staleness += m.window_staleness;
+  for (const auto& m : members_.members())
+    staleness += m.window_staleness;
   p.dropped_stale_pushes = members_.dropped_stale();
   p.mean_staleness = staleness / double(std::max<std::int64_t>(window_pushes_, 1));
   p.elapsed_seconds = since(t0_);

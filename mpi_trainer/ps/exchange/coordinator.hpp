@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "ps/events.hpp"
 #include "ps/exchange/membership.hpp"
-#include "ps/wire/partition.hpp"
-#include "ps/ps.hpp"
 #include "ps/exchange/snapshot.hpp"
 #include "ps/exchange/update_policy.hpp"
+#include "ps/wire/partition.hpp"
 
 namespace mt {
 

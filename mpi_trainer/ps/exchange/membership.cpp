@@ -35,13 +35,15 @@ int Membership::live() const {
 
 std::int64_t Membership::dropped_stale() const {
   std::int64_t n = 0;
-  for (const auto& m : members_) n += m.dropped;
+  for (const auto& m : members_)
+    n += m.dropped;
   return n;
 }
 
 std::int64_t Membership::rejected() const {
   std::int64_t n = 0;
-  for (const auto& m : members_) n += m.rejected;
+  for (const auto& m : members_)
+    n += m.rejected;
   return n;
 }
 

@@ -37,14 +37,14 @@ struct Member {
   MemberState state = MemberState::kJoining;
   Buffer recv, send, hb{0};
   std::vector<float> sent;  // --push-precision bf16: the fp32 parameters its last reply carried rounded
-  PairBells bells;  // a same-node worker's doorbells (shared memory), else none
+  PairBells bells;          // a same-node worker's doorbells (shared memory), else none
   MPI_Request rreq = MPI_REQUEST_NULL, sreq = MPI_REQUEST_NULL, hbreq = MPI_REQUEST_NULL;
   Clock::time_point added_at{};                 // launched (the shard's start) or connected
   std::optional<Clock::time_point> last_heard;  // any message or heartbeat
   std::optional<Clock::time_point> joined_at;   // its join was answered
   Clock::time_point last_reply{};
-  bool owes_reply = false;  // its last message was taken and not answered yet
-  bool late = false;        // connected to a running job through the join listener
+  bool owes_reply = false;    // its last message was taken and not answered yet
+  bool late = false;          // connected to a running job through the join listener
   double active_seconds = 0;  // billed seconds, fixed once it is no longer live
   LoaderCursor cursor;        // after its last applied push
   std::int64_t pushes = 0, dropped = 0;

@@ -11,7 +11,8 @@ double sum_of_squares(std::span<const float> values) {
   const std::size_t n = values.size();
   double sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (std::size_t i = 0; i < n; ++i) sum += double(v[i]) * double(v[i]);
+  for (std::size_t i = 0; i < n; ++i)
+    sum += double(v[i]) * double(v[i]);
   return sum;
 }
 
@@ -29,8 +30,8 @@ std::string PushCheck::judge(double sum_squares, std::span<const float> stats) {
   if (norm_limit_ > 0 && norms_.size() >= kMinHistory) {
     if (const double usual = median(); norm > norm_limit_ * usual) {
       std::ostringstream why;
-      why << "its gradient norm " << norm << " is " << norm / usual << " times the median " << usual
-          << " of the last " << norms_.size() << " accepted (--push-norm-limit " << norm_limit_ << ")";
+      why << "its gradient norm " << norm << " is " << norm / usual << " times the median " << usual << " of the last "
+          << norms_.size() << " accepted (--push-norm-limit " << norm_limit_ << ")";
       return why.str();
     }
   }

@@ -1,13 +1,13 @@
 #include "ps/exchange/shard.hpp"
 
+#include <unistd.h>
 #include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "backend/backend.hpp"
 #include "core/error.hpp"
@@ -41,7 +41,8 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
              PsEvents& events, SnapshotSink& sink)
     : opts_(opts),
       model_(model),
-      policy_(schedule, opts.lr_scaling, opts.momentum_correction, opts.momentum, opts.join_warmup, opts.momentum_by_workers),
+      policy_(schedule, opts.lr_scaling, opts.momentum_correction, opts.momentum, opts.join_warmup,
+              opts.momentum_by_workers),
       update_(update),
       plan_(std::move(plan)),
       events_(events),
@@ -70,7 +71,8 @@ Shard::Shard(const PsOptions& opts, const Model& model, const LrSchedule& schedu
       members_(
           data_slots(opts, workers_),
           Membership::Deadlines{opts.failure_timeout, std::max(60.0, 10 * opts.failure_timeout), opts.drain_deadline}) {
-  for (int j = 0; j < state_buffers(); ++j) state_full_.emplace_back(model.params());
+  for (int j = 0; j < state_buffers(); ++j)
+    state_full_.emplace_back(model.params());
   handled_.assign(static_cast<std::size_t>(members_.slots()), 0);
   plan_.before_kill = [this] { before_kill(); };
   handled_floats_.resize(2 * handled_.size());
@@ -93,7 +95,8 @@ void Shard::start_state() {
   model_.init_params(full_, stats_, opts_.seed);
   StartLog log;  // a takeover: what this shard replays after its part of the replica
   if (coord_) {
-    const std::vector<PartState> survived = opts_.replay ? parse_part_states(opts_.replay->states) : std::vector<PartState>{};
+    const std::vector<PartState> survived =
+        opts_.replay ? parse_part_states(opts_.replay->states) : std::vector<PartState>{};
     const std::vector<StartLog> logs = split_replay(survived);
     start_step_ = coord_->start(full_, state_full_, stats_, logs, [&] { start_from_survivors(survived); });
     part_.pack(0, full_, params_);
@@ -133,11 +136,12 @@ PsResult Shard::run() {
     t0_ = Clock::now();
     if (coord_) coord_->clock_started(t0_);
     if (lead() && opts_.max_workers > 0) {
-      joins_.emplace(opts_.port_file, nlohmann::ordered_json{{"model", model_.spec().name},
-                                                             {"batch_size", opts_.batch_size},
-                                                             {"max_workers", opts_.max_workers}}
-                                          .dump(),
-                     opts_.join_secret, opts_.join_auth_seconds);
+      joins_.emplace(
+          opts_.port_file,
+          nlohmann::ordered_json{
+              {"model", model_.spec().name}, {"batch_size", opts_.batch_size}, {"max_workers", opts_.max_workers}}
+              .dump(),
+          opts_.join_secret, opts_.join_auth_seconds);
       events_.joins_open(opts_.max_workers, opts_.port_file, ulfm_available());
     }
     serve();

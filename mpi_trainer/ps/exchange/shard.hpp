@@ -14,17 +14,17 @@
 #include <string>
 #include <vector>
 
-#include "ps/exchange/coordinator.hpp"
 #include "ps/elastic/joins.hpp"
+#include "ps/events.hpp"
+#include "ps/exchange/coordinator.hpp"
 #include "ps/exchange/membership.hpp"
 #include "ps/exchange/push_check.hpp"
-#include "ps/resilience/push_journal.hpp"
-#include "ps/wire/partition.hpp"
-#include "ps/ps.hpp"
 #include "ps/exchange/snapshot.hpp"
-#include "ps/resilience/standbys.hpp"
-#include "ps/wire/transport.hpp"
 #include "ps/exchange/update_policy.hpp"
+#include "ps/resilience/push_journal.hpp"
+#include "ps/resilience/standbys.hpp"
+#include "ps/wire/partition.hpp"
+#include "ps/wire/transport.hpp"
 
 namespace mt {
 
@@ -185,20 +185,20 @@ class Shard {
   const std::vector<std::int64_t> counts_;
 
   Membership members_;
-  std::optional<JoinListener> joins_;       // shard 0 with --max-workers
-  int connected_ = 0;                       // connections the listener handed over (their ranks)
-  int joined_ = 0;                          // of them, workers whose join was answered
-  int shm_workers_ = 0;                     // workers whose pushes travel through shared memory
-  std::optional<Coordinator> coord_;        // shard 0
-  std::optional<SnapshotAnswer> answer_;    // shards > 0: shard 0's requests answered
-  std::optional<Standbys> standbys_;        // --ps-standby > 0
+  std::optional<JoinListener> joins_;     // shard 0 with --max-workers
+  int connected_ = 0;                     // connections the listener handed over (their ranks)
+  int joined_ = 0;                        // of them, workers whose join was answered
+  int shm_workers_ = 0;                   // workers whose pushes travel through shared memory
+  std::optional<Coordinator> coord_;      // shard 0
+  std::optional<SnapshotAnswer> answer_;  // shards > 0: shard 0's requests answered
+  std::optional<Standbys> standbys_;      // --ps-standby > 0
 
   // Stopping early: a notice or no worker left; no more pushes are applied.
   std::optional<Clock::time_point> stop_at_;
   std::string stop_reason_;
   int notice_ = 0;
   int exit_code_ = 0;
-  int failure_code_ = 0;           // non-zero: the shard failed; joins and pushes are answered with it
+  int failure_code_ = 0;  // non-zero: the shard failed; joins and pushes are answered with it
 
   std::int64_t start_step_ = 0, step_ = 0;
   // Per data slot: the last push number handled (applied, or counted as a step); replicas carry it.

@@ -80,19 +80,24 @@ PsResult Shard::finish() {
   coord_->collect_final(full_, state_full_, /*clean=*/members_.lost() == 0);
   const StateView state = view_state(state_full_, momenta_, gap_aware_, mean_momentum_);
   SnapshotMeta meta = coord_->meta(step_);
-  const Snapshot final_state{full_,
-                             state.momentum,
-                             stats_,
-                             step_,
-                             std::move(meta.slot_cursors),
-                             res.run_seconds,
-                             meta.lr,
-                             std::move(meta.workers),
-                             state.extra};
-  PsEvents::Finished done{final_state, start_step_, coord_->last_snapshot_step(), res.images_per_second,
-                          shards_,     workers_,      joined_,             members_.lost(),
-                          members_.left(), shm_workers_, max_staleness_,  members_.dropped_stale(),
-                          stop_at_.has_value(), stop_reason_, exit_code_};
+  const Snapshot final_state{
+      full_,   state.momentum,          stats_,     step_, std::move(meta.slot_cursors), res.run_seconds,
+      meta.lr, std::move(meta.workers), state.extra};
+  PsEvents::Finished done{final_state,
+                          start_step_,
+                          coord_->last_snapshot_step(),
+                          res.images_per_second,
+                          shards_,
+                          workers_,
+                          joined_,
+                          members_.lost(),
+                          members_.left(),
+                          shm_workers_,
+                          max_staleness_,
+                          members_.dropped_stale(),
+                          stop_at_.has_value(),
+                          stop_reason_,
+                          exit_code_};
   done.lr_cuts = policy_.guard().cuts();
   done.rejected_pushes = members_.rejected();
   if (standbys_) {

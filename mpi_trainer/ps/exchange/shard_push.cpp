@@ -63,7 +63,8 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
   h.step = step_;
   h.model_version = step_;
   h.payload = kind == MsgKind::kParams ? reply_slots_ : 0;
-  if (kind == MsgKind::kParams && m.state != MemberState::kJoining) {  // a push's: how it was applied (ps/resilience/push_journal.hpp)
+  if (kind == MsgKind::kParams &&
+      m.state != MemberState::kJoining) {  // a push's: how it was applied (ps/resilience/push_journal.hpp)
     h.applied = reply_ ? 1 : 0;
     if (reply_) {
       h.lr = reply_->lr;
@@ -78,7 +79,7 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
     if (current_ != sent) std::copy_n(current_, mine_, sent);  // a join or a dropped push; updates write in place
     if (bf16_) encode_values(opts_.push_precision, {sent, static_cast<std::size_t>(mine_)}, m.send.payload());
   }
-  if (m.state == MemberState::kJoining) {            // the reply to a join: where its data starts, its slot of how many
+  if (m.state == MemberState::kJoining) {  // the reply to a join: where its data starts, its slot of how many
     h.cursor_epoch = m.cursor.epoch;
     h.cursor_position = m.cursor.position;
     h.slot = m.slot;
@@ -98,7 +99,7 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
   try {
     isend(m.send, h.payload, m.peer, kTagToWorker, &m.sreq, m.comm);
   } catch (const ProcessFailed&) {
-    throw;  // ULFM: the serve loop drops it (or a takeover follows)
+    throw;                           // ULFM: the serve loop drops it (or a takeover follows)
   } catch (const LibraryError& e) {  // Open MPI 4.1: its connection broke (node down): it is lost
     drop(m, /*lost=*/true, std::string("a reply to it failed: ") + e.what());
     return false;
@@ -128,7 +129,8 @@ bool Shard::apply_push(Member& m, const MsgHeader& h) {
     return reject_push(m, why);
   m.rejected_in_row = 0;
   const int live = members_.live();
-  if (policy_.observe_loss(step_, h.loss, live) && lead()) events_.log(describe_cut(step_ + 1, policy_.guard().last_cut()));
+  if (policy_.observe_loss(step_, h.loss, live) && lead())
+    events_.log(describe_cut(step_ + 1, policy_.guard().last_cut()));
   const double lr = policy_.lr(step_, live, staleness);
   reply_ = Applied{static_cast<float>(lr), static_cast<float>(policy_.momentum(live))};
   update(grad, out, m.slot, *reply_, batch_stats);
@@ -175,13 +177,14 @@ bool Shard::reject_push(Member& m, const std::string& why) {
   ++m.rejected_in_row;
   const bool drop_it = opts_.max_rejected_pushes > 0 && m.rejected_in_row >= opts_.max_rejected_pushes;
   std::ostringstream line;
-  line << "mpi_trainer: parameter server shard " << shard_ << ": step " << step_ + 1 << ": push of worker rank " << m.rank
-       << " rejected, not applied: " << why << " (" << m.rejected_in_row << " in a row"
+  line << "mpi_trainer: parameter server shard " << shard_ << ": step " << step_ + 1 << ": push of worker rank "
+       << m.rank << " rejected, not applied: " << why << " (" << m.rejected_in_row << " in a row"
        << (drop_it ? ": the worker is stopped and dropped)" : ")");
   events_.log(line.str());
   if (drop_it) {
     ++step_;
-    if (reply(m, MsgKind::kStop, kRejectedEnd)) drop(m, /*lost=*/true, "its last " + std::to_string(m.rejected_in_row) + " pushes were rejected");
+    if (reply(m, MsgKind::kStop, kRejectedEnd))
+      drop(m, /*lost=*/true, "its last " + std::to_string(m.rejected_in_row) + " pushes were rejected");
     return false;
   }
   return count_unapplied(m);
@@ -214,8 +217,10 @@ void Shard::handle_worker(Member& m) {
         // A worker started with another model, batch size or push precision (a `join` with other flags).
         if (lead())
           events_.join_refused(
-              PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kMismatch, m.rank,
-                                    JobShape{h.param_count, h.batch, static_cast<PushPrecision>(h.precision)}, {}});
+              PsEvents::JoinRefused{PsEvents::JoinRefused::Why::kMismatch,
+                                    m.rank,
+                                    JobShape{h.param_count, h.batch, static_cast<PushPrecision>(h.precision)},
+                                    {}});
         if (!reply(m, MsgKind::kStop, kMismatchEnd)) return;
         Membership::finished(m, now);
         return;

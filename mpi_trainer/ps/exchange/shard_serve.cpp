@@ -125,7 +125,10 @@ void Shard::drop_failed(ServeLoop& loop) {
   const std::size_t nw = loop.nw, nc = loop.nc;
   for (const std::size_t i : loop.failed) {
     Member& m = ms[i < nw ? i : i - nw - nc];
-    if (i < nw) m.rreq = MPI_REQUEST_NULL; else m.hbreq = MPI_REQUEST_NULL;  // completed, with the error
+    if (i < nw)
+      m.rreq = MPI_REQUEST_NULL;
+    else
+      m.hbreq = MPI_REQUEST_NULL;  // completed, with the error
     if (m.live()) drop(m, /*lost=*/true, kUlfmReported);
   }
 }

@@ -21,10 +21,12 @@ void mean_momentum(std::span<const FlatTensors> momenta, FlatTensors& out) {
   std::fill_n(o, n, 0.f);
   for (const auto& m : momenta) {
     const float* v = m.flat().data();
-    for (std::int64_t i = 0; i < n; ++i) o[i] += v[i];
+    for (std::int64_t i = 0; i < n; ++i)
+      o[i] += v[i];
   }
   const float scale = 1.f / static_cast<float>(momenta.size());
-  for (std::int64_t i = 0; i < n; ++i) o[i] *= scale;
+  for (std::int64_t i = 0; i < n; ++i)
+    o[i] *= scale;
 }
 
 StateView view_state(const std::vector<FlatTensors>& state, int momenta, bool gap, FlatTensors& mean) {
@@ -32,10 +34,10 @@ StateView view_state(const std::vector<FlatTensors>& state, int momenta, bool ga
             "the state buffers: the momenta, then the gap's");
   const std::span<const FlatTensors> all(state);
   if (momenta > 1) mean_momentum(all.first(static_cast<std::size_t>(momenta)), mean);
-  return StateView{momenta > 1 ? mean : state[0],
-                   ExtraOptimizerState{momenta > 1 ? all.first(static_cast<std::size_t>(momenta))
-                                                   : std::span<const FlatTensors>(),
-                                       gap ? &state.back() : nullptr}};
+  return StateView{
+      momenta > 1 ? mean : state[0],
+      ExtraOptimizerState{momenta > 1 ? all.first(static_cast<std::size_t>(momenta)) : std::span<const FlatTensors>(),
+                          gap ? &state.back() : nullptr}};
 }
 
 SnapshotGather::SnapshotGather(const Model& model, const Partition& part, double deadline, int momenta, bool gap,
@@ -49,7 +51,8 @@ SnapshotGather::SnapshotGather(const Model& model, const Partition& part, double
       stats_(model.stats()),
       mean_(momenta > 1 ? FlatTensors(model.params()) : FlatTensors()) {  // dana only
   MT_ASSERT(momenta >= 1, "at least one momentum buffer");
-  for (int j = 0; j < buffers_; ++j) velocities_.emplace_back(model.params());
+  for (int j = 0; j < buffers_; ++j)
+    velocities_.emplace_back(model.params());
   for (int k = 1; k < part.shards(); ++k) {
     parts_.emplace_back(message_floats(k));
     requests_.emplace_back(0);
@@ -68,11 +71,12 @@ void SnapshotGather::unpack(int k, std::span<const float> message, FlatTensors& 
   MT_ASSERT(static_cast<int>(state.size()) == buffers_ && message.size() == (1 + state.size()) * n,
             "a shard's message: its parameters and every state buffer");
   part_.unpack(k, message.subspan(0, n), params);
-  for (std::size_t j = 0; j < state.size(); ++j) part_.unpack(k, message.subspan((1 + j) * n, n), state[j]);
+  for (std::size_t j = 0; j < state.size(); ++j)
+    part_.unpack(k, message.subspan((1 + j) * n, n), state[j]);
 }
 
-void SnapshotGather::send_start(const FlatTensors& params, const std::vector<FlatTensors>& state,
-                                std::int64_t step, std::span<const StartLog> logs) {
+void SnapshotGather::send_start(const FlatTensors& params, const std::vector<FlatTensors>& state, std::int64_t step,
+                                std::span<const StartLog> logs) {
   MT_ASSERT(static_cast<int>(state.size()) == buffers_, "every state buffer");
   for (int k = 1; k < part_.shards(); ++k) {
     const auto n = static_cast<std::size_t>(part_.floats(k));
@@ -126,7 +130,8 @@ void SnapshotGather::begin(unsigned purposes, std::span<const float> params0, st
   part_.unpack(0, params0, params_);
   const auto n0 = static_cast<std::size_t>(part_.floats(0));
   MT_ASSERT(velocity0.size() == static_cast<std::size_t>(buffers_) * n0, "shard 0's state buffers");
-  for (std::size_t j = 0; j < velocities_.size(); ++j) part_.unpack(0, velocity0.subspan(j * n0, n0), velocities_[j]);
+  for (std::size_t j = 0; j < velocities_.size(); ++j)
+    part_.unpack(0, velocity0.subspan(j * n0, n0), velocities_[j]);
   std::copy_n(stats.flat().data(), stats.flat().numel(), stats_.flat().data());
   meta_ = std::move(meta);
   MsgHeader request;
@@ -156,15 +161,8 @@ Snapshot SnapshotGather::complete() {
   }
   gathering_ = false;
   const StateView state = view_state(velocities_, momenta_, buffers_ > momenta_, mean_);
-  return Snapshot{params_,
-                  state.momentum,
-                  stats_,
-                  meta_.global_step,
-                  meta_.slot_cursors,
-                  meta_.run_seconds,
-                  meta_.lr,
-                  meta_.workers,
-                  state.extra};
+  return Snapshot{params_,           state.momentum, stats_,        meta_.global_step, meta_.slot_cursors,
+                  meta_.run_seconds, meta_.lr,       meta_.workers, state.extra};
 }
 
 void SnapshotGather::collect_final(FlatTensors& params, std::vector<FlatTensors>& state) {
@@ -186,7 +184,11 @@ void SnapshotGather::settle() {
 
 SnapshotAnswer::SnapshotAnswer(int shard, std::int64_t floats, double deadline, int buffers, MPI_Comm comm)
     : comm_(comm),
-      shard_(shard), floats_(floats), buffers_(buffers), deadline_(deadline), snapshot_((1 + buffers) * floats) {}
+      shard_(shard),
+      floats_(floats),
+      buffers_(buffers),
+      deadline_(deadline),
+      snapshot_((1 + buffers) * floats) {}
 
 void SnapshotAnswer::wait(MPI_Request* req) const {
   if (!wait_for(req, deadline_)) throw shard_lost(0, deadline_);
@@ -202,10 +204,11 @@ std::int64_t SnapshotAnswer::receive_start(std::span<float> params, std::span<fl
   Buffer b(std::max<std::int64_t>(total, count - kHeaderFloats));
   MT_MPI(MPI_Recv(b.data.data(), count, MPI_FLOAT, 0, kTagControl, comm_, MPI_STATUS_IGNORE));
   const MsgHeader& h = b.header();
-  if (const auto bad = check_header(h, b.count() - kHeaderFloats); !bad.empty() || h.payload < total ||
-      h.request_id < 0 || h.request_id > (h.payload - total) * static_cast<std::int64_t>(sizeof(float)))
-    throw Error(kExitInternal, "parameter server shard " + std::to_string(shard_) + ": bad start state: " +
-                                   (bad.empty() ? "its sizes" : bad));
+  if (const auto bad = check_header(h, b.count() - kHeaderFloats);
+      !bad.empty() || h.payload < total || h.request_id < 0 ||
+      h.request_id > (h.payload - total) * static_cast<std::int64_t>(sizeof(float)))
+    throw Error(kExitInternal, "parameter server shard " + std::to_string(shard_) +
+                                   ": bad start state: " + (bad.empty() ? "its sizes" : bad));
   std::copy_n(b.payload(), floats_, params.data());
   std::copy_n(b.payload() + floats_, buffers_ * floats_, velocity.data());
   if (log) {

@@ -14,8 +14,8 @@
 
 #include "nn/params.hpp"
 #include "nn/resnet.hpp"
+#include "ps/events.hpp"
 #include "ps/wire/partition.hpp"
-#include "ps/ps.hpp"
 #include "ps/wire/transport.hpp"
 
 namespace mt {

@@ -65,8 +65,9 @@ std::string describe_stability(const RateStability& s, const LrSchedule& schedul
 std::string describe_momentum(MomentumCorrection correction, double momentum, int workers, double applied) {
   char buf[160];
   if (correction == MomentumCorrection::kDana && applied != momentum)  // --momentum auto raised it
-    std::snprintf(buf, sizeof buf, ", Nesterov momentum %.3g per worker (dana; --momentum auto: %g, raised with %d workers)",
-                  applied, momentum, workers);
+    std::snprintf(buf, sizeof buf,
+                  ", Nesterov momentum %.3g per worker (dana; --momentum auto: %g, raised with %d workers)", applied,
+                  momentum, workers);
   else if (correction == MomentumCorrection::kDana)
     std::snprintf(buf, sizeof buf, ", Nesterov momentum %g per worker (dana)", momentum);
   else if (correction == MomentumCorrection::kImplicit && workers > 1)
@@ -107,7 +108,8 @@ double GapPenalty::penalize(std::span<float> grad, std::span<const float> now, s
 }
 
 void GapPenalty::track(std::span<const float> before, std::span<const float> after) {
-  MT_ASSERT(before.size() == mean_step_.size() && after.size() == before.size(), "gap penalty: one value per parameter");
+  MT_ASSERT(before.size() == mean_step_.size() && after.size() == before.size(),
+            "gap penalty: one value per parameter");
   const float* __restrict x = before.data();
   const float* __restrict y = after.data();
   float* __restrict mean = mean_step_.data();

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "optim/schedule.hpp"
-#include "ps/ps.hpp"
 #include "ps/exchange/spike_guard.hpp"
+#include "ps/options.hpp"
 
 namespace mt {
 
@@ -36,7 +36,11 @@ class UpdatePolicy {
   // `momentum_by_workers`: --momentum auto (momentum_by_workers below).
   UpdatePolicy(const LrSchedule& schedule, LrScaling scaling, MomentumCorrection correction, double momentum,
                std::int64_t join_warmup = 0, bool momentum_by_workers = false)
-      : schedule_(schedule), scaling_(scaling), correction_(correction), momentum_(momentum), join_warmup_(join_warmup),
+      : schedule_(schedule),
+        scaling_(scaling),
+        correction_(correction),
+        momentum_(momentum),
+        join_warmup_(join_warmup),
         by_workers_(momentum_by_workers) {}
 
   // The rate for a push applied at `step` by one of `active` workers, computed on parameters
@@ -151,7 +155,7 @@ class GapPenalty {
   // on) and `now` (what it is applied to). Returns the sum of squares of the gradient as it came,
   // in double, in the same pass: the push check's (ps/exchange/push_check.hpp).
   double penalize(std::span<float> grad, std::span<const float> now, std::span<const float> pulled,
-                double staleness) const;
+                  double staleness) const;
   // After each update of the parameters from `before` to `after`: C follows each one's change.
   void track(std::span<const float> before, std::span<const float> after);
   std::span<const float> mean_step() const { return mean_step_; }

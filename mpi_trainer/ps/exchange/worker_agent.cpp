@@ -61,8 +61,8 @@ void WorkerAgent::run() {
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(stop_mutex_);
-      stopping = cv_.wait_for(lock, std::chrono::duration_cast<std::chrono::microseconds>(interval),
-                              [this] { return stop_; });
+      stopping =
+          cv_.wait_for(lock, std::chrono::duration_cast<std::chrono::microseconds>(interval), [this] { return stop_; });
     }
     const auto now = Clock::now();
     longest_gap_ = std::max(longest_gap_.load(), seconds_between(last, now));

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/clock.hpp"
+#include "ps/events.hpp"
 #include "ps/inject/fault_injection.hpp"
-#include "ps/ps.hpp"
 #include "ps/wire/transport.hpp"
 
 namespace mt {

@@ -6,8 +6,8 @@
 #include <string>
 #include <thread>
 
-#include "core/error.hpp"
 #include "core/clock.hpp"
+#include "core/error.hpp"
 #include "ps/wire/mpi_env.hpp"
 #include "ps/wire/ulfm.hpp"
 
@@ -53,9 +53,7 @@ WorkerClient::WorkerClient(const WorkerOptions& opts, const Model& model, MPI_Co
 }
 
 // Shard 0's part carries the batch's BatchNorm statistics too, in fp32.
-std::int64_t WorkerClient::send_floats(int s) const {
-  return reply_floats(s) + (s == 0 ? model_.stats().total() : 0);
-}
+std::int64_t WorkerClient::send_floats(int s) const { return reply_floats(s) + (s == 0 ? model_.stats().total() : 0); }
 std::int64_t WorkerClient::reply_floats(int s) const { return wire_floats(opts_.push_precision, part_.floats(s)); }
 
 void WorkerClient::prepare_join(bool offer_shm) {
@@ -78,8 +76,8 @@ void WorkerClient::prepare_join(bool offer_shm) {
   }
 }
 
-void WorkerClient::prepare_push(const StepComputer::Step& st, const FlatTensors& grads,
-                                const FlatTensors& batch_stats, bool synthetic, std::int64_t push_id) {
+void WorkerClient::prepare_push(const StepComputer::Step& st, const FlatTensors& grads, const FlatTensors& batch_stats,
+                                bool synthetic, std::int64_t push_id) {
   for (int s = 0; s < shards_; ++s) {
     Buffer& b = send_[static_cast<std::size_t>(s)];
     MsgHeader& h = b.header();
@@ -120,7 +118,8 @@ std::span<const float> WorkerClient::pulled(int s) {
 }
 
 void WorkerClient::mark_discard() {
-  for (auto& b : send_) b.header().end = kDiscardPush;
+  for (auto& b : send_)
+    b.header().end = kDiscardPush;
 }
 
 WorkerClient::Reply WorkerClient::push_pull(MsgKind kind) {
@@ -199,7 +198,8 @@ WorkerClient::Reply WorkerClient::wait_replies(double deadline) {
           MPI_Request& r = reqs_[static_cast<std::size_t>(2 * s)];
           int flag = r == MPI_REQUEST_NULL && statuses_[static_cast<std::size_t>(2 * s)].MPI_ERROR == MPI_SUCCESS;
           if (!flag && r != MPI_REQUEST_NULL && MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) flag = 0;
-          replied_[static_cast<std::size_t>(s)] = flag && recv_[static_cast<std::size_t>(s)].header().kind == MsgKind::kParams;
+          replied_[static_cast<std::size_t>(s)] =
+              flag && recv_[static_cast<std::size_t>(s)].header().kind == MsgKind::kParams;
         }
       }
       if (ps_failed_) return Reply::kFailed;

@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "ps/events.hpp"
 #include "ps/wire/bell.hpp"
 #include "ps/wire/partition.hpp"
-#include "ps/ps.hpp"
 #include "ps/wire/protocol.hpp"
 #include "ps/wire/shm.hpp"
 #include "ps/wire/transport.hpp"
@@ -82,10 +82,10 @@ class WorkerClient {
   bool await_failure(double seconds, bool* answered = nullptr);
   const FlatTensors& params() const { return params_; }
   const Partition& partition() const { return part_; }
-  std::int64_t global_step() const { return global_step_; }  // the highest any shard replied
+  std::int64_t global_step() const { return global_step_; }           // the highest any shard replied
   bool clean_end() const { return clean_end_ && failed_code_ == 0; }  // every stop said no rank was lost
-  int failed_code() const { return failed_code_; }  // a shard said it failed, with this exit code
-  bool rejected() const { return rejected_; }       // a shard stopped it: its pushes kept being rejected
+  int failed_code() const { return failed_code_; }                    // a shard said it failed, with this exit code
+  bool rejected() const { return rejected_; }  // a shard stopped it: its pushes kept being rejected
   // A shard refused its join: the job's model size, batch size or push precision differ from this worker's.
   const std::optional<JobShape>& job_shape() const { return job_shape_; }
   const PsLoss& loss() const { return loss_; }
@@ -108,10 +108,10 @@ class WorkerClient {
  private:
   std::int64_t send_floats(int s) const;   // float slots of a push to shard s
   std::int64_t reply_floats(int s) const;  // of its reply
-  void post(MsgKind kind);                  // irecv + isend to every shard
-  Reply wait_replies(double deadline);      // until every request completes
-  Reply tell_others_stop();                 // shards that did not say stop are told this worker leaves
-  void take_replies(MsgKind kind);          // segments accepted, parameters unpacked, versions
+  void post(MsgKind kind);                 // irecv + isend to every shard
+  Reply wait_replies(double deadline);     // until every request completes
+  Reply tell_others_stop();                // shards that did not say stop are told this worker leaves
+  void take_replies(MsgKind kind);         // segments accepted, parameters unpacked, versions
 
   const WorkerOptions& opts_;
   const Model& model_;

@@ -18,8 +18,8 @@
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "core/text.hpp"
-#include "ps/resilience/notices.hpp"
 #include "plan/revocation_model.hpp"
+#include "ps/resilience/notices.hpp"
 
 namespace mt {
 
@@ -102,7 +102,8 @@ std::map<std::int64_t, PushFault> parse_corrupt_push(const std::string& spec, in
     item = trim(item);
     if (item.empty()) continue;
     const auto bad = [&](const std::string& why) {
-      return UsageError("--corrupt-push: '" + item + "': " + why + " (expected rank=R@push=N:nan, :huge, :zero or :discard)");
+      return UsageError("--corrupt-push: '" + item + "': " + why +
+                        " (expected rank=R@push=N:nan, :huge, :zero or :discard)");
     };
     const auto at = item.find('@'), colon = item.rfind(':');
     if (item.rfind("rank=", 0) != 0 || at == std::string::npos || colon == std::string::npos || colon < at)

@@ -37,7 +37,6 @@ std::vector<RevokeEntry> parse_revoke(const std::string& spec);
 // "30s", "2.5m", "2h" (--revoke, --virtual-joins) into `seconds`; else why not ("" when parsed).
 std::string parse_duration(const std::string& text, double& seconds);
 
-
 // --corrupt-push: what a worker does to one of its pushes, to test the parameter server's push
 // check (ps/exchange/push_check.hpp): NaN in every 1024th gradient value and the last (every shard's part), every
 // value times 1e6, every value zero (a device that returns nothing; the reference that shows the

@@ -8,8 +8,8 @@
 
 #include "core/error.hpp"
 #include "ps/resilience/notices.hpp"
-#include "ps/wire/mpi_env.hpp"
 #include "ps/resilience/push_journal.hpp"
+#include "ps/wire/mpi_env.hpp"
 
 namespace mt {
 
@@ -78,10 +78,12 @@ void ReplicaSender::send(std::int64_t step, int state_buffers, std::span<const s
   MT_ASSERT(inflight_.empty(), "the previous replica has left");
   const auto t0 = Clock::now();
   std::int64_t floats = record_floats(record.size());
-  for (const auto& p : pieces) floats += static_cast<std::int64_t>(p.size());
+  for (const auto& p : pieces)
+    floats += static_cast<std::int64_t>(p.size());
   if (static_cast<std::int64_t>(buf_.data.size()) != kHeaderFloats + floats) buf_ = Buffer(floats);
   float* out = buf_.payload();
-  for (const auto& p : pieces) out = std::copy(p.begin(), p.end(), out);
+  for (const auto& p : pieces)
+    out = std::copy(p.begin(), p.end(), out);
   if (!record.empty()) {
     out[record_floats(record.size()) - 1] = 0.f;  // the padding after the last byte
     std::memcpy(out, record.data(), record.size());
@@ -178,7 +180,8 @@ void ReplicaHost::poll(MPI_Comm comm) {
     if (h.end == kHandover) {  // the shard waits for this before it leaves
       // Taken unless this process has a notice too (within the grace): a notice to the whole job.
       const auto t0 = Clock::now();
-      while (!notice_signal() && since(t0) < kHandoverGrace) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      while (!notice_signal() && since(t0) < kHandoverGrace)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       const int sig = notice_signal();
       Buffer ack(0);
       ack.header() = MsgHeader{};
@@ -206,19 +209,22 @@ std::optional<ReplicaState> ReplicaHost::assemble(const Model& model, const Part
   r.bn_stats = FlatTensors(model.stats());
   const auto header = [](const Part& p) { return *reinterpret_cast<const MsgHeader*>(p.newest.data.data()); };
   const int buffers = header(parts_[0]).slots;
-  for (int j = 0; j < buffers; ++j) r.state.emplace_back(model.params());
+  for (int j = 0; j < buffers; ++j)
+    r.state.emplace_back(model.params());
   for (std::size_t s = 0; s < parts_.size(); ++s) {
     const MsgHeader h = header(parts_[s]);
     const auto n = static_cast<std::size_t>(part.floats(static_cast<int>(s)));
     const std::size_t stats = s == 0 ? static_cast<std::size_t>(model.stats().total()) : 0;
-    const std::size_t record = s == 0 ? static_cast<std::size_t>(record_floats(static_cast<std::size_t>(h.request_id))) : 0;
+    const std::size_t record =
+        s == 0 ? static_cast<std::size_t>(record_floats(static_cast<std::size_t>(h.request_id))) : 0;
     const std::size_t table = 2 * static_cast<std::size_t>(slots);  // the pushes handled per slot
     if (h.slots != buffers || h.payload < 0 ||
         static_cast<std::size_t>(h.payload) != (1 + static_cast<std::size_t>(buffers)) * n + table + stats + record)
       throw Error(kExitInternal, "worker: shard " + std::to_string(s) + "'s replica does not fit this model (" +
                                      std::to_string(h.payload) + " floats, " + std::to_string(h.slots) +
                                      " state buffers)");
-    const std::span<const float> payload(parts_[s].newest.data.data() + kHeaderFloats, static_cast<std::size_t>(h.payload));
+    const std::span<const float> payload(parts_[s].newest.data.data() + kHeaderFloats,
+                                         static_cast<std::size_t>(h.payload));
     part.unpack(static_cast<int>(s), payload.subspan(0, n), r.params);
     for (int j = 0; j < buffers; ++j)
       part.unpack(static_cast<int>(s), payload.subspan((1 + static_cast<std::size_t>(j)) * n, n),

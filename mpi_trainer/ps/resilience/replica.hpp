@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "nn/params.hpp"
+#include "ps/events.hpp"
 #include "ps/wire/partition.hpp"
-#include "ps/ps.hpp"
 #include "ps/wire/transport.hpp"
 
 namespace mt {
@@ -69,9 +69,7 @@ class ReplicaSender {
   std::int64_t settled_step() const { return settled_step_; }
   std::int64_t sent() const { return sent_; }
   // Updates between consecutive replicas, on average (0 before the second).
-  double mean_interval() const {
-    return sent_ > 1 ? double(last_step_ - first_step_) / double(sent_ - 1) : 0.0;
-  }
+  double mean_interval() const { return sent_ > 1 ? double(last_step_ - first_step_) / double(sent_ - 1) : 0.0; }
   double mean_cost_seconds() const { return sent_ > 0 ? cost_sum_ / double(sent_) : 0.0; }
 
  private:

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "ps/wire/mpi_env.hpp"
 #include "ps/resilience/push_journal.hpp"
 #include "ps/resilience/recovery.hpp"
+#include "ps/wire/mpi_env.hpp"
 
 namespace mt {
 
@@ -88,8 +88,7 @@ PsResult run_ps(const PsOptions& opts, const Model& model, const LrSchedule& sch
       lost.takeovers = takeovers;
       return lost;
     }
-    serve_survivors(*next_opts, next->comm, next->worker_ranks, next->worker_slots, slots, next->first_step,
-                    mine.rank);
+    serve_survivors(*next_opts, next->comm, next->worker_ranks, next->worker_slots, slots, next->first_step, mine.rank);
     events.followed(PsEvents::Followed{mine.shard, mine.rank, next->shard, next->lead_rank, next->lost_shards,
                                        next->first_step, next->replica_step});
     o = std::move(next_opts);

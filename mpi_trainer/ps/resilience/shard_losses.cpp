@@ -76,7 +76,8 @@ void Shard::check_notice() {
     if ((sig == SIGTERM || sig == SIGUSR1) && opts_.hand_over && standbys_ && lead() && shards_ == 1 && !stop_at_ &&
         failure_code_ == 0 && step_ < opts_.train_steps) {
       PsEvents::NoHandover why;
-      handed_over_ = standbys_->hand_over(step_, sig, members_, [this] { return replica_content(); }, &why);
+      handed_over_ = standbys_->hand_over(
+          step_, sig, members_, [this] { return replica_content(); }, &why);
       if (handed_over_) return;
       events_.no_handover(why);
     }

@@ -15,11 +15,11 @@
 #include "backend/backend.hpp"
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "ps/exchange/push_check.hpp"
+#include "ps/exchange/shard.hpp"
+#include "ps/resilience/push_journal.hpp"
 #include "ps/wire/mpi_env.hpp"
 #include "ps/wire/ulfm.hpp"
-#include "ps/exchange/push_check.hpp"
-#include "ps/resilience/push_journal.hpp"
-#include "ps/exchange/shard.hpp"
 
 namespace mt {
 
@@ -206,8 +206,9 @@ void Shard::check_superseded() {
   const double paused = seconds_between(std::exchange(checked_, now), now);
   if (!lead() || paused <= opts_.failure_timeout || !events_.superseded()) return;
   throw PsSuperseded("parameter server (rank " + std::to_string(self_) + "): paused for " + std::to_string(paused) +
-                   " s, and another has taken its place meanwhile (a newer epoch in the checkpoint directory): "
-                   "ending without writing anything, exit " + std::to_string(kExitSuperseded));
+                     " s, and another has taken its place meanwhile (a newer epoch in the checkpoint directory): "
+                     "ending without writing anything, exit " +
+                     std::to_string(kExitSuperseded));
 }
 
 }  // namespace mt

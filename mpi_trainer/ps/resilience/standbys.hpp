@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "ps/inject/fault_injection.hpp"
+#include "ps/events.hpp"
 #include "ps/exchange/membership.hpp"
-#include "ps/ps.hpp"
+#include "ps/inject/fault_injection.hpp"
 #include "ps/resilience/replica.hpp"
 
 namespace mt {

@@ -32,8 +32,8 @@ void encode_values(PushPrecision p, std::span<const float> src, float* dst) {
   }
   const std::size_t n = src.size(), pairs = n / 2;
   for (std::size_t i = 0; i < pairs; ++i) {
-    const std::uint32_t word = std::uint32_t{to_bf16(bits_of(src[2 * i]))} |
-                               (std::uint32_t{to_bf16(bits_of(src[2 * i + 1]))} << 16);
+    const std::uint32_t word =
+        std::uint32_t{to_bf16(bits_of(src[2 * i]))} | (std::uint32_t{to_bf16(bits_of(src[2 * i + 1]))} << 16);
     std::memcpy(dst + i, &word, sizeof word);
   }
   if (n % 2 != 0) {

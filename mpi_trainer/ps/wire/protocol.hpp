@@ -107,21 +107,22 @@ struct MsgHeader {
   std::int32_t slots = 0;            // reply to a join: the number of data slots; replica: state buffers
   std::int32_t signal = 0;           // leave: the notice signal
   std::int32_t shm = 0;              // join: kShmOffer; its reply: kShmAccepted
-  std::int32_t end = 0;              // stop: kCleanEnd, kFailedEnd, kRejectedEnd or kMismatchEnd; replica: kHandover; push: kDiscardPush
-  std::int32_t exit_code = 0;        // stop with kFailedEnd: the job's exit code
-  float step_seconds = 0;            // push: the worker's step time (an emulated device's padding included)
-  std::int32_t precision = 0;        // join: the worker's PushPrecision; stop with kMismatchEnd: the job's
+  // stop: kCleanEnd, kFailedEnd, kRejectedEnd or kMismatchEnd; replica: kHandover; push: kDiscardPush
+  std::int32_t end = 0;
+  std::int32_t exit_code = 0;  // stop with kFailedEnd: the job's exit code
+  float step_seconds = 0;      // push: the worker's step time (an emulated device's padding included)
+  std::int32_t precision = 0;  // join: the worker's PushPrecision; stop with kMismatchEnd: the job's
   // The push journal (ps/resilience/push_journal.hpp): what a takeover needs to replay a push exactly once.
-  std::int32_t applied = 0;          // reply to a push: 1 applied, 0 counted as a step but not applied (stale, rejected)
-  std::int64_t push_id = 0;          // push: this worker's push number (1, 2, ...; kept across takeovers);
-                                     // its reply: the push it answers
-  std::int64_t replica_step = -1;    // reply to a push: the step of this shard's newest replica that has
-                                     // left for every standby (-1: none); older pushes need no log
-  float lr = 0;                      // reply to an applied push: the rate and momentum it was applied
-  float momentum = 0;                // with (SgdSpec's floats)
-  std::int32_t pid = 0;              // reply to a join: the shard's process id (a same-node worker ends
-                                     // it when it hangs, under ULFM: Worker::end_hung_shard)
-  std::int32_t reserved = 0;         // zero (the header stays a multiple of 8 bytes)
+  std::int32_t applied = 0;        // reply to a push: 1 applied, 0 counted as a step but not applied (stale, rejected)
+  std::int64_t push_id = 0;        // push: this worker's push number (1, 2, ...; kept across takeovers);
+                                   // its reply: the push it answers
+  std::int64_t replica_step = -1;  // reply to a push: the step of this shard's newest replica that has
+                                   // left for every standby (-1: none); older pushes need no log
+  float lr = 0;                    // reply to an applied push: the rate and momentum it was applied
+  float momentum = 0;              // with (SgdSpec's floats)
+  std::int32_t pid = 0;            // reply to a join: the shard's process id (a same-node worker ends
+                                   // it when it hangs, under ULFM: Worker::end_hung_shard)
+  std::int32_t reserved = 0;       // zero (the header stays a multiple of 8 bytes)
 };
 static_assert(sizeof(MsgHeader) == 144, "header is 144 bytes = 36 floats");
 inline constexpr std::int64_t kHeaderFloats = sizeof(MsgHeader) / sizeof(float);

@@ -13,8 +13,8 @@
 #include <optional>
 #include <vector>
 
-#include "ps/wire/bell.hpp"
 #include "core/clock.hpp"
+#include "ps/wire/bell.hpp"
 #include "ps/wire/protocol.hpp"
 #include "ps/wire/shm.hpp"
 

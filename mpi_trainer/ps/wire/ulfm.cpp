@@ -37,7 +37,8 @@ std::string mpi_library_name() {
   if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return "unknown MPI";
   std::string name(text, static_cast<std::size_t>(std::max(0, len)));
   name = name.substr(0, name.find_first_of(",\n"));
-  while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.pop_back();
+  while (!name.empty() && (name.back() == ' ' || name.back() == '\t'))
+    name.pop_back();
   return name.empty() ? "unknown MPI" : name;
 }
 

@@ -10,6 +10,9 @@
 
 namespace mt {
 
+// Whether this build uses ULFM (the configure-time probe passed and MT_ULFM was not OFF).
+bool ulfm_available();
+
 // With ULFM: acknowledges the failures known locally on `comm` and returns the ranks in `comm` of
 // the failed processes, ascending (world ranks when comm is MPI_COMM_WORLD). A local operation:
 // another rank may know of more or fewer failures. Needs MPI initialised; throws LibraryError

@@ -1,0 +1,232 @@
+// A worker's life (run_worker, ps/ps.hpp): the fault-tolerance layer over its exchange core. Its
+// loop, notices and ends are worker.cpp's; the takeover of a lost parameter server (ULFM) is
+// worker_takeover.cpp's. Internal to ps/.
+#pragma once
+
+#include <algorithm>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "ps/events.hpp"
+#include "ps/exchange/worker_agent.hpp"
+#include "ps/exchange/worker_client.hpp"
+#include "ps/resilience/push_journal.hpp"
+#include "ps/resilience/replica.hpp"
+#include "ps/wire/mpi_env.hpp"
+#include "ps/wire/ulfm.hpp"
+
+namespace mt {
+
+// The fault-tolerance layer of a worker over its exchange core (WorkerClient): what a notice, a
+// standby's replicas, a lost parameter server and (ULFM) a takeover mean for it. run() is the
+// worker's life: join, then push and pull until a stop, a notice or the loss of the parameter server.
+class Worker {
+ public:
+  Worker(const WorkerOptions& opts, const Model& model, MPI_Comm ps, int rank, FaultPlan plan,
+         const std::function<std::unique_ptr<StepComputer>()>& make_computer)
+      : opts_(opts),
+        model_(model),
+        rank_(rank),
+        shards_(opts.num_ps),
+        takeover_(opts.takeover && ulfm_available() && rank >= 0),
+        plan_(std::move(plan)),
+        comm_(ps) {
+    start_agent();  // first: heartbeats must flow before anything slow happens here
+    if (!opts.synthetic_gradients) computer_ = make_computer();
+    client_.emplace(
+        opts, model, comm_, mpi_lock_, ps_failed_, [this](int s) { reported_failed(s); }, [this] { take_replicas(); });
+    if (takeover_ && opts.push_journal) journal_.emplace(shards_);
+  }
+
+  const std::vector<int>& hung() const { return hung_; }
+  WorkerResult run() {
+    client_->prepare_join(true);
+    const Exchange joined = exchange(MsgKind::kJoin);
+    if (joined == Exchange::kLost) return end_lost();
+    if (joined == Exchange::kBecamePs) return std::move(res_);
+    if (joined == Exchange::kStopped) return refused();
+    plan_.started_at(client_->global_step());
+    if (leave_if_noticed()) return std::move(res_);
+    start_computing();
+    for (;;) {
+      StepComputer::Step st;
+      if (computer_) st = computer_->step(client_->params(), grads_, batch_stats_);
+      if (agent_->left()) break;  // at --drain-deadline, while this step computed: its gradient is dropped
+      const PushFault fault = corrupt(res_.pushes + 1);
+      client_->prepare_push(st, grads_, batch_stats_, !computer_, res_.pushes + 1);
+      if (fault == PushFault::kDiscard) client_->mark_discard();
+      ++res_.pushes;
+      journal_push();
+      const Exchange more = exchange(MsgKind::kPush);
+      if (more == Exchange::kLost) return end_lost();
+      if (more == Exchange::kBecamePs) return std::move(res_);
+      if (more == Exchange::kStopped) {
+        // The end: a clean one may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
+        res_.clean_end = client_->clean_end();
+        res_.exit_code = client_->failed_code();
+        res_.peer_lost = !res_.clean_end && res_.exit_code == 0;
+        if (client_->rejected())
+          std::cerr << "mpi_trainer: " + worker_label(rank_) +
+                           ": the parameter server rejected its last pushes (values not finite, or too large for "
+                           "--push-norm-limit) and dropped it; the job goes on without it; exit 0\n"
+                    << std::flush;
+        break;
+      }
+      if (leave_if_noticed()) break;
+    }
+    return std::move(res_);
+  }
+
+ private:
+  enum class Exchange { kGoOn, kStopped, kBecamePs, kLost };
+
+  // --corrupt-push: this push's fault, done to the gradient (nan, huge, zero); discard marks the push.
+  PushFault corrupt(std::int64_t push) {
+    const auto it = opts_.push_faults.find(push);
+    if (it == opts_.push_faults.end()) return PushFault::kNone;
+    float* g = grads_.flat().data();
+    const std::int64_t n = grads_.flat().numel();
+    if (it->second == PushFault::kNan)  // every 1024th value and the last: in every shard's part
+      for (std::int64_t i = 0; i < n; i += (i + 1024 < n ? 1024 : std::max<std::int64_t>(1, n - 1 - i)))
+        g[i] = std::numeric_limits<float>::quiet_NaN();
+    if (it->second == PushFault::kHuge)
+      for (std::int64_t i = 0; i < n; ++i)
+        g[i] *= 1e6f;
+    if (it->second == PushFault::kZero) std::fill_n(g, n, 0.f);
+    return it->second;
+  }
+  enum class Recovered { kRejoin, kBecamePs, kLost };  // kBecamePs: res_.takeover; kLost: lost_
+
+  void start_agent() {
+    agent_.emplace(
+        mpi_lock_, comm_, opts_, rank_, plan_, [this] { take_replicas(); }, [this](int s) { reported_failed(s); });
+  }
+  // Ends the heartbeat thread (its gap to now counted: under ULFM a verdict can come the moment a
+  // stopped process is continued, before that thread ticks again).
+  void stop_agent() {
+    if (!agent_) return;
+    agent_gap_ = std::max(agent_gap_, agent_->stop());
+    agent_.reset();
+  }
+  // The longest this process went unscheduled, as either thread saw it (seconds): longer than
+  // --failure-timeout, the silence the parameter server heard was this process's own.
+  double suspended() const { return std::max(client_->longest_gap(), agent_gap_); }
+  // The MPI library (ULFM) reported shard `s` failed (with the MPI lock held, on either thread):
+  // flagged for the main thread, which at its next exchange ends this worker or (a takeover
+  // ahead) takes the parameter server over.
+  void reported_failed(int s) {
+    if (!ps_failed_) reported_ = PsLoss{s, kReportedByMpi, unix_now()};
+    ps_failed_ = true;
+  }
+  // With the MPI lock held (the exchange's polls, or the agent while a step computes).
+  void take_replicas() {
+    try {
+      replicas_->poll(comm_);
+    } catch (const ProcessFailed&) {  // ULFM: a shard died
+      reported_failed(0);
+    } catch (const std::exception& e) {
+      // A malformed replica (a parameter server of another build) or a failed receive: this
+      // worker trains on as before, without a replica (also on the heartbeat thread).
+      replicas_->close();
+      std::cerr << "mpi_trainer: " + worker_label(rank_) + ": warning: no standby replica here: " + e.what() + "\n"
+                << std::flush;
+    }
+  }
+  // The join was answered with a stop.
+  WorkerResult refused() {
+    res_.exit_code = client_->failed_code();
+    if (const auto& job = client_->job_shape()) {
+      const JobShape mine{model_.param_count(), opts_.batch_size, opts_.push_precision};
+      res_.refused = "the parameter server refused this worker: the job trains " + job->describe() + ", this worker " +
+                     mine.describe() + " (give `join` the job's --model, --batch-size and --push-precision)";
+      return std::move(res_);
+    }
+    // The parameter server's own message says what failed; a worker of the job adds nothing.
+    if (res_.exit_code == 0 && !opts_.quiet)
+      std::cerr << "mpi_trainer: " << worker_label(rank_) << ": the parameter server did not take this worker "
+                << "(training over, no free slot, or another model or batch size)\n"
+                << std::flush;
+    return std::move(res_);
+  }
+  // Shard 0 says which data slot of how many this worker trains (the launched workers, or the
+  // --max-workers slots) and where it continues (a resume) or starts.
+  void start_computing() {
+    const MsgHeader h = client_->first_reply();
+    my_slot_ = h.slot;
+    data_slots_ = std::max(1, h.slots);
+    if (computer_) {
+      computer_->start(h.slot, data_slots_, LoaderCursor{h.cursor_epoch, h.cursor_position});
+    } else {
+      // Benchmark: a fixed, harmless gradient and the initial BN statistics; no compute.
+      model_.init_params(grads_, batch_stats_, opts_.seed);
+      for (std::int64_t i = 0; i < grads_.flat().numel(); ++i)
+        grads_.flat().data()[i] *= 1e-6f;
+    }
+  }
+  // The push journal (ps/resilience/push_journal.hpp): the push about to be sent, then each shard's reply to it.
+  void journal_push() {
+    if (!journal_) return;
+    journal_->record(my_slot_, res_.pushes);
+    for (int s = 0; s < shards_; ++s)
+      journal_->part(s, client_->prepared(s), client_->push_payload(s), client_->pulled(s));
+  }
+  void journal_replies(bool all) {
+    if (!journal_ || journal_->entries() == 0) return;
+    for (int s = 0; s < shards_; ++s)
+      if (all || client_->replied(s)) journal_->acknowledge(s, client_->reply(s));
+    res_.push_journal_peak_bytes = journal_->peak_bytes();
+    res_.push_journal_peak_pushes = journal_->peak_entries();
+    res_.push_journal_dropped = journal_->dropped();
+  }
+  bool end_hung_shard();
+  bool leave_if_noticed();
+  Exchange exchange(MsgKind kind);
+  Recovered recover();
+  WorkerResult end_lost();
+  WorkerResult end_dropped(double suspended);
+
+  const WorkerOptions& opts_;
+  const Model& model_;
+  const int rank_, shards_;
+  const bool takeover_;  // ULFM, a launched worker: the survivors take a lost parameter-server shard over
+  FaultPlan plan_;
+  MPI_Comm comm_;          // the parameter server's; a takeover replaces it with the survivors'
+  std::vector<int> hung_;  // world ranks of hung shards this worker reported failed, no takeover agreed yet
+  std::mutex mpi_lock_;
+  // A standby's replicas of the shards (any worker may be made one, at any time), taken with the
+  // MPI lock held by the polls and by the agent while a step computes.
+  std::optional<ReplicaHost> replicas_{std::in_place, shards_};
+  std::atomic<bool> ps_failed_{false};
+  PsLoss reported_;             // with the MPI lock held
+  std::optional<PsLoss> lost_;  // the main thread's verdict: the parameter server is lost
+  std::optional<WorkerAgent> agent_;
+  double agent_gap_ = 0;  // the longest gap of the heartbeat threads stopped so far
+  // Declared after the agent: destroyed before it, so the replicas are closed first (as before).
+  struct CloseReplicas {
+    std::mutex& lock;
+    std::optional<ReplicaHost>& host;
+    ~CloseReplicas() {
+      const std::lock_guard<std::mutex> hold(lock);
+      if (host) host->close();
+    }
+  } close_replicas_{mpi_lock_, replicas_};
+  std::unique_ptr<StepComputer> computer_;
+  FlatTensors grads_{model_.params()}, batch_stats_{model_.stats()};
+  std::optional<WorkerClient> client_;
+  // Under a takeover with standbys (WorkerOptions::push_journal): this worker's pushes that the newest
+  // replica may not hold.
+  std::optional<PushJournal> journal_;
+  int my_slot_ = rank_ - shards_, data_slots_ = 0;  // shard 0's answer to the first join says
+  WorkerResult res_;
+};
+
+}  // namespace mt
