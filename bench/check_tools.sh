@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Every tool the docs name still runs (CI's "tools" leg, launch/test.sh): a bench script nothing
 # runs rots unseen (bench/fuzz.sh stopped linking once and no test noticed). Two parts:
-#  1. every bench/*.sh and bench/*.py with a command line, and bench/paper/run.py: --help exits 0
-#     and prints its usage on stdout (bench/lib.sh, sourced, and bench/run_metrics.py, imported,
-#     have none);
+#  1. every script of bench/ and its folders with a command line: --help exits 0 and prints its
+#     usage on stdout (bench/lib.sh, sourced, and bench/accuracy/run_metrics.py, imported, have
+#     none);
 #  2. the cheapest real invocation of each tool that no CTest test runs (the others are listed in
 #     bench/README.md, "Which test runs which tool"): bench/fuzz.sh builds every fuzz target with
-#     clang and fuzzes each for --fuzz-seconds; bench/ab_trajectory.sh and bench/ps_ab.sh compare
-#     the build with itself on a tiny run (both must say identical / print their table).
+#     clang and fuzzes each for --fuzz-seconds; bench/perf/ab_trajectory.sh and bench/perf/ps_ab.sh
+#     compare the build with itself on a tiny run (both must say identical / print their table).
 # Needs the release build (launch/build.sh release). Prints one line per tool and "tools: N
 # passed, M failed"; exit 1 when one failed.
 #   bench/check_tools.sh [--fuzz-seconds 3] [--build build/release] [--help-only]
@@ -32,8 +32,8 @@ result() {  # result NAME RC WHAT
   fi
 }
 
-for f in bench/*.sh bench/*.py bench/paper/run.py; do
-  case $f in bench/lib.sh | bench/run_metrics.py) continue ;; esac
+for f in bench/*.sh bench/*/*.sh bench/*/*.py; do
+  case $f in bench/lib.sh | bench/accuracy/run_metrics.py) continue ;; esac
   run=(bash "$f"); [[ $f == *.py ]] && run=(/usr/bin/python3 "$f")
   [[ $f == bench/report_screenshot.sh ]] && run=(sh "$f")
   out=$log/$(basename "$f").log
@@ -50,14 +50,14 @@ if ((!help_only)); then
   bench/fuzz.sh --seconds "$fuzz_seconds" >"$log/fuzz.sh.log" 2>&1 || rc=$?
   result bench/fuzz.sh "$rc" "every target built and fuzzed ${fuzz_seconds} s"
   rc=0
-  bench/ab_trajectory.sh "$bin" "$bin" --steps 4 --model resnet8 >"$log/ab_trajectory.sh.log" 2>&1 || rc=$?
+  bench/perf/ab_trajectory.sh "$bin" "$bin" --steps 4 --model resnet8 >"$log/ab_trajectory.sh.log" 2>&1 || rc=$?
   ((rc != 0)) || grep -q '^all identical$' "$log/ab_trajectory.sh.log" || rc=99
-  result bench/ab_trajectory.sh "$rc" "the build against itself, resnet8, 4 steps"
+  result bench/perf/ab_trajectory.sh "$rc" "the build against itself, resnet8, 4 steps"
   rc=0
-  bench/ps_ab.sh "$ps_bench" "$ps_bench" --rounds 1 --steps 200 --model resnet8 --configs "2/1/shm" \
+  bench/perf/ps_ab.sh "$ps_bench" "$ps_bench" --rounds 1 --steps 200 --model resnet8 --configs "2/1/shm" \
     >"$log/ps_ab.sh.log" 2>&1 || rc=$?
   ((rc != 0)) || grep -q 'new/old' "$log/ps_ab.sh.log" || rc=99
-  result bench/ps_ab.sh "$rc" "ps_bench against itself, 2 workers, 200 steps"
+  result bench/perf/ps_ab.sh "$rc" "ps_bench against itself, 2 workers, 200 steps"
 fi
 echo "tools: $passed passed, $failed failed"
 ((failed == 0))

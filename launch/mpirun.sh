@@ -15,7 +15,7 @@
 #   --bind-to WHAT    mpirun's process binding (default none: each rank may use every core of
 #                     its node, and the trainer divides them itself, --threads 0; mpirun's own
 #                     default pins each rank to one core when there are 2 or fewer, which left a
-#                     worker beside the parameter server one core of two: bench/ps_cpu.sh)
+#                     worker beside the parameter server one core of two: bench/perf/ps_cpu.sh)
 #   --allow-root      let mpirun run as root (off unless asked; containers often need it)
 #   --trainer PATH    the mpi_trainer binary, the same path on every host
 #                     (default: build/release/mpi_trainer of this checkout; build/ulfm/mpi_trainer

@@ -1,6 +1,6 @@
 # rank_pid R: the pid of MPI rank R of our job, empty until it runs (or when it is gone): a
 # process of `$trainer train` whose environment says that rank and whose command line names the
-# job's directory `$dir`. Sourced by tests/fault_lib.sh and bench/chaos.sh.
+# job's directory `$dir`. Sourced by tests/fault_lib.sh and bench/faults/chaos.sh.
 rank_pid() {
   local p
   for p in $(pgrep -f "$trainer train" 2>/dev/null); do

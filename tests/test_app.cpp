@@ -324,7 +324,7 @@ TEST_CASE("the GCE revocation model per GPU type: the paper's Table III revocati
 }
 
 TEST_CASE("the AWS V100 spot model from public traces: half revoked within 40 minutes, no 24 h cap", "[unit][fault]") {
-  // plan/revocation_aws_v100.csv, written by bench/spot_traces.py from skypilot-org/spot-traces
+  // plan/revocation_aws_v100.csv, written by bench/tables/spot_traces.py from skypilot-org/spot-traces
   // (202 revocations of p3.2xlarge in 4 zones, April 2023).
   const auto m = RevocationModel::load("aws-v100");
   CHECK(m.source() == "aws-v100 (built in: plan/revocation_aws_v100.csv)");

@@ -32,7 +32,7 @@ assert len(rev) == 1, rev
 r = rev[0]
 assert r["rank"] == victim and r["cause"] == "lost" and r["instance_type"] == "k80", r
 latency = r["unix_time"] - killed_at
-if ulfm:  # the MPI library reports the death: far below --failure-timeout (figures: bench/ulfm_bench.sh)
+if ulfm:  # the MPI library reports the death: far below --failure-timeout (figures: bench/faults/ulfm_bench.sh)
     assert r["detected_by"] == "mpi" and latency < 0.5, (latency, r)
 else:     # heartbeats: silent for --failure-timeout 1
     assert r["detected_by"] == "heartbeat" and 1.0 <= r["silent_seconds"] < 2.0, r

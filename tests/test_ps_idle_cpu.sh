@@ -2,7 +2,7 @@
 # A parameter server sleeps while it waits (issue 23). Mode `idle`: one rank waiting for workers
 # to join (--max-workers) and nothing else; mode `one-worker`: 1 PS + 1 worker pushing at an
 # emulated K80's pace (about 4.5 pushes a second). Either way the PS uses under 10% of a core over
-# 5 s: loose on purpose (bench/ps_cpu.sh holds the real figures, 0.6% and 1.1%; the napping loop
+# 5 s: loose on purpose (bench/perf/ps_cpu.sh holds the real figures, 0.6% and 1.1%; the napping loop
 # this replaced took 67% of a core idle).
 # Usage: test_ps_idle_cpu.sh MPIEXEC MPI_TRAINER idle|one-worker
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/spot_advisor.py (issue 44) on a small repository made here in the layout of
+# bench/tables/spot_advisor.py (issue 44) on a small repository made here in the layout of
 # alexei-led/spotinfo: the rows it keeps (our device types' instances, Linux, every region), the
 # commit and checksum the table names, a feed whose bands changed refused; then the shipped table
 # read by `plan --revocation-model aws-advisor`, which says each type's band.
@@ -21,7 +21,7 @@ git -C "$dir/t" -c user.name=t -c user.email=t@t add -A
 git -C "$dir/t" -c user.name=t -c user.email=t@t commit -qm feed
 commit=$(git -C "$dir/t" rev-parse HEAD)
 sum=$(sha256sum "$dir/t/internal/spot/data/spot-advisor-data.json" | cut -d' ' -f1)
-/usr/bin/python3 "$root/bench/spot_advisor.py" "$dir/t/.git" --out "$dir/bands.csv"
+/usr/bin/python3 "$root/bench/tables/spot_advisor.py" "$dir/t/.git" --out "$dir/bands.csv"
 cat "$dir/bands.csv"
 grep -q "commit $commit" "$dir/bands.csv"
 grep -q "sha256 $sum" "$dir/bands.csv"
@@ -33,7 +33,7 @@ rows=$(grep -v '^#' "$dir/bands.csv" | tr '\n' ' ')
 # A feed whose bands are not AWS's five is refused rather than misread.
 sed -i 's/"15-20%"/"15-25%"/' "$dir/t/internal/spot/data/spot-advisor-data.json"
 git -C "$dir/t" -c user.name=t -c user.email=t@t commit -qam changed
-if /usr/bin/python3 "$root/bench/spot_advisor.py" "$dir/t/.git" 2> "$dir/err"; then
+if /usr/bin/python3 "$root/bench/tables/spot_advisor.py" "$dir/t/.git" 2> "$dir/err"; then
   echo "FAIL: a changed band was taken"; exit 1
 fi
 grep -q "its format changed" "$dir/err"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/spot_traces.py (issue 44) on a small repository made here in the layout of
+# bench/tables/spot_traces.py (issue 44) on a small repository made here in the layout of
 # skypilot-org/spot-traces: the lifetimes it reads, its censoring and its Kaplan-Meier table
 # against a hand calculation, and the commit the table names.
 set -euo pipefail
@@ -16,7 +16,7 @@ git -C "$dir/t" init -q
 git -C "$dir/t" -c user.name=t -c user.email=t@t add -A
 git -C "$dir/t" -c user.name=t -c user.email=t@t commit -qm traces
 commit=$(git -C "$dir/t" rev-parse HEAD)
-/usr/bin/python3 "$root/bench/spot_traces.py" "$dir/t/.git" --files 'preemption/1-node/aws-x/*_v100_1.json' \
+/usr/bin/python3 "$root/bench/tables/spot_traces.py" "$dir/t/.git" --files 'preemption/1-node/aws-x/*_v100_1.json' \
   --out "$dir/table.csv"
 cat "$dir/table.csv"
 grep -q "commit $commit" "$dir/table.csv"
@@ -32,7 +32,7 @@ grep -q "revocations: $dir/table.csv" "$dir/plan.txt" || { cat "$dir/plan.txt"; 
 echo '{"metadata": {"gap_seconds": 900}, "data": [0, 2, 1]}' > "$dir/t/preemption/1-node/aws-x/c_v100_1.json"
 git -C "$dir/t" -c user.name=t -c user.email=t@t add -A
 git -C "$dir/t" -c user.name=t -c user.email=t@t commit -qm more
-if /usr/bin/python3 "$root/bench/spot_traces.py" "$dir/t/.git" --files 'preemption/1-node/aws-x/*.json' 2> "$dir/err"; then
+if /usr/bin/python3 "$root/bench/tables/spot_traces.py" "$dir/t/.git" --files 'preemption/1-node/aws-x/*.json' 2> "$dir/err"; then
   echo "FAIL: a count of 2 was taken"; exit 1
 fi
 grep -q "holds 0 or 1, found 2" "$dir/err"

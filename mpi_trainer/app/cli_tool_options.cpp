@@ -95,7 +95,7 @@ void add_plan_options(CLI::App& cmd, PlanConfig& c, std::string& deadline) {
                "the parameter server may then run on a preemptible server");
   cmd.add_option("--takeover-seconds", c.takeover_seconds,
                  "Seconds from the parameter server's loss to the next applied step after a takeover "
-                 "(bench/ps_takeover.sh measured 0.17 s median)")
+                 "(bench/faults/ps_takeover.sh measured 0.17 s median)")
       ->capture_default_str()
       ->check(kNonNegative);
   cmd.add_option("--draws", c.draws, "Monte-Carlo draws of revocations")

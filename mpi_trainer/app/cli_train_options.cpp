@@ -490,7 +490,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "or more (default: join-secret beside the port file)"),
       "MT_JOIN_SECRET");
   env(cmd.add_flag("--quiet", c.quiet, "No progress lines (metrics and errors only)"), "MT_QUIET");
-  // Benchmark mode for bench/ps_throughput.sh: workers push a fixed gradient without computing.
+  // Benchmark mode for bench/perf/ps_throughput.sh: workers push a fixed gradient without computing.
   cmd.add_flag("--synthetic-gradients", c.synthetic_gradients)->group("");
 }
 

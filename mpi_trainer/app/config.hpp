@@ -87,7 +87,7 @@ struct TrainConfig {
 
 // --lr-scaling auto: gap with dana, none with the other corrections (the best measured).
 // The command line resolves it after parsing; the trainers again, for callers that build a
-// TrainConfig themselves (bench/ps_bench.cpp).
+// TrainConfig themselves (bench/perf/ps_bench.cpp).
 inline void resolve_policy(TrainConfig& c) {
   if (c.lr_scaling == "auto") c.lr_scaling = c.momentum_correction == "dana" ? "gap" : "none";
 }

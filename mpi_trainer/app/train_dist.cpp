@@ -222,7 +222,7 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   end_hung(w.hung, worker_label(rank));
   if (w.takeover) return take_over(cfg, setup, model, rank, std::move(*w.takeover), log);
   if (!w.refused.empty()) throw Error(kExitConfig, w.refused);  // a joiner with other flags
-  if (w.push_journal_peak_bytes > 0 && !cfg.quiet)  // its memory (--push-journal; bench/ps_takeover.sh)
+  if (w.push_journal_peak_bytes > 0 && !cfg.quiet)  // its memory (--push-journal; bench/faults/ps_takeover.sh)
     std::cerr << "mpi_trainer: " + worker_label(rank) + ": push journal: at most " +
                      std::to_string(w.push_journal_peak_bytes) + " bytes held (" +
                      std::to_string(w.push_journal_peak_pushes) + " pushes" +
@@ -398,7 +398,7 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
     // A rank that a launcher pinned (mpirun --bind-to core, srun --cpu-bind) uses the cores it
     // was given. One that may use the whole node shares the node's cores with the other workers
     // on it. A PS shard beside them takes no core of its own: it sleeps until a push arrives
-    // (ps/wire/bell.hpp). Measured (bench/ps_cpu.sh, 2 cores, resnet32): 1 PS + 1 worker with 2
+    // (ps/wire/bell.hpp). Measured (bench/perf/ps_cpu.sh, 2 cores, resnet32): 1 PS + 1 worker with 2
     // threads 423 img/s against one process's 432, with 1 thread 268.
     const int node = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int mine = usable_cores();

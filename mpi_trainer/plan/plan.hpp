@@ -58,7 +58,7 @@ struct PlanConfig {
   double notice_seconds = 0;
   // A ULFM build (train's takeover, docs/fault-model.md): a lost parameter server whose standby
   // outlives it is taken over in the job: --replica-interval updates lost at most, and
-  // takeover_seconds (measured: bench/ps_takeover.sh) instead of a restart. Modelled as a new
+  // takeover_seconds (measured: bench/faults/ps_takeover.sh) instead of a restart. Modelled as a new
   // attempt of the same cluster shape (the new parameter server on a worker's server, billed as
   // the parameter server's type).
   bool takeover = false;

@@ -24,7 +24,7 @@ RevocationModel monthly_hazard_model(double monthly, const std::string& source);
 // or a percentage ("35", "35%"). Throws UsageError for ">20%" (no upper edge) and what is not a band.
 RevocationModel aws_band_model(const std::string& band);
 
-// One row of plan/revocation_aws_bands.csv (bench/spot_advisor.py): our device type, the AWS
+// One row of plan/revocation_aws_bands.csv (bench/tables/spot_advisor.py): our device type, the AWS
 // instance whose band stands for it, the region, the band's label.
 struct AwsBandRow {
   std::string type, instance, region, band;

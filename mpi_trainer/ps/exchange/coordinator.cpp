@@ -47,7 +47,7 @@ void Coordinator::applied(Member& m, const MsgHeader& h, std::int64_t step) {
   window_correct_ += h.correct;
   window_images_ += h.batch;
   ++window_pushes_;
-  if (step == start_step_ + 1) events_.first_step(step, since(t0_));  // bench/fault_bench.sh
+  if (step == start_step_ + 1) events_.first_step(step, since(t0_));  // bench/faults/fault_bench.sh
   events_.pushed(step, m.rank, h.model_version, since(t0_));
 }
 

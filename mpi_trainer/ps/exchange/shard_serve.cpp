@@ -25,12 +25,12 @@ struct Shard::ServeLoop {
   Backoff backoff{10, 1000};  // the time between messages from any worker
   // Heartbeats, failure detection and timed revocations are checked every 10 ms, not at every
   // message: testing twice the requests per push cost up to a fifth of the PS's throughput with
-  // 8 workers (bench/ps_throughput.sh), and detection works at a scale of seconds.
+  // 8 workers (bench/perf/ps_throughput.sh), and detection works at a scale of seconds.
   static constexpr auto kSlowPoll = std::chrono::milliseconds(10);
   Clock::time_point next_slow_poll = Clock::now();
   // Same-node workers ring a doorbell after each message (ps/wire/bell.hpp): while every live worker
   // can, the shard sleeps until one rings, up to the slow poll's period, instead of napping at
-  // most a millisecond (bench/ps_cpu.sh: an idle or lightly loaded shard no longer takes a share
+  // most a millisecond (bench/perf/ps_cpu.sh: an idle or lightly loaded shard no longer takes a share
   // of a core from the workers beside it). Messages between shards ring no doorbell: a snapshot's
   // parts, a drain or the end wait up to that period (10 ms), which nothing needs sooner.
   BellWait bells;
