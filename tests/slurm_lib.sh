@@ -41,7 +41,10 @@ wait_job() {
     case $s in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) fail "job $job is $s, expected $want" ;; esac
     sleep 0.2
   done
-  fail "job $job still ${s:-unknown} after $t s, expected $want"
+  # Why Slurm left it there, and each node's state (a requeued job pending for long: which node is
+  # still allocated or completing).
+  fail "job $job still ${s:-unknown} after $t s, expected $want (Reason=$(job_field "$job" Reason);" \
+    "nodes: $(sinfo -N -h -o '%N %T' 2>/dev/null | sort -u | tr '\n' ' '))"
 }
 
 # metrics_max_step FILE: the highest global step in the progress events so far (0 if none).
