@@ -139,13 +139,13 @@ void Shard::drop_failed(ServeLoop& loop) {
 int Shard::handle_completed(ServeLoop& loop) {
   auto& ms = members_.members();
   const std::size_t nw = loop.nw, nc = loop.nc;
-  const auto slot = [&](int k) { return static_cast<std::size_t>(loop.ready[static_cast<std::size_t>(k)]); };
+  const auto request = [&](int k) { return static_cast<std::size_t>(loop.ready[static_cast<std::size_t>(k)]); };
   // Taken, to be answered (an error before then answers them with the failure).
   for (int k = 0; k < loop.n; ++k)
-    if (const auto i = slot(k); i < nw) ms[i].owes_reply = true;
+    if (const auto i = request(k); i < nw) ms[i].owes_reply = true;
   int pushes = 0;
   for (int k = 0; k < loop.n; ++k) {
-    const auto i = slot(k);
+    const auto i = request(k);
     if (i < nw) {
       try {
         handle_worker(ms[i]);

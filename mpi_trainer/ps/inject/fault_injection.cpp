@@ -8,7 +8,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -16,7 +15,6 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "core/rng.hpp"
 #include "core/text.hpp"
 #include "plan/revocation_model.hpp"
 #include "ps/resilience/notices.hpp"
