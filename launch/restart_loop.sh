@@ -26,7 +26,8 @@
 # Each attempt gets MT_RESTART_ATTEMPT=1,2,... in its environment (counting on across Slurm
 # requeues: SLURM_RESTART_COUNT * N + attempt). Once the status is final and
 # COMMAND still runs after --grace seconds (mpirun can hang when a node's daemon died), COMMAND
-# is ended. When no parameter server has written its status --start-timeout seconds (default 300;
+# is ended; at once if every process it started has exited (Open MPI 4.1's mpirun, signalled,
+# waits out its odls_base_sigkill_timeout before it reaps them). When no parameter server has written its status --start-timeout seconds (default 300;
 # 0: no limit) after an attempt began, COMMAND is ended and the attempt counts as lost (rerun):
 # Open MPI 4.1's mpirun was seen to hang at launch, with no rank started, about once in 60
 # restarts. COMMAND runs in a session of its own; SIGTERM, SIGUSR1 and SIGINT to this script
@@ -44,7 +45,7 @@
 set -uo pipefail
 
 attempts=3 status="" delay=1 grace=30 start_timeout=300 report_dir=${MT_REPORT_DIR:-}
-usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --attempts) attempts="${2:?}"; shift 2 ;;
@@ -104,6 +105,17 @@ except Exception:
     v = None
 print("" if v is None else v)
 EOF
+}
+# ranks_all_exited PID: PID has children and every one has exited (a zombie it has not reaped).
+# Open MPI 4.1's mpirun, after a SIGTERM, sleeps its whole odls_base_sigkill_timeout (30 s, which
+# launch/mpirun.sh sets for the checkpoint's sake) before it reaps ranks that ended at once: once
+# the status is final and nothing it started runs, there is nothing left to wait for. A launcher
+# whose ranks run elsewhere (ssh or a launch agent per node, srun's steps) keeps a live child
+# while any remote part runs, so this never fires for it early.
+ranks_all_exited() {
+  local states
+  states=$(ps -o stat= --ppid "$1" 2>/dev/null) || return 1
+  [[ -n $states ]] && ! grep -qv '^Z' <<<"$states"
 }
 
 pmix_noise='PMIX ERROR: BAD-PARAM in file ../../../src/event/pmix_event_notification.c'
@@ -172,13 +184,26 @@ for ((attempt = 1; attempt <= attempts; attempt++)); do
     fi
     if [[ -n "$state" && "$state" != running ]]; then
       final_since=${final_since:-$SECONDS}
+      if ranks_all_exited "$child"; then
+        log "the status is final ($state) and every process the command started has exited, but it still runs" \
+            "(Open MPI 4.1's mpirun waits out odls_base_sigkill_timeout after a SIGTERM): ending it"
+        kill -KILL "$child" 2>/dev/null
+        break
+      fi
       if ((SECONDS - final_since > grace)); then
         log "the status is final ($state) but the command still runs after ${grace} s: ending it"
         kill -TERM "$child" 2>/dev/null; sleep 5; kill -KILL "$child" 2>/dev/null
         break
       fi
     fi
-    sleep 1 & wait $! 2>/dev/null
+    # A second between looks at the status, in tenths that end when the command does: the next
+    # attempt, or the loop's verdict, follows within 0.1 s instead of up to a second later. Each
+    # tenth is waited for in the background (a trapped signal ends the wait at once), and never
+    # killed: a sleep killed before it exec'd is a copy of this shell, with its traps.
+    for ((tenth = 0; tenth < 10; tenth++)); do
+      kill -0 "$child" 2>/dev/null || break
+      sleep 0.1 & wait $! 2>/dev/null
+    done
   done
   wait "$child"; rc=$?
   while [[ $rc -gt 128 ]] && kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done  # a trapped signal interrupted wait
