@@ -19,6 +19,7 @@ PACKAGES=(
   dataset-fashion-mnist            # default real data
   python3-h5py python3-numpy       # checkpoint tests and tools
   slurm-wlm munge                  # the local Slurm cluster of the slurm tests (slurm/local-cluster)
+  iproute2                         # ss: the Slurm tests pick ports no other test listens on
   python3-yaml                     # the cloud-hpc config tests
   python3-torch python3-venv       # the export test loads `mpi_trainer export` in PyTorch
   python3-matplotlib               # the plots of the benchmarks and of bench/paper/run.py (tested)

@@ -14,8 +14,15 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-# A port range of its own, so a cluster someone runs by hand on the default ports is left alone.
-MT_SLURM_PORT_BASE=${MT_SLURM_PORT_BASE:-$((20000 + RANDOM % 20000))} \
+# A port range of its own, so a cluster someone runs by hand on the default ports is left alone,
+# and one that no other test's cluster listens on (CTest runs two Slurm tests side by side).
+if [[ -z ${MT_SLURM_PORT_BASE:-} ]]; then
+  for _ in 1 2 3 4 5 6 7 8; do
+    MT_SLURM_PORT_BASE=$((20000 + RANDOM % 20000))
+    [[ -z $(ss -Htan "sport >= :$MT_SLURM_PORT_BASE and sport <= :$((MT_SLURM_PORT_BASE + 8))" 2>/dev/null) ]] && break
+  done
+fi
+MT_SLURM_PORT_BASE=$MT_SLURM_PORT_BASE \
   "$repo/slurm/local-cluster/start.sh" --dir "$cluster" --nodes 4 --grace 20
 export SLURM_CONF="$cluster/slurm.conf"
 # Jobs inherit this environment (sbatch --export=ALL): loopback only, root allowed for mpirun.
