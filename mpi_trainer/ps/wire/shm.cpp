@@ -94,6 +94,13 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& name, std::size_
     return std::shared_ptr<ShmSegment>();
   };
   if (name.rfind("/mt-ps-", 0) != 0 || name.find('/', 1) != std::string::npos) return fail("not a segment name");
+  // Made on another host (its name carries the maker's hostname): plain messages, even where the
+  // name could be opened. Nodes that share one kernel and one /dev/shm but are separate hosts on
+  // the network (network namespaces, launch/netns-cluster/; containers sharing /dev/shm) would
+  // otherwise pass their pushes through memory instead of over the link between them.
+  std::string mine = "/";  // appended, not "/" + ...: GCC 12 warns falsely (-Wrestrict)
+  mine += host_prefix();
+  if (name.rfind(mine, 0) != 0) return fail("made on another host");
   const int fd = shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) return fail(std::string("shm_open: ") + std::strerror(errno));
   struct stat st {};

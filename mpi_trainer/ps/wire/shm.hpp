@@ -2,8 +2,8 @@
 // gradients and the reply's parameters live in one POSIX shared-memory segment per (worker,
 // shard), so the messages carry only their 144-byte headers and the shard updates straight from
 // the worker's gradients into the worker's parameters (no MPI copy of either). The worker
-// creates the segment and offers its name in its join; a shard that can map it (same node)
-// accepts, anything else keeps the plain messages. The name is unlinked as soon as both have it
+// creates the segment and offers its name in its join; a shard on the same host (the name carries
+// the maker's hostname) that can map it accepts, anything else keeps the plain messages. The name is unlinked as soon as both have it
 // mapped, so nothing is left in /dev/shm when either side dies later.
 #pragma once
 
@@ -19,8 +19,8 @@ class ShmSegment {
  public:
   // A new segment of `bytes`, zeroed. Throws LibraryError on failure.
   static std::shared_ptr<ShmSegment> create(std::size_t bytes);
-  // Maps the segment `name` when it exists here and has exactly `bytes`; null otherwise (another
-  // node, or a name that is not ours) with `why` set.
+  // Maps the segment `name` when this host made it, it exists here and has exactly `bytes`; null
+  // otherwise (another host, or a name that is not ours) with `why` set.
   static std::shared_ptr<ShmSegment> open(const std::string& name, std::size_t bytes, std::string* why);
   ShmSegment(Private, std::string name, void* base, std::size_t bytes)
       : name_(std::move(name)), base_(base), bytes_(bytes) {}
