@@ -106,6 +106,16 @@ except Exception:
 print("" if v is None else v)
 EOF
 }
+# end_command [--session]: SIGTERM to the command, then SIGKILL once it has ended or 5 s have
+# passed: to the command if it still runs, with --session to its whole session whatever is left
+# there (a launcher hung at start may leave processes behind it).
+end_command() {
+  kill -TERM "$child" 2>/dev/null
+  local i
+  for ((i = 0; i < 50; i++)); do kill -0 "$child" 2>/dev/null || break; sleep 0.1; done
+  if [[ ${1:-} == --session ]]; then kill -KILL -- -"$child" 2>/dev/null
+  elif kill -0 "$child" 2>/dev/null; then kill -KILL "$child" 2>/dev/null; fi
+}
 # ranks_all_exited PID: PID has children and every one has exited (a zombie it has not reaped).
 # Open MPI 4.1's mpirun, after a SIGTERM, sleeps its whole odls_base_sigkill_timeout (30 s, which
 # launch/mpirun.sh sets for the checkpoint's sake) before it reaps ranks that ended at once: once
@@ -179,7 +189,7 @@ for ((attempt = 1; attempt <= attempts; attempt++)); do
     state=$(field state)
     if [[ -z "$state" ]] && ((start_timeout > 0 && SECONDS - began > start_timeout)); then
       log "no parameter server wrote its status within --start-timeout ${start_timeout} s (the launcher hung?): ending the attempt"
-      kill -TERM "$child" 2>/dev/null; sleep 5; kill -KILL -- -"$child" 2>/dev/null
+      end_command --session
       break
     fi
     if [[ -n "$state" && "$state" != running ]]; then
@@ -192,7 +202,7 @@ for ((attempt = 1; attempt <= attempts; attempt++)); do
       fi
       if ((SECONDS - final_since > grace)); then
         log "the status is final ($state) but the command still runs after ${grace} s: ending it"
-        kill -TERM "$child" 2>/dev/null; sleep 5; kill -KILL "$child" 2>/dev/null
+        end_command
         break
       fi
     fi
