@@ -10,7 +10,14 @@
 #   --np N            processes (1 PS + N-1 workers with --num-ps 1). Default: the hostfile's
 #                     slots, or 4 without a hostfile.
 #   --attempts N      restarts from the newest checkpoint before giving up (default 3)
+#   --grace S         seconds mpirun may run on once the run's status is final before the restart
+#                     loop ends it (default 30; Open MPI 4.1's mpirun never exits after a rank on
+#                     another node was killed: docs/fault-model.md, "Across nodes")
 #   --iface IF        the network interface MPI uses (e.g. eth0, ib0); --loopback is lo only
+#   --launch-agent P  start the daemons on the hostfile's hosts with P instead of ssh (Open MPI
+#                     4.1's plm_rsh_agent, 5's plm_ssh_agent; each daemon started from mpirun's
+#                     host, no tree spawn), e.g. the namespace cluster's agent
+#                     (launch/netns-cluster/cluster.sh up prints its path)
 #   --oversubscribe   allow more processes than cores (off unless asked)
 #   --bind-to WHAT    mpirun's process binding (default none: each rank may use every core of
 #                     its node, and the trainer divides them itself, --threads 0; mpirun's own
@@ -36,18 +43,20 @@
 # Exit: 0 done, 75 stopped (resume by rerunning), 130 interrupted, 2 usage, else the trainer's code.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-hostfile="" np="" attempts=3 iface="" oversub=0 root=0 dry=0 mpirun=${MPIRUN:-} bind=none
+hostfile="" np="" attempts=3 grace=30 iface="" agent="" oversub=0 root=0 dry=0 mpirun=${MPIRUN:-} bind=none
 trainer="$here/../build/release/mpi_trainer"
 [[ ${MT_MPI:-} == ulfm ]] && trainer="$here/../build/ulfm/mpi_trainer"
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "mpirun.sh: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
     --hostfile) hostfile=${2:?}; shift 2 ;;
     --np) np=${2:?}; shift 2 ;;
     --attempts) attempts=${2:?}; shift 2 ;;
+    --grace) grace=${2:?}; shift 2 ;;
     --iface) iface=${2:?}; shift 2 ;;
     --loopback) iface=lo; shift ;;
+    --launch-agent) agent=${2:?}; shift 2 ;;
     --oversubscribe) oversub=1; shift ;;
     --bind-to) bind=${2:?}; shift 2 ;;
     --allow-root) root=1; shift ;;
@@ -81,12 +90,20 @@ cmd=("${MT_MPIRUN[@]}")
 # When mpirun itself is signalled, its ranks get SIGTERM after this many seconds (Open MPI 5's
 # runtime, PRRTE, takes it as a prtemca parameter).
 if ((MT_MPI_ULFM)); then cmd+=(--prtemca odls_base_sigkill_timeout 30); else cmd+=(--mca odls_base_sigkill_timeout 30); fi
+if [[ -n $agent ]]; then
+  [[ -x $agent ]] || die "the launch agent '$agent' is not an executable file"
+  if ((MT_MPI_ULFM)); then
+    cmd+=(--prtemca plm_ssh_agent "$agent" --prtemca plm_ssh_no_tree_spawn 1)
+  else
+    cmd+=(--mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1)
+  fi
+fi
 cmd+=(-np "$np")
 [[ -n $hostfile ]] && cmd+=(--hostfile "$hostfile")
 ((oversub)) && cmd+=(--oversubscribe)
 cmd+=(--bind-to "$bind")
 ((root)) && cmd+=(--allow-run-as-root)
 cmd+=(-x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "$trainer" train "$@")
-if ((dry)); then printf '%q ' "$here/restart_loop.sh" --attempts "$attempts" -- "${cmd[@]}"; echo; exit 0; fi
+if ((dry)); then printf '%q ' "$here/restart_loop.sh" --attempts "$attempts" --grace "$grace" -- "${cmd[@]}"; echo; exit 0; fi
 # exec: a signal to this script reaches the restart loop itself.
-exec "$here/restart_loop.sh" --attempts "$attempts" -- "${cmd[@]}"
+exec "$here/restart_loop.sh" --attempts "$attempts" --grace "$grace" -- "${cmd[@]}"

@@ -41,6 +41,14 @@ for want in "--allow-run-as-root" "--oversubscribe" "-np 3" "--hostfile $dir/hos
   [[ $asked == *"$want"* ]] || fail "dry run: no '$want' in: $asked"
 done
 echo "ok: root and oversubscription only when asked; np from the hostfile's slots"
+expect_usage "launch agent not executable" --np 3 --launch-agent "$dir/none" --trainer "$trainer" -- --ckpt-dir "$dir/ck"
+printf '#!/bin/sh\n' > "$dir/agent" && chmod +x "$dir/agent"
+agent=$("$launcher" --dry-run --np 3 --launch-agent "$dir/agent" --grace 7 --trainer "$trainer" -- --ckpt-dir "$dir/ck")
+# Open MPI 4.1 names it plm_rsh_agent, Open MPI 5 (PRRTE) plm_ssh_agent; no tree spawn either way.
+if grep -q '^failure detection: ULFM' <<<"$version"; then want="--prtemca plm_ssh_agent $dir/agent --prtemca plm_ssh_no_tree_spawn 1"
+else want="--mca plm_rsh_agent $dir/agent --mca plm_rsh_no_tree_spawn 1"; fi
+[[ $agent == *"$want"* && $agent == *"--grace 7 "* ]] || fail "dry run with --launch-agent/--grace: no '$want' or --grace 7 in: $agent"
+echo "ok: --launch-agent as this MPI names it, --grace to the restart loop"
 
 "$trainer" gen-data "$dir/data" --train 1024 --test 256 --seed 3 >/dev/null
 root=()
