@@ -32,7 +32,7 @@ case $? in
 esac
 state=/run/mt-netns/$name
 ulfm=0
-"$trainer" --version | grep -q '^failure detection: ULFM' && ulfm=1
+grep -q '^failure detection: ULFM' <<<"$("$trainer" --version)" && ulfm=1  # not a pipe: pipefail
 "$trainer" gen-data "$dir/data" --train 1024 --test 256 --seed 3 >/dev/null || fail "gen-data"
 
 # port_bytes NODE: bytes the switch sent to NODE plus those it received from it.
