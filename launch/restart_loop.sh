@@ -27,9 +27,10 @@
 # requeues: SLURM_RESTART_COUNT * N + attempt). Once the status is final and
 # COMMAND still runs after --grace seconds (mpirun can hang when a node's daemon died), COMMAND
 # is ended; at once if every process it started has exited (Open MPI 4.1's mpirun, signalled,
-# waits out its odls_base_sigkill_timeout before it reaps them). When no parameter server has written its status --start-timeout seconds (default 300;
-# 0: no limit) after an attempt began, COMMAND is ended and the attempt counts as lost (rerun):
-# Open MPI 4.1's mpirun was seen to hang at launch, with no rank started, about once in 60
+# waits out its odls_base_sigkill_timeout before it reaps them). When no parameter server has
+# written its status --start-timeout seconds (default 300; 0: no limit) after an attempt began,
+# COMMAND is ended and the attempt counts as lost (rerun): Open MPI 4.1's mpirun was seen to hang
+# at launch, with no rank started, about once in 60
 # restarts. COMMAND runs in a session of its own; SIGTERM, SIGUSR1 and SIGINT to this script
 # (or its process group) reach it as SIGUSR1, which Open MPI's mpirun and srun forward to every
 # rank at once (a TERM or INT to mpirun reaches the ranks only 30 s later); the parameter server
@@ -45,7 +46,7 @@
 set -uo pipefail
 
 attempts=3 status="" delay=1 grace=30 start_timeout=300 report_dir=${MT_REPORT_DIR:-}
-usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --attempts) attempts="${2:?}"; shift 2 ;;

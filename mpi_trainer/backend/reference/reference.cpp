@@ -25,7 +25,7 @@ struct Nchw {
 }  // namespace
 
 void conv2d_forward(const ConvSpec& s, const Tensor& x, const Tensor& w, Tensor& y) {
-  const Nchw ix(x), iw_(w), iy(y);
+  const Nchw ix(x), iwt(w), iy(y);
   const float* xp = x.data();
   const float* wp = w.data();
   float* yp = y.data();
@@ -41,14 +41,14 @@ void conv2d_forward(const ConvSpec& s, const Tensor& x, const Tensor& w, Tensor&
               for (std::int64_t kw = 0; kw < K; ++kw) {
                 const std::int64_t ih = oh * s.stride - s.pad + kh, iw = ow * s.stride - s.pad + kw;
                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                acc += double(xp[ix(n, ci, ih, iw)]) * wp[iw_(co, ci, kh, kw)];
+                acc += double(xp[ix(n, ci, ih, iw)]) * wp[iwt(co, ci, kh, kw)];
               }
           yp[iy(n, co, oh, ow)] = static_cast<float>(acc);
         }
 }
 
 void conv2d_backward_data(const ConvSpec& s, const Tensor& dy, const Tensor& w, Tensor& dx) {
-  const Nchw idy(dy), iw_(w), idx(dx);
+  const Nchw idy(dy), iwt(w), idx(dx);
   const float* dyp = dy.data();
   const float* wp = w.data();
   const auto N = dx.dim(0), Ci = dx.dim(1), H = dx.dim(2), W = dx.dim(3);
@@ -64,7 +64,7 @@ void conv2d_backward_data(const ConvSpec& s, const Tensor& dy, const Tensor& w, 
                 const std::int64_t ih = oh * s.stride - s.pad + kh, iw = ow * s.stride - s.pad + kw;
                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
                 acc[static_cast<std::size_t>(idx(n, ci, ih, iw))] +=
-                    double(dyp[idy(n, co, oh, ow)]) * wp[iw_(co, ci, kh, kw)];
+                    double(dyp[idy(n, co, oh, ow)]) * wp[iwt(co, ci, kh, kw)];
               }
   for (std::int64_t i = 0; i < dx.numel(); ++i)
     dx.data()[i] = static_cast<float>(acc[static_cast<std::size_t>(i)]);
