@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "ckpt/checkpoint.hpp"
@@ -46,6 +47,22 @@ inline Backend& cpu() {
 }
 
 inline bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+// Mean value analysis of a closed network: `n` workers cycling through queueing stations shared
+// fairly (processor sharing; `demands`: each station's seconds per visit) and a delay each
+// (`think`: its step and latencies). The seconds per global step in steady state, exact for a
+// product-form network (BCMP): what the cluster simulator's shard links should reproduce.
+inline double mva_seconds_per_step(int n, const std::vector<double>& demands, double think) {
+  std::vector<double> queue(demands.size(), 0.0), resident(demands.size());
+  double throughput = 0;
+  for (int k = 1; k <= n; ++k) {
+    double cycle = think;
+    for (std::size_t i = 0; i < demands.size(); ++i) cycle += resident[i] = demands[i] * (1 + queue[i]);
+    throughput = k / cycle;
+    for (std::size_t i = 0; i < demands.size(); ++i) queue[i] = throughput * resident[i];
+  }
+  return 1 / throughput;
+}
 
 inline void fill_random(Tensor& t, Rng& rng, float scale = 1.0f) {
   if (t.rank() == 4 && t.layout() != Layout::kPlain) {

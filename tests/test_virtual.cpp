@@ -193,7 +193,7 @@ TEST_CASE("N equal workers: mean staleness N-1 in steady state", "[unit][virtual
 TEST_CASE("links, joins and the parameter server's update time", "[unit][virtual]") {
   const auto l = mt::parse_links("0.5/2", 3);
   REQUIRE(l.size() == 3);
-  CHECK(l[2].seconds(1e6) == Approx(0.0005 + 8e6 / 2e9));
+  CHECK(l[2].seconds(1e6) == Approx(0.0005 + 8e6 * mt::kTcpFraming / 2e9));  // TCP's headers on Ethernet
   CHECK(mt::parse_links("", 2)[0].latency_seconds == Approx(0.0001));
   const auto j = mt::parse_virtual_joins("k80@step=16000,p100@1.5h");
   REQUIRE(j.size() == 2);
@@ -204,16 +204,16 @@ TEST_CASE("links, joins and the parameter server's update time", "[unit][virtual
 }
 
 // The parameter server's own link (issue 44): every push comes in and every reply goes out
-// through each shard's link, each direction first come first served.
+// through each shard's link, shared fairly by the messages on it at once (issue 60).
 namespace {
 
 // `n` workers with no step time of their own, on links that take no time, against one shard
-// whose link carries a 1 MB message in 1 ms (8 Gbit/s) and whose updates take no time: the
-// virtual seconds per global step once `steps` are done.
+// whose link carries a 1 MB message in 1 ms (8 Gbit/s, TCP's framing aside) and whose updates
+// take no time: the virtual seconds per global step once `steps` are done.
 double seconds_per_step(int n, int steps, double shard_bytes = 1e6) {
   mt::SimOptions o;
   o.message_bytes = shard_bytes;
-  o.ps_link = mt::Link{0, 8};
+  o.ps_link = mt::Link{0, 8 * mt::kTcpFraming};
   o.shard_bytes = {shard_bytes};
   std::vector<mt::SimWorker> ws(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
@@ -234,18 +234,23 @@ double seconds_per_step(int n, int steps, double shard_bytes = 1e6) {
 
 }  // namespace
 
-TEST_CASE("a shard's link is shared: one direction at a time per message, first come first served",
+TEST_CASE("a shard's link is shared fairly: the closed network's throughput, not a perfect interleaving",
           "[unit][virtual]") {
-  // One worker: its reply goes out (1 ms), then its push comes in (1 ms): 2 ms an exchange.
-  CHECK(seconds_per_step(1, 1000) == Approx(0.002).epsilon(0.005));
-  // Two or more: while one push comes in the next reply goes out; the link carries one message
-  // each way per millisecond, so a global step takes 1 ms however many workers share it, and
-  // each worker's exchange takes as long as the link takes for all of them: 4 workers' twice 2's.
-  CHECK(seconds_per_step(2, 1000) == Approx(0.001).epsilon(0.005));
-  CHECK(seconds_per_step(4, 1000) == Approx(0.001).epsilon(0.005));
-  CHECK(4 * seconds_per_step(4, 1000) == Approx(2 * 2 * seconds_per_step(2, 1000)).epsilon(0.005));
+  // One worker: its reply goes out (1 ms on average), then its push comes in (1 ms): 2 ms an exchange.
+  CHECK(seconds_per_step(1, 20000) == Approx(0.002).epsilon(0.03));
+  // More: the messages on a direction at once share it, as TCP flows do; the link is used the more
+  // the more workers there are, and a global step takes what mean value analysis of the two
+  // directions as fairly shared stations gives: 1.5 ms with 2 workers, 1.25 with 4, towards the
+  // link's 1 ms (first come first served with fixed times would interleave 2 workers perfectly,
+  // 1 ms: on namespace nodes that overestimated the link by half, bench/README.md).
+  for (int n : {2, 4, 8}) {
+    INFO(n << " workers");
+    CHECK(seconds_per_step(n, 20000) == Approx(mt::test::mva_seconds_per_step(n, {0.001, 0.001}, 0)).epsilon(0.03));
+  }
+  CHECK(seconds_per_step(2, 20000) > 0.0014);
+  CHECK(seconds_per_step(64, 20000) == Approx(0.001).epsilon(0.05));  // the link's bound
   // Twice the bytes: twice the time.
-  CHECK(seconds_per_step(4, 1000, 2e6) == Approx(0.002).epsilon(0.005));
+  CHECK(seconds_per_step(4, 20000, 2e6) == Approx(2 * mt::test::mva_seconds_per_step(4, {0.001, 0.001}, 0)).epsilon(0.03));
 }
 
 TEST_CASE("the shard link flag (--ps-link) and each shard's bytes, as the partition splits them", "[unit][virtual]") {

@@ -35,8 +35,10 @@ for model, typ, step, params, extra in rows:
     for link, shards, precision in ((l, s, p) for l in (10, 25, 100) for s in (1, 2) for p in ("fp32", "bf16")):
             value = 2 if precision == "bf16" else 4
             p = plan(model, typ, extra, 1, link, shards, precision)
-            wire = params * value / shards * 8 / (link * 1e9)  # about half each with two shards
-            cycle = step + 2 * (0.0001 + params * value * 8 / 10e9)
+            framing = 1514 / 1448  # TCP's headers on Ethernet: payload per frame
+            wire = params * value / shards * 8 * framing / (link * 1e9)  # about half each with two shards
+            # Each way the slower of the worker's own link (10 Gbit/s) and the shard's.
+            cycle = step + 2 * (0.0001 + max(params * value * 8 * framing / 10e9, wire))
             n = p["ps_link_saturation_workers"]
             big = plan(model, typ, extra, max(2, round(2 * n)), link, shards, precision)
             rate = big["global_steps"] / big["seconds_without_revocations"]

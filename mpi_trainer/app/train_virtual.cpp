@@ -212,6 +212,15 @@ ClusterSim VirtualRun::make_sim() {
   sim_options.message_bytes = message_bytes_;
   sim_options.ps_link = parse_ps_link(c_.ps_link);
   sim_options.shard_bytes = {message_bytes_};
+  // The standby's replicas cross the parameter server's link too (as train's defaults pick it).
+  const int standbys = c_.ps_standby >= 0 ? std::min(c_.ps_standby, total_) : (n0_ >= 2 ? 1 : 0);
+  sim_options.replica_bytes = shard_replica_bytes(
+      c_.model, 1,
+      replica_state_buffers(parse_momentum_correction(c_.momentum_correction) == MomentumCorrection::kDana,
+                            policy_.gap_aware(), total_),
+      standbys);
+  sim_options.replica_interval = c_.replica_interval;
+  sim_options.standbys = standbys;
   sim_options.failure_timeout = c_.failure_timeout;
   sim_options.seed = c_.seed;
   if (!c_.revocation_model.empty()) sim_options.lifetimes = lifetimes_by_type_;

@@ -101,6 +101,18 @@ std::vector<double> shard_message_bytes(const std::string& model, int shards, do
   return bytes;
 }
 
+std::vector<double> shard_replica_bytes(const std::string& model, int shards, int state_buffers, int standbys) {
+  std::vector<double> bytes;
+  if (standbys <= 0) return bytes;
+  for (double part : shard_message_bytes(model, shards, sizeof(float)))
+    bytes.push_back(part * (1 + state_buffers) * standbys);
+  return bytes;
+}
+
+int replica_state_buffers(bool dana, bool gap_aware, int data_slots) {
+  return (dana ? std::max(1, data_slots) : 1) + (gap_aware ? 1 : 0);
+}
+
 double default_ps_update_seconds(std::int64_t params, PushPrecision precision) {
   const double per_resnet32 = precision == PushPrecision::kBf16 ? 0.00011 + 0.00009 : 0.00011;
   return per_resnet32 * double(params) / 464154.0;
@@ -122,7 +134,11 @@ double worker_lifetime_seconds(const std::map<std::string, RevocationModel>& lif
 }
 
 ClusterSim::ClusterSim(SimOptions options, std::vector<SimWorker> workers, int initial, std::vector<VirtualJoin> joins)
-    : opt_(std::move(options)), workers_(std::move(workers)), initial_(initial), joins_(std::move(joins)) {
+    : opt_(std::move(options)),
+      workers_(std::move(workers)),
+      initial_(initial),
+      joins_(std::move(joins)),
+      link_rng_(opt_.seed * 0x9E3779B97F4A7C15ULL + 0x5A17) {
   MT_ASSERT(initial_ >= 0 && static_cast<std::size_t>(initial_) + joins_.size() == workers_.size(),
             "cluster simulator: one worker per initial worker and per join");
   MT_ASSERT(!opt_.ps_link || !opt_.shard_bytes.empty(), "cluster simulator: a shard link needs each shard's bytes");
@@ -131,6 +147,9 @@ ClusterSim::ClusterSim(SimOptions options, std::vector<SimWorker> workers, int i
   out_free_.assign(links, 0);
   in_busy_.assign(links, 0);
   out_busy_.assign(links, 0);
+  out_queue_.assign(links, {});
+  replica_left_bytes_.assign(links, 0);
+  replica_done_.assign(links, 0);
   join_at_.assign(joins_.size(), kNeverSeconds);
   for (std::size_t j = 0; j < joins_.size(); ++j)
     join_at_[j] = joins_[j].seconds >= 0 ? joins_[j].seconds : kNeverSeconds;
@@ -153,29 +172,86 @@ void ClusterSim::next_step(SimWorker& w, double at) {
     return;
   }
   // Each shard sends its part when its link is free (replies leave in the order they are made).
-  w.send_at = through_shard_links(w, at, out_free_, out_busy_) + w.last_step_seconds;
+  w.send_at = through_shard_links(w, at, out_free_, out_busy_, true) + w.last_step_seconds;
   w.arrival = kNeverSeconds;
 }
 
 // A message between worker `w` and every shard, begun at `at`, one direction: each shard's part
 // takes its turn on that direction of the shard's link (`free`: when each is free, `busy`: its
-// time carrying bytes); it is through once every part came through both links.
+// time carrying bytes), an exponential multiple of its mean time, the same for every part (the
+// header: fair sharing); it is through once every part came through, plus the latency and the
+// time by which the worker's own link is slower than the slowest shard's (a message streams at
+// its path's slowest rate: alone on the links it takes the slower link's time, on average).
+// Outbound (`replies`), a replica in flight shares the link with the replies as one flow more.
 double ClusterSim::through_shard_links(const SimWorker& w, double at, std::vector<double>& free,
-                                       std::vector<double>& busy) const {
-  double done = at + w.link.seconds(opt_.message_bytes);
+                                       std::vector<double>& busy, bool replies) {
+  double slowest = 0;
+  for (std::size_t s = 0; s < free.size(); ++s)
+    slowest = std::max(slowest, opt_.ps_link->seconds(opt_.shard_bytes[s]));
+  const double excess = std::max(0.0, w.link.seconds(opt_.message_bytes) - slowest);
+  const double share = link_draw_(link_rng_);
+  double done = at;
+  const bool standby = replies && is_standby(w);
   for (std::size_t s = 0; s < free.size(); ++s) {
-    const double wire = opt_.ps_link->seconds(opt_.shard_bytes[s]) - opt_.ps_link->latency_seconds;
-    free[s] = std::max(at, free[s]) + wire;
+    const double wire = share * opt_.ps_link->wire_seconds(opt_.shard_bytes[s]);
+    double replica_until = -1;
+    free[s] = std::max(at, free[s]) + (replies ? beside_replica(s, at, wire, &replica_until) : wire);
     busy[s] += wire;
-    done = std::max(done, free[s] + opt_.ps_link->latency_seconds);
+    // A standby's reply follows the replica to it on their connection.
+    const double through = standby && replica_until >= 0 ? std::max(free[s], replica_until + wire) : free[s];
+    done = std::max(done, through + opt_.ps_link->latency_seconds);
   }
-  return done;
+  return done + excess;
+}
+
+// The standbys are the first --ps-standby workers still working, as the shards choose them.
+bool ClusterSim::is_standby(const SimWorker& w) const {
+  int before = 0;
+  for (const SimWorker& x : workers_) {
+    if (&x == &w) return x.alive && before < opt_.standbys;
+    if (x.alive && x.counted) ++before;
+  }
+  return false;
+}
+
+// A reply of `wire` seconds on shard `s`'s outbound link, queued at `at`, with the replica in
+// flight beside it: as TCP shares a link among its flows, the replica takes 1 / (k + 1) of it
+// while k replies are on it (this one and those queued ahead), and the link alone while no reply
+// is (it had it from when the link fell idle until `at`). Returns the reply's time on the link;
+// `until`: when the replica would be through at its share, if it was in flight.
+double ClusterSim::beside_replica(std::size_t s, double at, double wire, double* until) {
+  auto& queued = out_queue_[s];
+  while (!queued.empty() && queued.front() <= at) queued.pop_front();
+  const double rate = 1 / opt_.ps_link->wire_seconds(1);  // payload bytes per second
+  double& left = replica_left_bytes_[s];
+  const double start = std::max(at, out_free_[s]);
+  if (left > 0 && at > out_free_[s]) {  // the idle link carried the replica alone
+    const double alone = std::min(left, (at - out_free_[s]) * rate);
+    if (alone >= left) replica_done_[s] = out_free_[s] + left / rate;
+    left -= alone;
+  }
+  double time = wire;
+  if (left > 0) {
+    const double phi = 1.0 / (static_cast<double>(queued.size()) + 2);  // the replica's share
+    const double rest = left / (phi * rate);                             // its rest at that share
+    *until = start + rest;
+    if (rest * (1 - phi) >= wire) {
+      time = wire / (1 - phi);
+      left -= phi * rate * time;
+    } else {
+      time = wire + phi * rest;
+      left = 0;
+      replica_done_[s] = start + rest;
+    }
+  }
+  queued.push_back(start + time);
+  return time;
 }
 
 // A push starts up at send_at: each part takes its turn on its shard's inbound link, in the order
 // the pushes were sent; it has arrived once every part came through both links.
 void ClusterSim::upload(SimWorker& w) {
-  w.arrival = through_shard_links(w, w.send_at, in_free_, in_busy_);
+  w.arrival = through_shard_links(w, w.send_at, in_free_, in_busy_, false);
   w.send_at = kNeverSeconds;
 }
 
@@ -188,6 +264,32 @@ void ClusterSim::settle_sends() {
       if (w.alive && w.send_at < kNeverSeconds && (!first || w.send_at < first->send_at)) first = &w;
     if (!first || first->send_at > pick().at) return;
     upload(*first);
+  }
+}
+
+// Whether the last replica has left every shard's link by now: what it had left went at the
+// link's full rate after the replies queued beside it.
+bool ClusterSim::replica_gone() {
+  bool gone = true;
+  const double rate = 1 / opt_.ps_link->wire_seconds(1);
+  for (std::size_t s = 0; s < replica_left_bytes_.size(); ++s) {
+    double& left = replica_left_bytes_[s];
+    if (left > 0 && out_free_[s] + left / rate <= now_) {
+      replica_done_[s] = out_free_[s] + left / rate;
+      left = 0;
+    }
+    gone = gone && left == 0 && replica_done_[s] <= now_;
+  }
+  return gone;
+}
+
+void ClusterSim::send_replica() {
+  if (opt_.replica_bytes.empty() || !opt_.ps_link) return;
+  if (replica_step_ >= 0 && (step_ - replica_step_ < opt_.replica_interval || !replica_gone())) return;
+  replica_step_ = step_;
+  for (std::size_t s = 0; s < replica_left_bytes_.size() && s < opt_.replica_bytes.size(); ++s) {
+    replica_left_bytes_[s] = opt_.replica_bytes[s];
+    out_busy_[s] += opt_.ps_link->wire_seconds(opt_.replica_bytes[s]);
   }
 }
 
@@ -291,6 +393,7 @@ ClusterSim::Event ClusterSim::pushed(std::size_t who, bool applied) {
   } else {
     next_step(w, now_);
   }
+  send_replica();
   // Step-based revocations and joins fire once the global step reaches theirs.
   for (auto& x : workers_)
     if (x.alive && x.kill_step > 0 && step_ >= x.kill_step) {

@@ -5,21 +5,31 @@
 // What it models: each worker's step time (its device's, with that device's jitter, deterministic
 // per seed and rank: StepPacer's draws), its link both ways (one message of the model down, one
 // up), each parameter-server shard's own link (its NIC, full duplex, shared by every worker: every
-// push comes in through it and every reply goes out through it, each direction first come first
-// served, a shard carrying its part of each message), the parameter server's time per update,
-// served first come first served; revocations at a
-// time, at a global step or at a lifetime drawn from a revocation model, as a SIGKILL (the step
-// in flight is lost, the parameter server notices after --failure-timeout) or as a notice (the
-// worker pushes the step it computes, then leaves); workers joining at a time or a global step;
-// and each worker's billed time. It does not model the parameter server's own loss: plan does,
-// around it (restarts from the newest checkpoint).
+// push comes in through it and every reply and standby replica goes out through it, a shard
+// carrying its part of each message), the parameter server's time per update, served first come
+// first served; revocations at a time, at a global step or at a lifetime drawn from a revocation
+// model, as a SIGKILL (the step in flight is lost, the parameter server notices after
+// --failure-timeout) or as a notice (the worker pushes the step it computes, then leaves); workers
+// joining at a time or a global step; and each worker's billed time. It does not model the
+// parameter server's own loss: plan does, around it (restarts from the newest checkpoint).
+//
+// A shard's link is shared the way TCP flows share a bottleneck: fairly among the messages on it
+// at once (processor sharing), not one after the other. The simulator keeps each direction first
+// come first served but draws each message's time on it from an exponential distribution with the
+// message's mean (one draw for all its shards' parts): a closed network of such stations has the
+// same throughput as one of processor-sharing stations with any time distribution (the BCMP
+// theorem), and no lockstep. Measured on namespace nodes at 25 Mbit/s (bench/perf/link_plan.sh):
+// deterministic first come first served, which let 3 workers' messages interleave perfectly,
+// predicted 52% more steps/s than the link gave; this model is within a few percent.
 #pragma once
 
 #include <csignal>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -35,10 +45,18 @@ inline constexpr double kNeverSeconds = std::numeric_limits<double>::infinity();
 std::vector<std::string> split_list(const std::string& s);
 
 // One worker's network link: a message of B bytes takes latency + B * 8 / (gbit_per_s * 1e9).
+// The payload bytes of TCP over Ethernet at an MTU of 1500 against the bytes the link carries:
+// 1,448 of every 1,514-byte frame (IPv4 and TCP headers with timestamps, the Ethernet header;
+// what a link's byte counters and a token bucket count). The bytes on the wire (bench/perf/
+// link_plan.sh: 8-10% above the payload per global step, acknowledgements and heartbeats included).
+inline constexpr double kTcpFraming = 1514.0 / 1448.0;
+
 struct Link {
   double latency_seconds = 0.0001;
   double gbit_per_s = 10;
-  double seconds(double bytes) const { return latency_seconds + bytes * 8 / (gbit_per_s * 1e9); }
+  // The time `bytes` of payload take on the link, framing included, latency excluded.
+  double wire_seconds(double bytes) const { return bytes * kTcpFraming * 8 / (gbit_per_s * 1e9); }
+  double seconds(double bytes) const { return latency_seconds + wire_seconds(bytes); }
 };
 // "0.1/10" (milliseconds / Gbit/s) for every worker, or one per worker, comma-separated; empty:
 // the default (0.1 ms, 10 Gbit/s: one cloud zone). Throws UsageError.
@@ -54,6 +72,13 @@ std::optional<Link> parse_ps_link(const std::string& spec);
 // The bytes of each shard's part of a message of the model's parameters, as ps/wire/partition splits
 // them, `bytes_per_value` each (--push-precision: 4 fp32, 2 bf16).
 std::vector<double> shard_message_bytes(const std::string& model, int shards, double bytes_per_value = sizeof(float));
+// The bytes of each shard's replica for `standbys` standby workers (train's --ps-standby,
+// ps/resilience/replica.hpp): one send to each of them of its part of the parameters and of each
+// of its `state_buffers` optimizer buffers, in fp32 whatever the push precision. The trainer's
+// shards keep one momentum per data slot under dana (else one) and one more buffer under gap-aware
+// scaling: replica_state_buffers. Empty when `standbys` is 0.
+std::vector<double> shard_replica_bytes(const std::string& model, int shards, int state_buffers, int standbys);
+int replica_state_buffers(bool dana, bool gap_aware, int data_slots);
 
 // A worker that joins on the virtual clock: "k80@step=16000" or "k80@2h" (s, m, h).
 struct VirtualJoin {
@@ -108,8 +133,18 @@ struct SimOptions {
   // workers' links are modelled.
   std::optional<Link> ps_link;
   std::vector<double> shard_bytes;
+  // Each shard's replica (shard_replica_bytes; empty: no standby) and the updates between two: a
+  // replica leaves after an update once `replica_interval` updates passed since the last one and
+  // that one has left (ReplicaSender::due and ready), and shares the shard's outbound link with
+  // the replies as one flow more (measured: a 2.1 MB replica at 25 Mbit/s beside 5 workers'
+  // replies took about a third of the link, 11 updates in flight). Only with a shard link.
+  // The standbys: the first `standbys` workers still working; each one's replies queue behind the
+  // replica in flight to it (one connection, in order).
+  std::vector<double> replica_bytes;
+  std::int64_t replica_interval = 10;
+  int standbys = 0;
   double failure_timeout = 1.5;
-  std::uint64_t seed = 1;  // lifetimes: sampled_lifetime_seconds(model, seed, rank)
+  std::uint64_t seed = 1;  // lifetimes (sampled_lifetime_seconds(model, seed, rank)), the links' draws
   // Each instance type's revocation model (revocation_models()); empty: no lifetimes.
   std::map<std::string, RevocationModel> lifetimes;
 };
@@ -168,10 +203,15 @@ class ClusterSim {
   Event pick() const;
   void settle_sends();
   void upload(SimWorker& w);
-  double through_shard_links(const SimWorker& w, double at, std::vector<double>& free, std::vector<double>& busy) const;
+  double through_shard_links(const SimWorker& w, double at, std::vector<double>& free, std::vector<double>& busy,
+                             bool replies);
+  double beside_replica(std::size_t shard, double at, double wire, double* until);
+  bool is_standby(const SimWorker& w) const;
+  bool replica_gone();
   void start(std::size_t who, double at);
   void kill(SimWorker& w, double at, const std::string& why);
   void next_step(SimWorker& w, double at);
+  void send_replica();
 
   SimOptions opt_;
   std::vector<SimWorker> workers_;
@@ -183,6 +223,14 @@ class ClusterSim {
   double ps_free_ = 0, now_ = 0, ps_busy_ = 0;
   // Per shard link: when each direction is free again, and how long it carried bytes.
   std::vector<double> in_free_, out_free_, in_busy_, out_busy_;
+  // The multiple of its mean time each message (and replica) takes on the shards' links.
+  std::mt19937_64 link_rng_;
+  std::exponential_distribution<double> link_draw_{1.0};
+  // Per shard link: when each reply queued outbound leaves it; the last replica's bytes still to
+  // go, and when its last byte left. The last replica's update.
+  std::vector<std::deque<double>> out_queue_;
+  std::vector<double> replica_left_bytes_, replica_done_;
+  std::int64_t replica_step_ = -1;
 };
 
 }  // namespace mt

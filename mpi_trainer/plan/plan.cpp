@@ -44,12 +44,18 @@ struct Cluster {
   double message_bytes = 0;
   std::optional<Link> ps_link;                       // each shard's (none: not modelled)
   std::vector<double> shard_bytes;                   // each shard's part of a message
+  std::vector<double> replica_bytes;                 // each shard's replica for its standbys
   std::map<std::string, RevocationModel> lifetimes;  // the workers' types (revocation_models)
   std::optional<RevocationModel> ps_lifetime;
   PriceTable prices;
   bool workers_transient = true, ps_transient = false;
   std::string device_source;
 };
+
+int standbys(const PlanConfig& c) {
+  if (c.num_ps == 0) return 0;
+  return c.ps_standby >= 0 ? std::min(c.ps_standby, c.workers) : (c.workers >= 2 ? 1 : 0);
+}
 
 Cluster prepare(const PlanConfig& c) {
   if (c.workers < 1) throw UsageError("--workers must be 1 or more");
@@ -113,6 +119,10 @@ Cluster prepare(const PlanConfig& c) {
     k.update_seconds = update / c.num_ps;  // each shard updates its part of every push
     k.ps_link = parse_ps_link(c.ps_link);
     k.shard_bytes = shard_message_bytes(c.model, c.num_ps, value_bytes);
+    // train's defaults: dana's momentum per data slot (one per worker, joiners too), gap-aware.
+    const int data_slots = c.workers + static_cast<int>(k.joins.size());
+    k.replica_bytes =
+        shard_replica_bytes(c.model, c.num_ps, replica_state_buffers(true, true, data_slots), standbys(c));
   }
   if (c.revocation_model != "none") {
     k.lifetimes = revocation_models(c.revocation_model, k.types);
@@ -145,11 +155,6 @@ double first_ps_loss(const Cluster& k, const PlanConfig& c, std::uint64_t attemp
       if (life >= 0) end = std::min(end, life);
     }
   return end;
-}
-
-int standbys(const PlanConfig& c) {
-  if (c.num_ps == 0) return 0;
-  return c.ps_standby >= 0 ? std::min(c.ps_standby, c.workers) : (c.workers >= 2 ? 1 : 0);
 }
 
 // One training job from step 0 to the end, through any restarts. `revocations`: draw lifetimes.
@@ -211,6 +216,9 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     so.message_bytes = k.message_bytes;
     so.ps_link = k.ps_link;
     so.shard_bytes = k.shard_bytes;
+    so.replica_bytes = k.replica_bytes;
+    so.replica_interval = c.replica_interval;
+    so.standbys = standbys(c);
     so.failure_timeout = c.num_ps == 0 ? 0 : c.failure_timeout;  // alone: its loss is the job's end
     so.seed = s;
     if (revocations && k.workers_transient) so.lifetimes = k.lifetimes;
@@ -386,20 +394,27 @@ PlanResult run_plan(const PlanConfig& c) {
   r.ps_link_utilisation = ideal.seconds > 0 ? ideal.ps_link_busy / ideal.seconds : 0;
   r.ps_link_gbit = k.ps_link ? k.ps_link->gbit_per_s : 0;
   // The parameter servers are always busy when the workers' pushes per second reach 1 / (a
-  // shard's time per update), or 1 / (the busiest shard link's time per message) in either
-  // direction, with each worker's exchange unhindered (its step and its own link both ways).
+  // shard's time per update), or 1 / (the busiest shard link's time per update in its busier
+  // direction: outbound, the reply and a standby replica's share, as the run without revocations
+  // had them: a replica in flight shares the link, so it leaves less often than every
+  // replica_interval updates where the link is slow); with each worker's exchange unhindered: its
+  // step, and each way its message through its own link and the shard's link at once (the slower).
+  double shard_message = 0;  // the busiest shard link's seconds per message
+  for (const double bytes : k.shard_bytes)
+    if (k.ps_link) shard_message = std::max(shard_message, k.ps_link->wire_seconds(bytes));
+  const double shard_update = k.ps_link && k.steps > 0 ? ideal.ps_link_busy / double(k.steps) : 0;
+  if (k.ps_link) r.ps_link_update_bytes = shard_update / k.ps_link->wire_seconds(1);
   double pushes_per_second = 0;
-  for (std::size_t i = 0; i < k.types.size(); ++i)
-    pushes_per_second += 1.0 / (k.speeds[i].step_seconds + 2 * k.links[i].seconds(k.message_bytes));
+  for (std::size_t i = 0; i < k.types.size(); ++i) {
+    double one_way = k.links[i].seconds(k.message_bytes);
+    if (k.ps_link) one_way = std::max(one_way, shard_message + k.ps_link->latency_seconds);
+    pushes_per_second += 1.0 / (k.speeds[i].step_seconds + 2 * one_way);
+  }
   const double workers = double(k.types.size());
   r.ps_compute_saturation_workers =
       k.update_seconds > 0 && c.num_ps > 0 ? workers / (pushes_per_second * k.update_seconds) : kNeverSeconds;
   r.ps_link_saturation_workers = kNeverSeconds;
-  if (k.ps_link) {
-    const double wire =
-        *std::max_element(k.shard_bytes.begin(), k.shard_bytes.end()) * 8 / (k.ps_link->gbit_per_s * 1e9);
-    r.ps_link_saturation_workers = workers / (pushes_per_second * wire);
-  }
+  if (k.ps_link) r.ps_link_saturation_workers = workers / (pushes_per_second * shard_update);
   r.ps_saturation_workers = std::min(r.ps_compute_saturation_workers, r.ps_link_saturation_workers);
   r.ps_limit = r.ps_link_saturation_workers < r.ps_compute_saturation_workers ? "link" : "compute";
   for (int i = 0; i < c.draws; ++i) {
@@ -468,6 +483,7 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"ps_saturation_workers", finite_or_null(r.ps_saturation_workers)},
       {"ps_compute_saturation_workers", finite_or_null(r.ps_compute_saturation_workers)},
       {"ps_link_saturation_workers", finite_or_null(r.ps_link_saturation_workers)},
+      {"ps_link_update_bytes", r.ps_link_update_bytes},
       {"ps_limit", c.num_ps > 0 ? nlohmann::ordered_json(r.ps_limit) : nlohmann::ordered_json()},
       {"unfinished_draws", r.unfinished},
       {"accuracy", accuracy_json(c, r)},

@@ -103,6 +103,10 @@ struct PlanResult {
   // Workers like these at which the parameter servers are always busy: updating (compute) or
   // carrying pushes and replies (link), and the lower of the two (kNeverSeconds: never).
   double ps_compute_saturation_workers = 0, ps_link_saturation_workers = 0, ps_saturation_workers = 0;
+  // The payload bytes one update put on the busiest shard link's busier direction in the run
+  // without revocations (outbound: its part of the reply and of a standby replica's share; 0
+  // without a shard link).
+  double ps_link_update_bytes = 0;
   std::string ps_limit;  // "compute" or "link": which saturates first
   int unfinished = 0;    // draws that needed more than the restart limit
 };
