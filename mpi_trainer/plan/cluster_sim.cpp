@@ -147,7 +147,6 @@ ClusterSim::ClusterSim(SimOptions options, std::vector<SimWorker> workers, int i
   out_free_.assign(links, 0);
   in_busy_.assign(links, 0);
   out_busy_.assign(links, 0);
-  out_queue_.assign(links, {});
   replica_left_bytes_.assign(links, 0);
   replica_done_.assign(links, 0);
   join_at_.assign(joins_.size(), kNeverSeconds);
@@ -215,13 +214,14 @@ bool ClusterSim::is_standby(const SimWorker& w) const {
 }
 
 // A reply of `wire` seconds on shard `s`'s outbound link, queued at `at`, with the replica in
-// flight beside it: as TCP shares a link among its flows, the replica takes 1 / (k + 1) of it
-// while k replies are on it (this one and those queued ahead), and the link alone while no reply
-// is (it had it from when the link fell idle until `at`). Returns the reply's time on the link;
-// `until`: when the replica would be through at its share, if it was in flight.
+// flight beside it: the replica takes half the link while replies are on it (one long TCP flow,
+// its window open, against the replies' short ones), and the link alone while none is (it had it
+// from when the link fell idle until `at`). Measured on a 25 Mbit/s link (bench/perf/
+// link_plan.sh): a fair share among every flow (1 / (replies + 1)) spaced replicas out to a third
+// of what the link carried with bf16 pushes and two shards, a fifth too few steps/s predicted.
+// Returns the reply's time on the link; `until`: when the replica would be through at its share,
+// if it was in flight.
 double ClusterSim::beside_replica(std::size_t s, double at, double wire, double* until) {
-  auto& queued = out_queue_[s];
-  while (!queued.empty() && queued.front() <= at) queued.pop_front();
   const double rate = 1 / opt_.ps_link->wire_seconds(1);  // payload bytes per second
   double& left = replica_left_bytes_[s];
   const double start = std::max(at, out_free_[s]);
@@ -232,8 +232,8 @@ double ClusterSim::beside_replica(std::size_t s, double at, double wire, double*
   }
   double time = wire;
   if (left > 0) {
-    const double phi = 1.0 / (static_cast<double>(queued.size()) + 2);  // the replica's share
-    const double rest = left / (phi * rate);                             // its rest at that share
+    const double phi = 0.5;                   // the replica's share
+    const double rest = left / (phi * rate);  // its rest at that share
     *until = start + rest;
     if (rest * (1 - phi) >= wire) {
       time = wire / (1 - phi);
@@ -244,7 +244,6 @@ double ClusterSim::beside_replica(std::size_t s, double at, double wire, double*
       replica_done_[s] = start + rest;
     }
   }
-  queued.push_back(start + time);
   return time;
 }
 

@@ -25,7 +25,6 @@
 
 #include <csignal>
 #include <cstdint>
-#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
@@ -136,8 +135,7 @@ struct SimOptions {
   // Each shard's replica (shard_replica_bytes; empty: no standby) and the updates between two: a
   // replica leaves after an update once `replica_interval` updates passed since the last one and
   // that one has left (ReplicaSender::due and ready), and shares the shard's outbound link with
-  // the replies as one flow more (measured: a 2.1 MB replica at 25 Mbit/s beside 5 workers'
-  // replies took about a third of the link, 11 updates in flight). Only with a shard link.
+  // the replies (half each; ClusterSim::beside_replica). Only with a shard link.
   // The standbys: the first `standbys` workers still working; each one's replies queue behind the
   // replica in flight to it (one connection, in order).
   std::vector<double> replica_bytes;
@@ -226,9 +224,8 @@ class ClusterSim {
   // The multiple of its mean time each message (and replica) takes on the shards' links.
   std::mt19937_64 link_rng_;
   std::exponential_distribution<double> link_draw_{1.0};
-  // Per shard link: when each reply queued outbound leaves it; the last replica's bytes still to
-  // go, and when its last byte left. The last replica's update.
-  std::vector<std::deque<double>> out_queue_;
+  // Per shard link: the last replica's bytes still to go, and when its last byte left. The last
+  // replica's update.
   std::vector<double> replica_left_bytes_, replica_done_;
   std::int64_t replica_step_ = -1;
 };
