@@ -7,7 +7,9 @@
 #  2. the cheapest real invocation of each tool that no CTest test runs (the others are listed in
 #     bench/README.md, "Which test runs which tool"): bench/fuzz.sh builds every fuzz target with
 #     clang and fuzzes each for --fuzz-seconds; bench/perf/ab_trajectory.sh and bench/perf/ps_ab.sh
-#     compare the build with itself on a tiny run (both must say identical / print their table).
+#     compare the build with itself on a tiny run (both must say identical / print their table);
+#     bench/perf/link_plan.sh and bench/faults/cross_node.sh on a namespace cluster, at their
+#     smallest (skipped where namespaces cannot be made: their exit 4).
 # Needs the release build (launch/build.sh release). Prints one line per tool and "tools: N
 # passed, M failed"; exit 1 when one failed.
 #   bench/check_tools.sh [--fuzz-seconds 3] [--build build/release] [--help-only]
@@ -58,6 +60,17 @@ if ((!help_only)); then
     >"$log/ps_ab.sh.log" 2>&1 || rc=$?
   ((rc != 0)) || grep -q 'new/old' "$log/ps_ab.sh.log" || rc=99
   result bench/perf/ps_ab.sh "$rc" "ps_bench against itself, 2 workers, 200 steps"
+  rc=0
+  bench/perf/link_plan.sh --rates 50 --shards 1 --workers 1 --precisions fp32 --seconds 2 \
+    >"$log/link_plan.sh.log" 2>&1 || rc=$?
+  ((rc != 0)) || grep -q '^worst error' "$log/link_plan.sh.log" || rc=99
+  if ((rc == 4)); then echo "skip  bench/perf/link_plan.sh             no network namespaces here"; else
+    result bench/perf/link_plan.sh "$rc" "50 Mbit/s, 1 shard, 1 worker"; fi
+  rc=0
+  bench/faults/cross_node.sh --builds default --kills 0 --runs 0 >"$log/cross_node.sh.log" 2>&1 || rc=$?
+  ((rc != 0)) || grep -q 'default: exit 0, 200 steps' "$log/cross_node.sh.log" || rc=99
+  if ((rc == 4)); then echo "skip  bench/faults/cross_node.sh          no network namespaces here"; else
+    result bench/faults/cross_node.sh "$rc" "the default build: the quickstart's fault across 4 nodes"; fi
 fi
 echo "tools: $passed passed, $failed failed"
 ((failed == 0))

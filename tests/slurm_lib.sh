@@ -1,7 +1,12 @@
 # Shared set-up of the Slurm tests (sourced): a real local Slurm cluster (slurm/local-cluster) in a
 # temporary directory, generated data, and helpers to submit and watch jobs.
-# Usage from a test: source slurm_lib.sh TRAINER
+# Usage from a test: source slurm_lib.sh TRAINER [netns]
+# With netns the cluster's nodes are those of a namespace cluster (launch/netns-cluster: a login
+# node and n1..n4, each link 200 Mbit/s; exit 77 where namespaces cannot be made): slurmctld on the
+# login node, a slurmd on each node, and sbatch, scontrol, sinfo, squeue and scancel run on the
+# login node (shell functions of the same names), the only place that reaches slurmctld.
 trainer=$1
+slurm_netns=${2:-}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 for b in slurmctld slurmd munged sbatch; do
@@ -9,11 +14,25 @@ for b in slurmctld slurmd munged sbatch; do
 done
 dir=$(mktemp -d)
 cluster="$dir/cluster"
+netns_name=""
 cleanup() {
   "$repo/slurm/local-cluster/stop.sh" --dir "$cluster" >/dev/null 2>&1
+  [[ -n $netns_name ]] && "$repo/launch/netns-cluster/cluster.sh" down --name "$netns_name" >/dev/null 2>&1
   rm -rf "$dir"
 }
 trap cleanup EXIT
+if [[ -n $slurm_netns ]]; then
+  netns_name=s$(($$ % 100000))
+  out=$("$repo/launch/netns-cluster/cluster.sh" up --name "$netns_name" --nodes 4 --rate 200mbit 2>&1)
+  case $? in
+    0) ;;
+    4) echo "SKIPPED: $out"; exit 77 ;;
+    *) echo "FAIL: cluster.sh up: $out"; exit 1 ;;
+  esac
+  for c in sbatch scontrol sinfo squeue scancel; do
+    eval "$c() { \"\$repo/launch/netns-cluster/cluster.sh\" exec login --name \"\$netns_name\" -- $c \"\$@\"; }"
+  done
+fi
 # A port range of its own, so a cluster someone runs by hand on the default ports is left alone,
 # and one that no other test's cluster listens on (CTest runs two Slurm tests side by side).
 if [[ -z ${MT_SLURM_PORT_BASE:-} ]]; then
@@ -23,10 +42,15 @@ if [[ -z ${MT_SLURM_PORT_BASE:-} ]]; then
   done
 fi
 MT_SLURM_PORT_BASE=$MT_SLURM_PORT_BASE \
-  "$repo/slurm/local-cluster/start.sh" --dir "$cluster" --nodes 4 --grace 20
+  "$repo/slurm/local-cluster/start.sh" --dir "$cluster" --nodes 4 --grace 20 ${netns_name:+--netns "$netns_name"}
 export SLURM_CONF="$cluster/slurm.conf"
-# Jobs inherit this environment (sbatch --export=ALL): loopback only, root allowed for mpirun.
-export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
+# Jobs inherit this environment (sbatch --export=ALL): loopback only (the nodes' eth0 on a
+# namespace cluster), root allowed for mpirun.
+if [[ -n $netns_name ]]; then
+  export OMPI_MCA_oob_tcp_if_include=eth0 OMPI_MCA_btl_tcp_if_include=eth0
+else
+  export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
+fi
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 "$trainer" gen-data "$dir/data" --train 2048 --test 512 --seed 3 >/dev/null
 # train.sbatch settings for a small, fast run on the generated data.

@@ -12,8 +12,12 @@
 # counts them (the reply, and a standby replica's share: plan's ps_link_update_bytes), beside plan's
 # utilisation of that link ("saturated" from 0.85: the link is shared fairly, so it nears full
 # use only gradually as workers are added). Per shape it then prints the knee (the
-# fewest workers within 5% of the most steps/s), measured and predicted. Nothing is calibrated from
-# these runs: the prediction uses only the shape. Needs root (network namespaces).
+# fewest workers within 5% of the most steps/s), measured and predicted, and `cores`: the machine's
+# busy cores during the run (near all of them: the cores, not the link alone, set the pace). What a
+# message costs besides its bytes (MPI's rendezvous and the polling naps) is measured first, apart
+# from the compared runs, with one worker on unshaped links, and given to plan as the link's
+# latency. Nothing is calibrated from the compared runs: the prediction uses only the shape and
+# that overhead. Needs root (network namespaces).
 #   --rates "25 50 100 200"  the shards' link rates, Mbit/s
 #   --shards "1 2"           parameter-server shards (each on its own node and link)
 #   --workers 5              1..N workers
@@ -75,10 +79,14 @@ def tx_bytes(node):
                                   capture_output=True, text=True, check=True).stdout)
     return j[0]["stats64"]["tx"]["bytes"]
 
-def plan(n, s, precision, step, steps, rate):
+def cpu():
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:8]]
+    return sum(v) - v[3] - v[4], sum(v)  # busy, all (idle and iowait are not busy)
+
+def plan(n, s, precision, step, steps, rate, latency_ms):
     args = [trainer, "plan", "--json", "--model", model, "--steps", str(steps), "--workers", str(n), "--num-ps", str(s),
             "--devices", f"{d}/devices", "--pricing", "on-demand", "--revocation-model", "none",
-            "--ps-link", f"0.05/{rate / 1000}", "--worker-links", "0.05/10", "--push-precision", precision, "--draws", "1"] + flags
+            "--ps-link", f"{latency_ms:.4f}/{rate / 1000}", "--worker-links", "0.05/10", "--push-precision", precision, "--draws", "1"] + flags
     return json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
 
 def run(n, s, precision, steps):
@@ -87,18 +95,22 @@ def run(n, s, precision, steps):
     hostfile = f"{d}/hosts"
     with open(hostfile, "w") as f:
         f.writelines(f"n{i} slots=1\n" for i in range(1, s + n + 1))
-    before = tx_bytes("n1")
+    before, (b0, a0) = tx_bytes("n1"), cpu()
     cmd = [cluster, "exec", "login", "--name", name, "--", "launch/mpirun.sh", "--hostfile", hostfile,
            "--np", str(s + n), "--launch-agent", f"{state}/agent", "--iface", "eth0", "--allow-root", "--grace", "3",
            "--attempts", "1", "--trainer", trainer, "--", "--data", f"{d}/data", "--model", model,
            "--batch-size", batch, "--augment", "off", "--lr-schedule", "constant", "--lr", "0.02",
-           "--num-ps", str(s), "--train-steps", str(steps), "--log-every-steps", str(max(1, steps // 10)),
+           # One thread each, no spinning: 5 workers of 2 threads each on the 2 cores took them all
+           # at 200 Mbit/s (45 steps/s against 65 this way), the cores and not the link the limit.
+           "--threads", "1", "--num-ps", str(s), "--train-steps", str(steps), "--log-every-steps", str(max(1, steps // 10)),
            "--ckpt-dir", ck, "--ckpt-every-steps", "0", "--emulate-device", f"{d}/devices",
            # A saturated link queues every message: the default 1.5 s calls a live parameter server
            # lost (issue 61's detector); the bench measures throughput, not detection.
            "--failure-timeout", "20", "--push-precision", precision, "--metrics", f"{d}/m.jsonl"] + flags
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
     sent = tx_bytes("n1") - before
+    b1, a1 = cpu()
+    cores = os.cpu_count() * (b1 - b0) / max(1, a1 - a0)
     ev = [json.loads(l) for l in open(f"{d}/m.jsonl")] if os.path.exists(f"{d}/m.jsonl") else []
     summ = [e for e in ev if e["event"] == "summary"]
     prog = [e for e in ev if e["event"] == "progress"]
@@ -106,13 +118,34 @@ def run(n, s, precision, steps):
         print(r.stdout[-3000:], r.stderr[-2000:], file=sys.stderr)
         raise SystemExit(f"link_plan.sh: the run of {n} worker(s), {s} shard(s), {precision} failed (exit {r.returncode})")
     a, b = prog[2], prog[-1]
-    return (b["global_step"] - a["global_step"]) / (b["elapsed_seconds"] - a["elapsed_seconds"]), sent / steps
+    return (b["global_step"] - a["global_step"]) / (b["elapsed_seconds"] - a["elapsed_seconds"]), sent / steps, cores
+
+# What a message costs besides its bytes, measured apart from the runs compared below (calibrating
+# nothing from them): 1 PS and 1 worker on unshaped links, each shape's shard count and push
+# precision; the cycle over the step time and the bytes at the veth's speed, halved (the push and
+# the reply). It is MPI's rendezvous (a message above 64 KB waits for the receiver's answer, twice
+# a message) and the two sides' polling naps (up to 1 ms each), given to plan as the shard link's
+# latency. The veth's own time per message, at several Gbit/s, is left in: under 0.5 ms.
+calib_step = 0.012
+with open(f"{d}/devices", "w") as f:
+    f.write(f"k80 {calib_step:.6f} 0\n")
+overhead = {}
+for i in range(1, max(shards) + workers + 1):
+    sh(cluster, "throttle", f"n{i}", "off", "--name", name)
+for s in shards:
+    for precision in precisions.split():
+        if precision == "bf16" and s not in bf16_shards:
+            continue
+        steps_per_s, _, _ = run(1, s, precision, 300)
+        overhead[(s, precision)] = max(0.0, (1 / steps_per_s - calib_step) / 2)
 
 rows, knees = [], []
 print(f"{model} ({params:,} parameters), batch {batch}, one rank per node; shards' links shaped, workers' unshaped; "
       f"{os.environ.get('MT_MPI') or 'default'} MPI build")
+print("per-message overhead (1 worker, unshaped links): " +
+      ", ".join(f"{s} shard(s) {p}: {v * 1000:.2f} ms" for (s, p), v in overhead.items()))
 print(f"{'Mbit/s':>6} {'shards':>6} {'push':>5} {'workers':>7} {'step ms':>7} {'measured':>9} {'plan':>7} {'error':>7} "
-      f"{'B/step sent':>11} {'model':>9} {'link eff.':>9} {'plan util.':>10}")
+      f"{'B/step sent':>11} {'model':>9} {'link eff.':>9} {'plan util.':>10} {'cores':>5}")
 for rate in rates:
     step = ratio * fp32_bytes * 8 / (rate * 1e6)
     with open(f"{d}/devices", "w") as f:
@@ -126,22 +159,23 @@ for rate in rates:
                 continue
             curve = []
             for n in range(1, workers + 1):
-                p = plan(n, s, precision, step, 5000, rate)
+                p = plan(n, s, precision, step, 5000, rate, overhead[(s, precision)] * 1000)
                 predicted = 5000 / p["seconds_without_revocations"]
                 steps = max(60, int(predicted * seconds))
-                measured, sent = run(n, s, precision, steps)
+                measured, sent, cores = run(n, s, precision, steps)
                 modelled = p["ps_link_update_bytes"]  # what one update puts on shard 0's outbound link
                 bound = rate * 1e6 / 8 / modelled
                 row = dict(rate=rate, shards=s, push=precision, workers=n, step_ms=step * 1000, measured=measured,
                            plan=predicted, error=measured / predicted - 1, sent_per_step=sent, modelled_per_step=modelled,
-                           efficiency=measured / bound, utilisation=p["ps_link_utilisation"],
+                           efficiency=measured / bound, utilisation=p["ps_link_utilisation"], cores=cores,
                            saturated=p["ps_link_utilisation"] >= 0.85)
                 rows.append(row)
                 curve.append((n, measured, predicted))
                 print(f"{rate:6g} {s:6d} {precision:>5} {n:7d} {step * 1000:7.1f} {measured:9.2f} {predicted:7.2f} "
                       f"{row['error'] * 100:+6.1f}% {sent:11,.0f} {modelled:9,.0f} {row['efficiency']:9.2f} "
-                      f"{row['utilisation']:10.2f}"
-                      f"{'  saturated' if row['saturated'] else ''}", flush=True)
+                      f"{row['utilisation']:10.2f} {cores:5.2f}"
+                      f"{'  saturated' if row['saturated'] else ''}"
+                      f"{'  cores busy: not the link alone' if cores > 0.9 * os.cpu_count() else ''}", flush=True)
             knee = lambda k: min(n for n, *v in curve if v[k] >= 0.95 * max(c[k + 1] for c in curve))
             knees.append(dict(rate=rate, shards=s, push=precision, measured=knee(0), plan=knee(1)))
 print("knee (fewest workers within 5% of the most steps/s): measured vs plan")

@@ -28,9 +28,11 @@
 # launch agent: `agent HOST COMMAND...` runs COMMAND through `sh -c` in HOST's namespace with HOST as
 # its hostname, as ssh would; Open MPI 4.1 takes it as `--mca plm_rsh_agent`, Open MPI 5's PRRTE as
 # `--prtemca plm_ssh_agent`: launch/mpirun.sh --launch-agent does either), `nodes` (name address).
-# exec runs a command in a node with the node's hostname (unshare --uts); its exit code is the
-# command's. down removes exactly what up made: the namespaces (after SIGKILL to the processes still
-# in them), /etc/netns/NAME-*, /run/mt-netns/NAME.
+# exec runs a command in a node: its network namespace (nsenter --net), its hostname (unshare
+# --uts) and its /etc/hosts (bound in a mount namespace of its own); the rest of the file system,
+# /sys included, is the host's (`ip netns exec` remounts /sys, which hides /sys/fs/cgroup: slurmd
+# cannot start there); its exit code is the command's. down removes exactly what up made: the
+# namespaces (after SIGKILL to the processes still in them), /etc/netns/NAME-*, /run/mt-netns/NAME.
 # Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN): without it, one line and exit 4 (tests skip on 4).
 # Exit: 0 done, 2 usage, 3 no such cluster or node, 4 not permitted here (no root or no netns), 1 a
 # command of ip or tc failed (its message above).
@@ -153,7 +155,9 @@ done
 host=\${1:?agent: no host}
 shift
 grep -q "^\$host " "$state/nodes" || { echo "agent: no node '\$host' in cluster '$name'" >&2; exit 255; }
-exec ip netns exec "$name-\$host" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$host" "\$*"
+ns=$name-\$host
+exec nsenter --net="/run/netns/\$ns" unshare --mount --uts sh -c \
+  'mount --bind "/etc/netns/\$1/hosts" /etc/hosts && hostname "\$0" && exec sh -c "\$2"' "\$host" "\$ns" "\$*"
 EOF
   chmod 0755 "$state/agent"
 }
@@ -192,7 +196,8 @@ node_exec() {
   local i=1
   [[ ${args[1]:-} == -- ]] && i=2
   ((${#args[@]} > i)) || die "exec $node: no command"
-  exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && shift && exec "$@"' "$node" _ "${args[@]:i}"
+  exec nsenter --net="/run/netns/$ns" unshare --mount --uts sh -c \
+    'mount --bind "/etc/netns/$1/hosts" /etc/hosts && hostname "$0" && shift && exec "$@"' "$node" "$ns" "${args[@]:i}"
 }
 
 link() {

@@ -14,7 +14,13 @@ while (($#)); do
 done
 [[ -d $dir ]] || { echo "stop.sh: no cluster in $dir"; exit 0; }
 export SLURM_CONF=$dir/slurm.conf
-if [[ -f $SLURM_CONF ]]; then scancel --full --quiet --user="$(id -un)" 2>/dev/null || true; fi
+netns=$(cat "$dir/netns" 2>/dev/null || true)
+if [[ -f $SLURM_CONF && -n $netns ]]; then  # on a namespace cluster, only its login node reaches slurmctld
+  "$(dirname "$0")/../../launch/netns-cluster/cluster.sh" exec login --name "$netns" -- \
+    scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
+elif [[ -f $SLURM_CONF ]]; then
+  scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
+fi
 pids=()
 for f in "$dir"/slurmd-*.pid "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
   [[ -f $f ]] && pids+=("$(cat "$f")")
