@@ -44,6 +44,7 @@ struct Member {
   std::optional<Clock::time_point> joined_at;   // its join was answered
   Clock::time_point last_reply{};
   bool owes_reply = false;    // its last message was taken and not answered yet
+  bool clean_stop = false;    // told to stop with kCleanEnd: it is owed the kEnd that confirms or withdraws it
   bool late = false;          // connected to a running job through the join listener
   double active_seconds = 0;  // billed seconds, fixed once it is no longer live
   LoaderCursor cursor;        // after its last applied push

@@ -153,6 +153,7 @@ PsResult Shard::run() {
       return gone;
     }
     settle_members();
+    confirm_end();
     return finish();
   } catch (const ShardTakeover&) {
     dump_state("at-takeover");

@@ -144,6 +144,7 @@ class Shard {
   PsResult finish();
   bool handed_over_ = false;
   void settle_members();  // the last sends completed (or abandoned), heartbeat receives cancelled
+  void confirm_end();     // to each member told a clean stop: kEnd, whether a rank was lost after all
   [[noreturn]] void end_after_failure(const std::exception_ptr& error);
 
   const PsOptions& opts_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <vector>
 
 #include "core/error.hpp"
 #include "ps/wire/mpi_env.hpp"
@@ -19,6 +20,33 @@ void Shard::settle_members() {
       if (!wait_for(&m.hbreq, opts_.failure_timeout)) abandon(std::move(m.hb));
     }
   }
+}
+
+// A stop says kCleanEnd when no rank is known lost as it is sent; a worker that died just before
+// the end may be found silent only after the others were told so (Open MPI 4.1 finds a death by
+// --failure-timeout). Every member is settled now: each one told a clean stop learns whether that
+// still holds, and leaves without MPI_Finalize (whose fence would wait for the dead rank) when not.
+void Shard::confirm_end() {
+  const std::int32_t end = members_.lost() == 0 ? kCleanEnd : 0;
+  std::vector<Member*> told;
+  for (auto& m : members_.members())
+    if (m.clean_stop && m.state == MemberState::kFinished) told.push_back(&m);
+  std::vector<Buffer> msgs(told.size());
+  std::vector<MPI_Request> reqs(told.size(), MPI_REQUEST_NULL);
+  for (std::size_t i = 0; i < told.size(); ++i) {
+    MsgHeader& h = msgs[i].header();
+    h = MsgHeader{};
+    h.kind = MsgKind::kEnd;
+    h.step = step_;
+    h.end = end;
+    try {
+      isend(msgs[i], 0, told[i]->peer, kTagEnd, &reqs[i], told[i]->comm);
+    } catch (const LibraryError&) {  // its connection broke, or (ULFM) it died since: it misses nothing
+      reqs[i] = MPI_REQUEST_NULL;
+    }
+  }
+  for (std::size_t i = 0; i < told.size(); ++i)
+    if (reqs[i] != MPI_REQUEST_NULL && !wait_for(&reqs[i], opts_.failure_timeout)) abandon(std::move(msgs[i]));
 }
 
 // An error the parameter server cannot recover from. Every worker still here is answered (its

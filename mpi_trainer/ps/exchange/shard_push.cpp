@@ -96,6 +96,7 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
     h.precision = static_cast<std::int32_t>(opts_.push_precision);
   }
   if (kind == MsgKind::kStop) stamp_failure(h);
+  if (kind == MsgKind::kStop) m.clean_stop = h.end == kCleanEnd;
   try {
     isend(m.send, h.payload, m.peer, kTagToWorker, &m.sreq, m.comm);
   } catch (const ProcessFailed&) {

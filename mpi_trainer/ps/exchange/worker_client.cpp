@@ -312,6 +312,52 @@ void WorkerClient::renew() {
   packed_ = false;
 }
 
+WorkerClient::EndCheck WorkerClient::confirm_end(double deadline) {
+  std::vector<Buffer> ends;
+  std::vector<MPI_Request> reqs;
+  {
+    std::lock_guard<std::mutex> lock(mpi_);
+    for (int s = 0; s < shards_; ++s) {
+      const MsgHeader& h = recv_[static_cast<std::size_t>(s)].header();
+      if (h.kind != MsgKind::kStop || h.end != kCleanEnd) continue;
+      ends.emplace_back(0);
+      reqs.push_back(MPI_REQUEST_NULL);
+      try {
+        irecv(ends.back(), s, kTagEnd, &reqs.back(), comm_);
+      } catch (const LibraryError&) {  // the shard died since its stop (ULFM) or its link broke
+        return EndCheck::kLost;
+      }
+    }
+  }
+  Backoff backoff{100, 20000};
+  const auto t0 = Clock::now();
+  for (;;) {
+    int done = 0, rc = MPI_SUCCESS;
+    {
+      std::lock_guard<std::mutex> lock(mpi_);
+      rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
+    }
+    if (rc != MPI_SUCCESS) return EndCheck::kLost;  // ULFM: a shard died after it said stop
+    if (done) break;
+    if (since(t0) > deadline) {
+      std::lock_guard<std::mutex> lock(mpi_);
+      for (std::size_t i = 0; i < reqs.size(); ++i)
+        if (reqs[i] != MPI_REQUEST_NULL) {
+          MPI_Cancel(&reqs[i]);
+          abandon(std::move(ends[i]));
+        }
+      return EndCheck::kUnknown;
+    }
+    backoff.idle();
+  }
+  for (Buffer& b : ends)
+    if (const auto bad = check_header(b.header(), 0); !bad.empty() || b.header().kind != MsgKind::kEnd)
+      throw Error(kExitInternal, "worker: malformed end message from a shard: " + (bad.empty() ? "not kEnd" : bad));
+  for (Buffer& b : ends)
+    if (b.header().end != kCleanEnd) return EndCheck::kLost;
+  return EndCheck::kClean;
+}
+
 void WorkerClient::abandon_in_flight() {
   for (int s = 0; s < shards_; ++s) {
     const auto k = static_cast<std::size_t>(s);

@@ -94,6 +94,13 @@ class WorkerClient {
   // server has dropped it, not the other way round.
   double longest_gap() const { return longest_gap_; }
 
+  // After a clean stop (clean_end()): waits up to `deadline` seconds for every shard that said so to
+  // confirm it once it has no live worker left (kEnd). kLost: a rank was found lost after the stop
+  // (or a shard died since): MPI_Finalize's fence could wait for the dead, leave without it.
+  // kUnknown: no answer in time (the stop's word stands).
+  enum class EndCheck { kClean, kLost, kUnknown };
+  EndCheck confirm_end(double deadline);
+
   // The communicator was revoked (a takeover): MPI may still hold the buffers of the exchange the
   // loss interrupted: they are kept to the end, fresh ones taken (no shared memory: the new
   // parameter server's messages go through MPI); requests on the revoked communicator are never

@@ -74,6 +74,7 @@ class Worker {
         res_.clean_end = client_->clean_end();
         res_.exit_code = client_->failed_code();
         res_.peer_lost = !res_.clean_end && res_.exit_code == 0;
+        if (res_.clean_end) confirm_end();
         if (client_->rejected())
           std::cerr << "mpi_trainer: " + worker_label(rank_) +
                            ": the parameter server rejected its last pushes (values not finite, or too large for "
@@ -88,6 +89,20 @@ class Worker {
 
  private:
   enum class Exchange { kGoOn, kStopped, kBecamePs, kLost };
+
+  // The stops said no rank was lost; a worker that died just before the end may be found only
+  // after them (--failure-timeout): the shards confirm or withdraw it once they are settled. The
+  // wait covers the slowest worker's last step and a silent one's detection.
+  void confirm_end() {
+    const double deadline = std::max(60.0, 10 * opts_.failure_timeout);
+    if (client_->confirm_end(deadline) != WorkerClient::EndCheck::kLost) return;
+    res_.clean_end = false;
+    res_.peer_lost = true;
+    std::cerr << "mpi_trainer: " + worker_label(rank_) +
+                     ": a rank was lost just before the end: leaving without MPI_Finalize (it could wait "
+                     "for the dead rank)\n"
+              << std::flush;
+  }
 
   // --corrupt-push: this push's fault, done to the gradient (nan, huge, zero); discard marks the push.
   PushFault corrupt(std::int64_t push) {

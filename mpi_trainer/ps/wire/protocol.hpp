@@ -21,6 +21,10 @@
 //   shard -> worker  kStop   (no payload) training is over; end = kCleanEnd when no rank is
 //                            known lost, kFailedEnd when the parameter server failed (an error
 //                            it cannot recover from): exit_code is the job's exit code
+//   shard -> worker  kEnd    on kTagEnd (no payload), to every worker told a kCleanEnd stop, once
+//                            the shard has no live member left: end = kCleanEnd when no rank was
+//                            lost after all, else 0 (a worker died just before the end and was
+//                            found silent after the stop): then it leaves without MPI_Finalize
 //   worker -> shard  kStop   (no payload) leaving: another shard said stop
 //   worker -> shard  kLeave  (no payload) leaving on a preemption notice; signal = its signal
 //   worker -> shard  kHeartbeat on kTagHeartbeat (no payload): alive (a thread, every
@@ -49,7 +53,7 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 8;
+inline constexpr std::uint16_t kProtocolVersion = 9;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
@@ -57,6 +61,7 @@ inline constexpr int kTagControl = 14;    // shard 0 -> shard k: requests, stop,
 inline constexpr int kTagSnapshot = 15;   // shard k -> shard 0: requested state
 inline constexpr int kTagHeartbeat = 16;  // worker -> shard: alive
 inline constexpr int kTagReplica = 17;    // shard -> standby worker: the shard's state
+inline constexpr int kTagEnd = 18;        // shard -> worker told a clean stop: whether it still holds
 
 inline constexpr std::int32_t kShmOffer = 0x4f4d4853;     // "SHMO"
 inline constexpr std::int32_t kShmAccepted = 0x414d4853;  // "SHMA"
@@ -86,7 +91,8 @@ enum class MsgKind : std::uint16_t {
   kHeartbeat = 7,
   kLeave = 8,
   kDrain = 9,
-  kReplica = 10
+  kReplica = 10,
+  kEnd = 11
 };
 
 struct MsgHeader {
