@@ -52,7 +52,8 @@ if ((!help_only)); then
   bench/fuzz.sh --seconds "$fuzz_seconds" >"$log/fuzz.sh.log" 2>&1 || rc=$?
   result bench/fuzz.sh "$rc" "every target built and fuzzed ${fuzz_seconds} s"
   rc=0
-  bench/perf/ab_trajectory.sh "$bin" "$bin" --steps 4 --model resnet8 >"$log/ab_trajectory.sh.log" 2>&1 || rc=$?
+  "$bin" gen-data "$log/data" --train 256 --test 256 --seed 3 >/dev/null
+  bench/perf/ab_trajectory.sh "$bin" "$bin" --steps 4 --model resnet8 --data "$log/data" >"$log/ab_trajectory.sh.log" 2>&1 || rc=$?
   ((rc != 0)) || grep -q '^all identical$' "$log/ab_trajectory.sh.log" || rc=99
   result bench/perf/ab_trajectory.sh "$rc" "the build against itself, resnet8, 4 steps"
   rc=0

@@ -35,8 +35,8 @@ ulfm=0
 grep -q '^failure detection: ULFM' <<<"$("$trainer" --version)" && ulfm=1  # not a pipe: pipefail
 "$trainer" gen-data "$dir/data" --train 1024 --test 256 --seed 3 >/dev/null || fail "gen-data"
 
-# port_bytes NODE: bytes the switch sent to NODE plus those it received from it.
-port_bytes() { ip -n "$name-sw" -s -j link show "p-$1" | /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]; print(s["rx"]["bytes"] + s["tx"]["bytes"])'; }
+# port_bytes NODE: bytes its link carried so far, both ways.
+port_bytes() { "$cluster" bytes "$1" --name "$name"; }
 
 run_case() {  # run_case NAME REVOKE: sets rc; the run's output in $dir/out, metrics in $dir/NAME.jsonl
   rm -rf "$dir/ck"

@@ -9,11 +9,8 @@
 set -uo pipefail
 source "$(dirname "$0")/slurm_lib.sh" "$1" netns
 steps=600 every=100
-# port_bytes NODE: bytes the switch sent to NODE plus those it received from it.
-port_bytes() {
-  ip -n "$netns_name-sw" -s -j link show "p-$1" |
-    /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]; print(s["rx"]["bytes"] + s["tx"]["bytes"])'
-}
+# port_bytes NODE: bytes its link carried so far, both ways.
+port_bytes() { "$repo/launch/netns-cluster/cluster.sh" bytes "$1" --name "$netns_name"; }
 before=$(port_bytes n3)
 job=$(MT_TRAIN_STEPS=$steps MT_CKPT_EVERY_STEPS=$every MT_CKPT_DIR="$dir/ck" \
       sbatch --parsable --nodes=3 --ntasks-per-node=1 --chdir "$dir" --output "$dir/job.out" \

@@ -4,8 +4,10 @@
 # process, as 1 parameter server + 1 worker and as 2 shards + 1 worker (the deterministic
 # distributed cases: checkpoints gathered across shards), and compares
 # every step's loss, the final test accuracy and loss, and every array and cursor of the final
-# checkpoint. Exit 0 when everything is identical.
-#   bench/perf/ab_trajectory.sh OLD_MPI_TRAINER NEW_MPI_TRAINER [--steps 30] [--model resnet32]
+# checkpoint. Exit 0 when everything is identical. --data DIR trains and evaluates on a data set of
+# your own (a small `mpi_trainer gen-data` one makes each run take a second: bench/check_tools.sh)
+# instead of the built-in default data, whose 10,000 test images take most of a short run's time.
+#   bench/perf/ab_trajectory.sh OLD_MPI_TRAINER NEW_MPI_TRAINER [--steps 30] [--model resnet32] [--data DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/lib.sh
@@ -13,13 +15,15 @@ bench_arg old
 bench_arg new
 bench_opt --steps steps 30
 bench_opt --model model resnet32
-bench_parse "OLD_BIN NEW_BIN [--steps N] [--model M]" "$@"
+bench_opt --data data ""
+bench_parse "OLD_BIN NEW_BIN [--steps N] [--model M] [--data DIR]" "$@"
 old=$(realpath "$old") new=$(realpath "$new")
 dir=$(mktemp -d /tmp/ab_trajectory.XXXXXX)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_oob_tcp_if_include=lo \
   OMPI_MCA_btl_tcp_if_include=lo OMP_WAIT_POLICY=passive
 flags=(train --model "$model" --train-steps "$steps" --seed 7 --threads 1 --log-every-steps 1
        --lr-schedule "cosine:$steps" --lr 0.1 --ckpt-every-steps $((steps / 2)) --resume never)
+[[ -z $data ]] || flags+=(--data "$(realpath "$data")")
 for mode in single ps1w1 ps2w1; do
   for which in old new; do
     bin=$old; [[ $which == new ]] && bin=$new

@@ -7,7 +7,8 @@
 # global steps/s (steady state: from the third progress line to the last) beside `plan`'s
 # prediction for the same shape (its --ps-link, --num-ps, --push-precision, the device table; over
 # 5,000 steps), the error, the bytes each global step sent out of shard 0's node (its interface's
-# counter) against the model's, and the link efficiency: measured steps/s over the link's bound,
+# counter; over the whole run, and `steady`: between the third progress line and the last, without
+# the run's fixed costs) against the model's, and the link efficiency: measured steps/s over the link's bound,
 # the rate over the bytes one update puts on the shard's busier (outbound) direction as the model
 # counts them (the reply, and a standby replica's share: plan's ps_link_update_bytes), beside plan's
 # utilisation of that link ("saturated" from 0.85: the link is shared fairly, so it nears full
@@ -57,7 +58,7 @@ trap '"$cluster" down --name "$name" >/dev/null 2>&1; rm -rf "$dir"' EXIT
 "$trainer" gen-data "$dir/data" --train 2048 --test 128 --seed 3 >/dev/null
 /usr/bin/python3 - "$trainer" "$dir" "$name" "$rates" "$shards" "$workers" "$precisions" "$bf16_shards" "$ratio" \
   "$seconds" "$model" "$batch" "$flags" "${out:-}" <<'PY'
-import json, os, shlex, subprocess, sys
+import json, os, shlex, subprocess, sys, threading, time
 (trainer, d, name, rates, shards, workers, precisions, bf16_shards, ratio, seconds, model, batch, flags,
  out) = sys.argv[1:]
 flags = shlex.split(flags)
@@ -96,6 +97,27 @@ def run(n, s, precision, steps):
     with open(hostfile, "w") as f:
         f.writelines(f"n{i} slots=1\n" for i in range(1, s + n + 1))
     before, (b0, a0) = tx_bytes("n1"), cpu()
+    # The bytes out of shard 0's node at each progress line, read as the line appears (the file
+    # polled every 20 ms): the steady state's bytes per step, apart from the run's fixed costs (the
+    # wire-up, the joins' first parameters, the last replica and stops).
+    marks, done = [], threading.Event()
+    def watch():
+        seen, size = 0, -1
+        while not done.is_set():
+            try:
+                now = os.path.getsize(f"{d}/m.jsonl")
+            except OSError:
+                now = -1
+            if now != size:
+                size = now
+                with open(f"{d}/m.jsonl") as f:
+                    n_prog = sum('"event":"progress"' in l for l in f)
+                if n_prog > seen:
+                    marks.append((n_prog, tx_bytes("n1")))
+                    seen = n_prog
+            time.sleep(0.02)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     cmd = [cluster, "exec", "login", "--name", name, "--", "launch/mpirun.sh", "--hostfile", hostfile,
            "--np", str(s + n), "--launch-agent", f"{state}/agent", "--iface", "eth0", "--allow-root", "--grace", "3",
            "--attempts", "1", "--trainer", trainer, "--", "--data", f"{d}/data", "--model", model,
@@ -109,6 +131,8 @@ def run(n, s, precision, steps):
            "--failure-timeout", "20", "--push-precision", precision, "--metrics", f"{d}/m.jsonl"] + flags
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
     sent = tx_bytes("n1") - before
+    done.set()
+    watcher.join()
     b1, a1 = cpu()
     cores = os.cpu_count() * (b1 - b0) / max(1, a1 - a0)
     ev = [json.loads(l) for l in open(f"{d}/m.jsonl")] if os.path.exists(f"{d}/m.jsonl") else []
@@ -118,7 +142,11 @@ def run(n, s, precision, steps):
         print(r.stdout[-3000:], r.stderr[-2000:], file=sys.stderr)
         raise SystemExit(f"link_plan.sh: the run of {n} worker(s), {s} shard(s), {precision} failed (exit {r.returncode})")
     a, b = prog[2], prog[-1]
-    return (b["global_step"] - a["global_step"]) / (b["elapsed_seconds"] - a["elapsed_seconds"]), sent / steps, cores
+    at = dict(marks)  # progress lines seen -> bytes then
+    steady = ((at[len(prog)] - at[3]) / (b["global_step"] - a["global_step"])
+              if 3 in at and len(prog) in at else float("nan"))
+    return ((b["global_step"] - a["global_step"]) / (b["elapsed_seconds"] - a["elapsed_seconds"]), sent / steps,
+            steady, cores)
 
 # What a message costs besides its bytes, measured apart from the runs compared below (calibrating
 # nothing from them): 1 PS and 1 worker on unshaped links, each shape's shard count and push
@@ -136,7 +164,7 @@ for s in shards:
     for precision in precisions.split():
         if precision == "bf16" and s not in bf16_shards:
             continue
-        steps_per_s, _, _ = run(1, s, precision, 300)
+        steps_per_s, *_ = run(1, s, precision, 300)
         overhead[(s, precision)] = max(0.0, (1 / steps_per_s - calib_step) / 2)
 
 rows, knees = [], []
@@ -145,7 +173,7 @@ print(f"{model} ({params:,} parameters), batch {batch}, one rank per node; shard
 print("per-message overhead (1 worker, unshaped links): " +
       ", ".join(f"{s} shard(s) {p}: {v * 1000:.2f} ms" for (s, p), v in overhead.items()))
 print(f"{'Mbit/s':>6} {'shards':>6} {'push':>5} {'workers':>7} {'step ms':>7} {'measured':>9} {'plan':>7} {'error':>7} "
-      f"{'B/step sent':>11} {'model':>9} {'link eff.':>9} {'plan util.':>10} {'cores':>5}")
+      f"{'B/step sent':>11} {'steady':>9} {'model':>9} {'link eff.':>9} {'plan util.':>10} {'cores':>5}")
 for rate in rates:
     step = ratio * fp32_bytes * 8 / (rate * 1e6)
     with open(f"{d}/devices", "w") as f:
@@ -162,17 +190,18 @@ for rate in rates:
                 p = plan(n, s, precision, step, 5000, rate, overhead[(s, precision)] * 1000)
                 predicted = 5000 / p["seconds_without_revocations"]
                 steps = max(60, int(predicted * seconds))
-                measured, sent, cores = run(n, s, precision, steps)
+                measured, sent, steady, cores = run(n, s, precision, steps)
                 modelled = p["ps_link_update_bytes"]  # what one update puts on shard 0's outbound link
                 bound = rate * 1e6 / 8 / modelled
                 row = dict(rate=rate, shards=s, push=precision, workers=n, step_ms=step * 1000, measured=measured,
-                           plan=predicted, error=measured / predicted - 1, sent_per_step=sent, modelled_per_step=modelled,
+                           plan=predicted, error=measured / predicted - 1, sent_per_step=sent, steady_per_step=steady,
+                           modelled_per_step=modelled,
                            efficiency=measured / bound, utilisation=p["ps_link_utilisation"], cores=cores,
                            saturated=p["ps_link_utilisation"] >= 0.85)
                 rows.append(row)
                 curve.append((n, measured, predicted))
                 print(f"{rate:6g} {s:6d} {precision:>5} {n:7d} {step * 1000:7.1f} {measured:9.2f} {predicted:7.2f} "
-                      f"{row['error'] * 100:+6.1f}% {sent:11,.0f} {modelled:9,.0f} {row['efficiency']:9.2f} "
+                      f"{row['error'] * 100:+6.1f}% {sent:11,.0f} {steady:9,.0f} {modelled:9,.0f} {row['efficiency']:9.2f} "
                       f"{row['utilisation']:10.2f} {cores:5.2f}"
                       f"{'  saturated' if row['saturated'] else ''}"
                       f"{'  cores busy: not the link alone' if cores > 0.9 * os.cpu_count() else ''}", flush=True)

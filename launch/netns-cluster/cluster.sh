@@ -15,6 +15,8 @@
 #   launch/netns-cluster/cluster.sh throttle NODE RATE|off [--name NAME]    (both directions of its link)
 #   launch/netns-cluster/cluster.sh crash NODE [--name NAME]                (SIGKILL to every process of
 #                                                                            the node, its link down)
+#   launch/netns-cluster/cluster.sh bytes NODE [--name NAME]                (bytes its link carried so far,
+#                                                                            both ways, as the switch counts)
 #
 # up: N nodes n1..nN (default 4) and `login`, each the namespace NAME-<node> (NAME default mtc) with
 # its loopback and one interface eth0, address A.B.C.(10+i) (login: A.B.C.2) on a /24 (--subnet,
@@ -39,7 +41,7 @@
 set -uo pipefail
 
 name=mtc nodes=4 rate="" subnet=10.213.0 oneway=0
-usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "cluster.sh: $1" >&2; exit "${2:-2}"; }
 
 (($#)) || { usage; exit 2; }
@@ -252,6 +254,15 @@ crash() {
   echo "$node: crashed (every process killed, link down; 'link $node up' brings the link back)"
 }
 
+bytes() {
+  need_root
+  local node=${args[0]:-}
+  [[ -n $node ]] || die "bytes NODE"
+  ns_of "$node" >/dev/null || exit $?
+  ip -n "$name-sw" -s -j link show "p-$node" |
+    /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]; print(s["rx"]["bytes"] + s["tx"]["bytes"])'
+}
+
 case $cmd in
   up) up ;;
   down) down ;;
@@ -262,5 +273,6 @@ case $cmd in
   uncut) cut_pair del ;;
   throttle) throttle ;;
   crash) crash ;;
-  *) die "unknown command '$cmd' (up, down, status, exec, link, cut, uncut, throttle, crash; --help)" ;;
+  bytes) bytes ;;
+  *) die "unknown command '$cmd' (up, down, status, exec, link, cut, uncut, throttle, crash, bytes; --help)" ;;
 esac

@@ -74,11 +74,8 @@ double join_auth_seconds() {
 }
 
 
-// --ps-standby: -1 is one standby when there are 2 or more workers and checkpoints to write the
-// replica into; never more standbys than workers.
 int standbys(const TrainConfig& cfg, int workers) {
-  const int asked = cfg.ps_standby >= 0 ? cfg.ps_standby : (workers >= 2 && !cfg.ckpt_dir.empty() ? 1 : 0);
-  return std::min(asked, workers);
+  return resolve_standbys(cfg.ps_standby, workers, !cfg.ckpt_dir.empty());
 }
 
 // Whether the survivors take a lost parameter server (or one lost shard) over inside the job:

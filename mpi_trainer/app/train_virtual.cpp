@@ -212,8 +212,9 @@ ClusterSim VirtualRun::make_sim() {
   sim_options.message_bytes = message_bytes_;
   sim_options.ps_link = parse_ps_link(c_.ps_link);
   sim_options.shard_bytes = {message_bytes_};
-  // The standby's replicas cross the parameter server's link too (as train's defaults pick it).
-  const int standbys = c_.ps_standby >= 0 ? std::min(c_.ps_standby, total_) : (n0_ >= 2 ? 1 : 0);
+  // The standby's replicas cross the parameter server's link too, as train picks them for the real
+  // run (which would keep checkpoints).
+  const int standbys = resolve_standbys(c_.ps_standby, n0_, true);
   sim_options.replica_bytes = shard_replica_bytes(
       c_.model, 1,
       replica_state_buffers(parse_momentum_correction(c_.momentum_correction) == MomentumCorrection::kDana,

@@ -52,10 +52,8 @@ struct Cluster {
   std::string device_source;
 };
 
-int standbys(const PlanConfig& c) {
-  if (c.num_ps == 0) return 0;
-  return c.ps_standby >= 0 ? std::min(c.ps_standby, c.workers) : (c.workers >= 2 ? 1 : 0);
-}
+// The standbys train would pick (a planned run keeps checkpoints).
+int standbys(const PlanConfig& c) { return c.num_ps == 0 ? 0 : resolve_standbys(c.ps_standby, c.workers, true); }
 
 Cluster prepare(const PlanConfig& c) {
   if (c.workers < 1) throw UsageError("--workers must be 1 or more");

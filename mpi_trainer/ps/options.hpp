@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -120,5 +121,12 @@ struct PsOptions {
   std::string join_secret;                      // --max-workers: what a joiner must prove (ps/elastic/join_auth.hpp)
   double join_auth_seconds = kJoinAuthSeconds;  // how long shard 0 waits for a joiner's proof
 };
+
+// --ps-standby's number for a job of `workers` workers (train, plan and virtual runs alike): `asked`
+// when >= 0, else (-1, the default) one standby with 2 or more workers and a checkpoint directory to
+// write its replica into; never more than the workers.
+inline int resolve_standbys(int asked, int workers, bool has_ckpt_dir) {
+  return std::min(asked >= 0 ? asked : (workers >= 2 && has_ckpt_dir ? 1 : 0), workers);
+}
 
 }  // namespace mt
