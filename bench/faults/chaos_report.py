@@ -100,10 +100,12 @@ def check_run(a, events, log):
             firsts = [e["unix_time"] for e in events if e["event"] == "first_step" and e["unix_time"] > fault_unix]
             rec["first_step_seconds"] = min(firsts) - fault_unix if firsts else None
     # The newest --ckpt-keep checkpoints published (all with 0) must be there and verify. A
-    # takeover's replica, written as a checkpoint before the new PS goes on, is one of them (newer
-    # than the old PS's last: retention may rightly remove an older one for it).
+    # takeover's replica, written as a checkpoint before the new PS goes on, is one of them, and so
+    # is a standby's replica written for the restart (ps_replica_checkpoint, the default build): each
+    # newer than the old PS's last, so retention may rightly remove an older one for it.
     published = sorted(({e["global_step"] for e in events if e["event"] == "checkpoint"}
-                        | {e["replica_step"] for e in events if e["event"] == "ps_takeover"}) - {a.damaged})
+                        | {e["replica_step"] for e in events if e["event"] == "ps_takeover"}
+                        | {e["global_step"] for e in events if e["event"] == "ps_replica_checkpoint"}) - {a.damaged})
     expected = published[-a.keep:] if a.keep > 0 else published
     present = {int(m) for m in re.findall(r"ckpt-0*(\d+)\.h5", a.present)}
     missing = [st for st in expected if st not in present]
