@@ -7,13 +7,17 @@
 # finished (under ULFM that one learns of the parameter server's end from the MPI library). Open
 # MPI 4.1's mpirun without --enable-recovery ends the whole job when any rank leaves without
 # MPI_Finalize, as a dropped or killed rank must (docs/fault-model.md, "Ending after a loss").
+# Each step is padded to 44 ms (an emulated K80 at scale 0.2): the 120 steps left to worker 1 alone
+# take 5 s on any machine, past the 2.5 s the stopped workers wait (on a fast one, unpaced, the
+# job once finished first).
 # Usage: test_fault_hung_worker.sh MPIEXEC MPI_TRAINER
 set -euo pipefail
 source "$(dirname "$0")/fault_lib.sh" "$1" "$2"
 steps=160 rc=0
 "$mpiexec" --enable-recovery -np 4 --oversubscribe -x OMP_WAIT_POLICY=passive "$trainer" train --model resnet8 \
   --batch-size 32 --lr-schedule constant --lr 0.05 --augment off --log-every-steps 40 --data "$dir/data" \
-  --metrics "$dir/m.jsonl" --train-steps $steps --failure-timeout 1 > "$dir/out.txt" 2>&1 &
+  --metrics "$dir/m.jsonl" --train-steps $steps --failure-timeout 1 --emulate-device k80 --emulate-scale 0.2 \
+  > "$dir/out.txt" 2>&1 &
 job=$!
 wait_for_step 40
 early=$(rank_pid 2) late=$(rank_pid 3)
