@@ -1,13 +1,14 @@
 // App-level pieces without a process boundary: the price table, where workers' data cursors
 // start after a resume, snapshots that reuse the checkpoint writer's memory, and the fault
 // injection's parsers (--revoke, revocation models), whole output lines, the progress line and
-// the warning of a run that learned nothing.
+// the warning of a run that learned nothing, and the TensorBoard event files' encoding.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,6 +21,7 @@
 #include "plan/cost.hpp"
 #include "app/learning_check.hpp"
 #include "app/metrics.hpp"
+#include "app/tensorboard.hpp"
 #include "ckpt/async_writer.hpp"
 #include "data/dataset.hpp"
 #include "core/error.hpp"
@@ -464,4 +466,50 @@ TEST_CASE("a progress line carries one time estimate: the caller's live predicti
   const std::string line = format_progress(ProgressLine{200, 2000, 0.6123, 0.781, 0.1, 420.3, 1, 0.0});
   CHECK(line == "step 200/2000  loss 0.6123  train_acc 0.781  lr 0.1000  img/s 420.3  workers 1  staleness 0.0");
   CHECK(format_eta(310) == "0:05:10");
+}
+
+TEST_CASE("TensorBoard event files: CRC-32C, TFRecord framing, scalars from the metrics events", "[unit][tensorboard]") {
+  CHECK(crc32c("123456789") == 0xE3069283u);  // the standard check value of CRC-32C
+  CHECK(crc32c("") == 0u);
+  const test::TempDir dir("tb");
+  std::string path;
+  {
+    MetricsWriter w("", (dir.path() / "tb").string());
+    CHECK(w.enabled());
+    w.write(nlohmann::ordered_json{{"event", "progress"}, {"global_step", 300}, {"loss", 1.5}, {"lr", 0.1},
+                                   {"active_workers", 2}, {"predicted_cost_usd", nullptr},
+                                   {"workers", {{{"rank", 1}, {"images_per_second", 80.0}, {"mean_staleness", 1.0}}}}});
+    w.write(nlohmann::ordered_json{{"event", "checkpoint"}, {"global_step", 300}});  // no scalars: no record
+    path = std::filesystem::directory_iterator(dir.path() / "tb")->path().string();
+  }
+  CHECK(path.find("events.out.tfevents.") != std::string::npos);
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> records;
+  for (std::size_t at = 0; at < bytes.size();) {
+    REQUIRE(at + 12 <= bytes.size());
+    std::uint64_t n = 0;
+    std::uint32_t crc = 0;
+    std::memcpy(&n, bytes.data() + at, 8);
+    std::memcpy(&crc, bytes.data() + at + 8, 4);
+    CHECK(crc == masked_crc32c(bytes.substr(at, 8)));
+    REQUIRE(at + 16 + n <= bytes.size());
+    records.push_back(bytes.substr(at + 12, n));
+    std::memcpy(&crc, bytes.data() + at + 12 + n, 4);
+    CHECK(crc == masked_crc32c(records.back()));
+    at += 16 + n;
+  }
+  REQUIRE(records.size() == 2);  // the file version, then one event of the progress line's scalars
+  CHECK(records[0].find("brain.Event:2") != std::string::npos);
+  const std::string& e = records[1];
+  CHECK(e[9] == 0x10);  // after the wall time: the step, a varint (300 = 0xAC 0x02)
+  CHECK(static_cast<unsigned char>(e[10]) == 0xAC);
+  CHECK(e[11] == 0x02);
+  for (const char* tag : {"train/loss", "train/lr", "workers/active", "worker/1/images_per_second", "worker/1/staleness"})
+    CHECK(e.find(tag) != std::string::npos);
+  CHECK(e.find("cost/predicted_usd") == std::string::npos);  // null: not known yet, no point
+  const auto scalars = tensorboard_scalars(nlohmann::ordered_json{{"event", "eval"}, {"test_accuracy", 0.75}});
+  REQUIRE(scalars.size() == 1);
+  CHECK(scalars[0].first == "test/accuracy");
+  CHECK(scalars[0].second == Approx(0.75));
 }

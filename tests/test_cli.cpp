@@ -61,7 +61,18 @@ TEST_CASE("bad flags exit 2 with a helpful message", "[unit][cli]") {
                         Case{"train --virtual-workers 2 --virtual-joins tpu@step=5", "unknown instance type 'tpu'"},
                         Case{"train --virtual-workers 2 --revoke rank=5@step=3", "not a worker of this virtual run"},
                         Case{"train --virtual-workers 0", "--virtual-workers"},
-                        Case{"frobnicate", "subcommand"}}) {
+                        Case{"frobnicate", "subcommand"},
+                        // Issue 62: bounds, and what a mistyped flag or command most likely meant.
+                        Case{"train --train-steps 99999999999999999999",
+                             "--train-steps: must be at most 1000000000000 (10^12) steps, not 99999999999999999999"},
+                        Case{"train --train-steps 2.5", "must be a whole number of steps, not 2.5"},
+                        Case{"train --log-every-steps 0", "--log-every-steps: must be greater than 0, not 0"},
+                        Case{"train --train-step 20", "unknown flag --train-step of 'train': did you mean --train-steps?"},
+                        Case{"train --lr-shedule constant", "did you mean --lr-schedule?"},
+                        Case{"trian", "unknown command 'trian' (did you mean 'train'?); the commands: train, join,"},
+                        Case{"", "a command is needed: one of train, join, model-info"},
+                        Case{"ckpt verfy x", "unknown 'ckpt' command 'verfy' (did you mean 'verify'?)"},
+                        Case{"plan --steps 1e13", "--steps: must be at most 1000000000000"}}) {
     const auto r = run(c.args);
     INFO("args: " << c.args << "\noutput: " << r.output);
     CHECK(r.code == 2);
@@ -102,6 +113,10 @@ TEST_CASE("data and device errors exit 3 and name the problem", "[unit][cli]") {
   std::ofstream(dir.path() / "data_batch_1.bin") << "short";
   r = run("train --train-steps 1 --data " + dir.path().string());
   CHECK(r.code == 3);
+
+  r = run("train --data /etc/hostname --train-steps 1");  // a file where a directory belongs
+  CHECK(r.code == 3);
+  CHECK(contains(r.output, "data directory /etc/hostname is a file, not a directory"));
 
   r = run("train --device cuda --train-steps 1", "CUDA_VISIBLE_DEVICES=");
   CHECK(r.code == 3);
@@ -162,6 +177,45 @@ TEST_CASE("a resume checks that it is the same job; --resume-override accepts a 
   r = run(train + "--batch-size 8 --data " + a + " --train-steps 16", "MT_RESUME_OVERRIDE=model");
   CHECK(r.code == 2);
   CHECK(contains(r.output, "a checkpoint of another model cannot be resumed"));
+  // Issue 62: fewer steps than the checkpoint's was a run that ended at once, "0.0 img/s".
+  r = run(train + "--batch-size 8 --data " + b + " --train-steps 6 --resume-override data");
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "--train-steps 6 ends before the checkpoint to resume"));
+  CHECK(contains(r.output, "at global step 12: give --train-steps above 12 to train on from it"));
+  CHECK_FALSE(contains(r.output, "img/s"));
+}
+
+TEST_CASE("a refused resume says why under --quiet too; settings that cannot matter are named", "[unit][cli]") {
+  // Issue 62: --quiet hid the reasons a refused resume pointed to ("reasons above").
+  mt::test::TempDir dir("cli_refused");
+  const auto data = (dir.path() / "data").string(), ck = (dir.path() / "ck").string();
+  REQUIRE(run("gen-data " + data + " --train 256 --test 64").code == 0);
+  const std::string train = "train --quiet --model resnet8 --batch-size 8 --data " + data + " ";
+  REQUIRE(run(train + "--train-steps 4 --ckpt-dir " + ck).code == 0);
+  for (const auto& f : std::filesystem::directory_iterator(ck))
+    if (f.path().extension() == ".h5") std::filesystem::resize_file(f.path(), 100);  // every one damaged
+  auto r = run(train + "--train-steps 8 --ckpt-dir " + ck);
+  CHECK(r.code == 4);
+  CHECK(contains(r.output, "checkpoints can be resumed; use another --ckpt-dir"));
+  CHECK(contains(r.output, "ckpt-"));  // the reason, with the file it is about
+  // One warning line each, the run goes on.
+  r = run(train + "--train-steps 6 --lr-schedule step:3,10");
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "warning: --lr-schedule's step boundary 10 is at or after the run's end (--train-steps 6)"));
+  CHECK_FALSE(contains(r.output, "step boundary 3 "));
+  r = run(train + "--train-steps 6 --lr-warmup-steps 6");
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "warning: the warm-up of 6 steps (--lr-warmup-steps) lasts the whole run"));
+  // Combinations that mislead: a CPU run billed as a GPU server, AWS prices with GCE's odds.
+  r = run(train + "--train-steps 2 --device cpu --prices aws --pricing transient --instance-type v100");
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "warning: this run trains on the CPU but bills its time as v100"));
+  CHECK(contains(r.output, "warning: --prices aws with Compute Engine's revocation odds (gce, transient pricing's default)"));
+  r = run(train + "--train-steps 2 --device cpu --emulate-device k80 --emulate-scale 0.01 --prices aws "
+                  "--instance-type v100");
+  CHECK(r.code == 0);
+  CHECK_FALSE(contains(r.output, "bills its time"));
+  CHECK_FALSE(contains(r.output, "revocation odds"));
 }
 
 TEST_CASE("a diverging single-process run stops with exit 3 before checkpointing its state", "[unit][cli]") {

@@ -279,6 +279,12 @@ std::optional<LoadedState> find_resume_checkpoint(const TrainConfig& cfg, const 
     check_compatible(found.state, model);
     check_same_job(found.state, file.string(), job, parse_resume_override(cfg.resume_override), log);
     rescale_cursors(found.state, job.batch_size);
+    // A checkpoint past the run's end: nothing would train, and the run would end at once.
+    if (const std::int64_t at = found.state.progress.global_step; at > cfg.train_steps)
+      throw UsageError("--train-steps " + std::to_string(cfg.train_steps) + " ends before the checkpoint to resume, " +
+                       file.string() + ", at global step " + std::to_string(at) +
+                       ": give --train-steps above " + std::to_string(at) +
+                       " to train on from it, or a new --ckpt-dir (or --resume never) to start over");
     return found;
   };
   const bool have_dir = !cfg.ckpt_dir.empty() && fs::is_directory(cfg.ckpt_dir);
@@ -299,10 +305,14 @@ std::optional<LoadedState> find_resume_checkpoint(const TrainConfig& cfg, const 
     metrics.write(nlohmann::ordered_json{{"event", "checkpoint_skipped"}, {"reason", why}});
   }
   // Starting over beside checkpoints we cannot use would mix runs in one directory.
-  if (!found && !skipped.empty())
+  if (!found && !skipped.empty()) {
+    std::string reasons;  // in the message itself: --quiet prints no skipping lines
+    for (std::size_t i = 0; i < skipped.size() && i < 3; ++i) reasons += "; " + skipped[i];
+    if (skipped.size() > 3) reasons += "; and " + std::to_string(skipped.size() - 3) + " more";
     throw CheckpointError(cfg.ckpt_dir + ": none of its " + std::to_string(skipped.size()) +
-                          " checkpoints can be resumed (reasons above); use another "
-                          "--ckpt-dir, or move them away to start fresh");
+                          " checkpoints can be resumed; use another --ckpt-dir, or move them away to start "
+                          "fresh (" + reasons.substr(2) + ")");
+  }
   if (!found) return std::nullopt;
   return of_this_job(std::move(found->checkpoint), found->file);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "plan/calibrate.hpp"
+#include "app/cli_hints.hpp"
 #include "app/cli_tool_options.hpp"
 #include "app/cli_train_options.hpp"
 #include "app/config.hpp"
@@ -127,10 +128,12 @@ int end_mpi(MpiSession& mpi, const TrainResult& r) {
 // rank 0 alone says what is wrong, and writes the status file a launcher reads (mpirun
 // --enable-recovery exits 0 whatever the ranks did, so without it the restart loop would rerun a
 // bad command line).
-int usage_error(const CLI::ParseError& e, int argc, char** argv, std::ostream& err) {
+// `hints`: what the line most likely meant (app/cli_hints.hpp), said after CLI11's message.
+int usage_error(const CLI::ParseError& e, int argc, char** argv, const std::string& hints, std::ostream& err) {
   const int rank = launcher_rank();
   const std::string what = name_the_variable(e.what());
-  if (rank <= 0) err << "mpi_trainer: " << what << "\nRun 'mpi_trainer --help' or 'mpi_trainer <command> --help'.\n";
+  if (rank <= 0)
+    err << "mpi_trainer: " << what << '\n' << hints << "Run 'mpi_trainer --help' or 'mpi_trainer <command> --help'.\n";
   if (rank == 0) write_usage_error_status(argc, argv, what);
   return kExitUsage;
 }
@@ -298,7 +301,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
     out << version_text() << '\n';
     return 0;
   } catch (const CLI::ParseError& e) {
-    return usage_error(e, argc, argv, err);
+    return usage_error(e, argc, argv, cli::usage_hints(app, argc, argv), err);
   }
 
   if (cfg.ps_handover.empty()) cfg.ps_handover = "on";  // the bare --ps-handover

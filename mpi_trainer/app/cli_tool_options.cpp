@@ -11,7 +11,7 @@ namespace mt::cli {
 void add_plan_options(CLI::App& cmd, PlanConfig& c, std::string& deadline) {
   cmd.add_option("--model", c.model, "Model: " + model_choices() + " (its size sets the messages)")
       ->capture_default_str();
-  cmd.add_option("--steps", c.steps, "Global steps to train")->capture_default_str()->check(kPositive);
+  cmd.add_option("--steps", c.steps, "Global steps to train")->capture_default_str()->check(kSteps);
   cmd.add_option("--epochs", c.epochs, "Epochs instead of --steps (with --train-images and --batch-size)")
       ->check(kPositive);
   cmd.add_option("--train-images", c.train_images, "Training images, for --epochs (CIFAR-10: 50000)")
@@ -68,7 +68,7 @@ void add_plan_options(CLI::App& cmd, PlanConfig& c, std::string& deadline) {
   cmd.add_option("--ckpt-every-steps", c.ckpt_every_steps,
                  "Periodic checkpoint interval (0: none): what a revoked parameter server loses")
       ->capture_default_str()
-      ->check(kNonNegative);
+      ->check(kStepsOrZero);
   cmd.add_option("--ps-standby", c.ps_standby,
                  "Standby workers holding a replica of the parameter server (train's --ps-standby): "
                  "a lost parameter server then costs the updates since the last replica while a "

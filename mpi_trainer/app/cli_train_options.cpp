@@ -1,5 +1,6 @@
 #include "app/cli_train_options.hpp"
 
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -24,6 +25,20 @@ std::string number_check(const std::string& s, bool allow_zero) {
   return std::string(allow_zero ? "must be 0 or more" : "must be greater than 0") + ", not " + s;
 }
 
+// A count of steps: a whole number from `least` to kMaxSteps. Beyond it a run cannot mean it (at a
+// step a microsecond, 10^12 steps take 11 days), and a 64-bit count would overflow the estimates
+// that multiply it.
+constexpr double kMaxSteps = 1e12;
+std::string steps_check(const std::string& s, std::int64_t least) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end == s.c_str() || *end != '\0') return "'" + s + "' is not a number";
+  if (v != std::floor(v)) return "must be a whole number of steps, not " + s;
+  if (v < double(least)) return std::string(least > 0 ? "must be greater than 0" : "must be 0 or more") + ", not " + s;
+  if (v > kMaxSteps) return "must be at most 1000000000000 (10^12) steps, not " + s;
+  return {};
+}
+
 // The command line's tokens, and the options whose value comes from their environment variable
 // (flag -> variable), for the messages about them.
 std::vector<std::string> g_args;
@@ -33,6 +48,8 @@ std::map<std::string, std::string> g_from_env;
 
 const CLI::Validator kPositive([](std::string& s) { return number_check(s, false); }, "POSITIVE", "POSITIVE");
 const CLI::Validator kNonNegative([](std::string& s) { return number_check(s, true); }, "NONNEGATIVE", "NONNEGATIVE");
+const CLI::Validator kSteps([](std::string& s) { return steps_check(s, 1); }, "STEPS", "STEPS");
+const CLI::Validator kStepsOrZero([](std::string& s) { return steps_check(s, 0); }, "STEPS", "STEPS");
 
 // Every train flag reads an environment default MT_<FLAG>, unless the flag is on the command line:
 // then the variable is not read at all (an invalid value there is no error).
@@ -71,7 +88,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
       "MT_MODEL");
   env(cmd.add_option("--train-steps", c.train_steps, "Global steps (batches) to train")
           ->capture_default_str()
-          ->check(kPositive),
+          ->check(kSteps),
       "MT_TRAIN_STEPS");
   env(cmd.add_option("--batch-size", c.batch_size, "Images per step")
           ->capture_default_str()
@@ -233,14 +250,20 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
   env(cmd.add_option("--metrics", c.metrics,
                      "Append JSON Lines metrics to this file; the last line is the summary"),
       "MT_METRICS");
+  env(cmd.add_option("--tensorboard", c.tensorboard,
+                     "Also write the metrics' scalars (loss, accuracy, lr, throughput, staleness, active "
+                     "workers, cost; per worker) as TensorBoard event files into this directory, as the "
+                     "run goes (a resumed run adds a file: TensorBoard shows one run); watch with "
+                     "'tensorboard --logdir DIR'"),
+      "MT_TENSORBOARD");
   env(cmd.add_option("--eval-every-steps", c.eval_every_steps,
                      "Evaluate on the test set every N steps (0: only at the end)")
           ->capture_default_str()
-          ->check(kNonNegative),
+          ->check(kStepsOrZero),
       "MT_EVAL_EVERY_STEPS");
   env(cmd.add_option("--log-every-steps", c.log_every_steps, "Progress line every N steps")
           ->capture_default_str()
-          ->check(kPositive),
+          ->check(kSteps),
       "MT_LOG_EVERY_STEPS");
   env(cmd.add_option("--instance-type", c.instance_type,
                      "Instance type billed for each worker (or the single process, or a worker that "
@@ -312,7 +335,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
   env(cmd.add_option("--ckpt-every-steps", c.ckpt_every_steps,
                      "Checkpoint every N global steps (0: only at the end)")
           ->capture_default_str()
-          ->check(kNonNegative),
+          ->check(kStepsOrZero),
       "MT_CKPT_EVERY_STEPS");
   env(cmd.add_option("--ckpt-every-seconds", c.ckpt_every_seconds,
                      "Checkpoint every S seconds of wall time (0: off)")

@@ -11,6 +11,8 @@ namespace mt::cli {
 
 extern const CLI::Validator kPositive;     // a number above 0, said plainly
 extern const CLI::Validator kNonNegative;  // a number of 0 or more, said plainly
+extern const CLI::Validator kSteps;        // a whole number of steps, 1 to 10^12
+extern const CLI::Validator kStepsOrZero;  // the same, or 0 (every N steps: 0 for never or only at the end)
 // --ps-link's help, for train's virtual runs and plan.
 inline constexpr const char* kPsLinkHelp =
     "Each parameter-server shard's own link (its NIC, full duplex, shared by every worker), GBIT_PER_S or "

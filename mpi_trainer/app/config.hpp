@@ -39,6 +39,7 @@ struct TrainConfig {
   std::string augment = "default";      // on | off | default (on)
   std::string normalize = "default";    // channel | per-image | none | default (model's recipe)
   std::string metrics;          // JSON Lines path, empty: none
+  std::string tensorboard;      // TensorBoard event-file directory (--tensorboard), empty: none
   std::string push_log;         // CSV of every applied push (PS and virtual runs), empty: none
   std::int64_t eval_every_steps = 0;  // 0: only at the end
   std::int64_t log_every_steps = 50;

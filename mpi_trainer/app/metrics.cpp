@@ -1,6 +1,7 @@
 #include "app/metrics.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -27,7 +28,8 @@ std::string format_progress(const ProgressLine& p) {
   return buf;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, const std::string& tensorboard_dir)
+    : path_(path), tensorboard_(tensorboard_dir) {
   if (path.empty()) return;
   const auto parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
@@ -47,7 +49,17 @@ PushLog::PushLog(const std::string& path) {
 }
 
 void MetricsWriter::write(const nlohmann::ordered_json& event) {
-  if (!out_.is_open() || (gate_ && !gate_())) return;
+  if (!enabled() || (gate_ && !gate_())) return;
+  if (tensorboard_.enabled()) {
+    const auto wall = event.find("unix_time");
+    const auto step = event.find("global_step");
+    tensorboard_.scalars(step != event.end() && step->is_number_integer() ? step->get<std::int64_t>() : 0,
+                         wall != event.end() && wall->is_number()
+                             ? wall->get<double>()
+                             : std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
+                         tensorboard_scalars(event));
+  }
+  if (!out_.is_open()) return;
   out_ << event.dump() << '\n';
   out_.flush();
   if (!out_) throw DataError("--metrics " + path_ + ": write failed (disk full?)");

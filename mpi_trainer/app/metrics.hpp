@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "app/tensorboard.hpp"
+
 namespace mt {
 
 // "1:02:03" (hours:minutes:seconds), "?" when unknown (negative or not finite).
@@ -30,16 +32,18 @@ std::string format_progress(const ProgressLine& p);
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  // Empty path: writes nothing. Throws DataError when the file cannot be opened.
-  explicit MetricsWriter(const std::string& path);
+  // Empty path: writes nothing. Throws DataError when the file cannot be opened. A TensorBoard
+  // directory (--tensorboard) also gets the events' scalars (app/tensorboard.hpp).
+  explicit MetricsWriter(const std::string& path, const std::string& tensorboard_dir = {});
   void write(const nlohmann::ordered_json& event);
-  bool enabled() const { return out_.is_open(); }
+  bool enabled() const { return out_.is_open() || tensorboard_.enabled(); }
   // Events are written only while `open` says so (a superseded parameter server writes none).
   void set_gate(std::function<bool()> open) { gate_ = std::move(open); }
 
  private:
   std::string path_;
   std::ofstream out_;
+  EventFileWriter tensorboard_;
   std::function<bool()> gate_;
 };
 

@@ -49,7 +49,7 @@ PsReport::PsReport(const TrainConfig& cfg, const RunSetup& setup, const Model& m
       types_(std::move(worker_types)),
       shard_(shard),
       log_(log),
-      metrics_(shard == 0 ? cfg.metrics : std::string()),
+      metrics_(shard == 0 ? cfg.metrics : std::string(), shard == 0 ? cfg.tensorboard : std::string()),
       push_log_(shard == 0 ? cfg.push_log : std::string()),
       status_path_(lead() ? run_status_path(cfg) : std::string()) {
   if (lead()) {

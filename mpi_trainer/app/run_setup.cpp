@@ -125,7 +125,32 @@ std::vector<std::string> worker_types(const TrainConfig& cfg, const PriceTable& 
 }
 
 RateStability rate_stability(const TrainConfig& cfg, int workers) {
-  return {cfg.lr_warmup_steps < 0 && workers > 1 ? 50 * std::int64_t{workers} : 0, cfg.spike_guard == "on"};
+  // 50 steps a worker, at most a tenth of the run: a short run is not all warm-up.
+  const std::int64_t start = std::min(50 * std::int64_t{workers}, cfg.train_steps / 10);
+  return {cfg.lr_warmup_steps < 0 && workers > 1 ? start : 0, cfg.spike_guard == "on"};
+}
+
+std::vector<std::string> combination_warnings(const TrainConfig& cfg, const std::string& device) {
+  std::vector<std::string> out;
+  const bool emulated = !cfg.emulate_device.empty() && cfg.emulate_device != "off";
+  std::vector<std::string> types{cfg.instance_type};
+  std::stringstream list(cfg.worker_types);
+  for (std::string t; std::getline(list, t, ',');) types.push_back(t);
+  const auto gpu = std::find_if(types.begin(), types.end(), [](const std::string& t) { return t != "ps" && t != "cpu"; });
+  if (device == "cpu" && !emulated && cfg.virtual_workers == 0 && gpu != types.end())
+    out.push_back("warning: this run trains on the CPU but bills its time as " + *gpu +
+                  " (--instance-type/--worker-types): the cost is what that GPU server would cost for "
+                  "this run's time, at this machine's pace (--emulate-device " + *gpu + " trains at its pace)");
+  // The live prediction's revocation odds: --revocation-model, else Compute Engine's for transient workers.
+  const std::string model = !cfg.revocation_model.empty() ? cfg.revocation_model
+                            : cfg.pricing == "transient"  ? "gce"
+                                                          : "";
+  if (model.rfind("gce", 0) == 0 && (cfg.prices == "aws" || cfg.prices == "azure"))
+    out.push_back("warning: --prices " + cfg.prices + " with Compute Engine's revocation odds (" + model +
+                  (cfg.revocation_model.empty() ? ", transient pricing's default" : "") +
+                  "): the predicted cost mixes two clouds" +
+                  (cfg.prices == "aws" ? "; --revocation-model aws-v100 or aws-advisor gives AWS's" : ""));
+  return out;
 }
 
 RunSetup prepare_run(const TrainConfig& cfg) {
@@ -145,6 +170,8 @@ RunSetup prepare_run(const TrainConfig& cfg) {
   r.spec = parse_model(cfg.model);
   r.t2t = r.spec.kind == BlockKind::kPreActivation;
   r.schedule = parse_schedule(cfg.lr_schedule, r.t2t, cfg.lr, cfg.lr_warmup_steps);
+  if (launcher_rank() <= 0)  // said once, not by every rank
+    for (const auto& w : schedule_warnings(cfg.lr_schedule, r.schedule, cfg.train_steps, cfg.lr_warmup_steps >= 0)) std::cerr << "mpi_trainer: " << w << '\n';
   r.nesterov = on_off("--nesterov", cfg.nesterov, r.t2t);
   r.augment = on_off("--augment", cfg.augment, true);
   r.transient = cfg.pricing == "transient";
@@ -165,6 +192,8 @@ RunSetup prepare_run(const TrainConfig& cfg) {
     std::cerr << threads_warning(r.threads, cores) << std::flush;
     r.threads = cores;
   }
+  if (launcher_rank() <= 0)  // said once, not by every rank
+    for (const auto& w : combination_warnings(cfg, r.device.name)) std::cerr << "mpi_trainer: " << w << '\n';
   r.data_dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;
   r.data = load_dataset(r.data_dir);
   r.loader.batch_size = cfg.batch_size;

@@ -44,9 +44,14 @@ int usable_cores();
 // Validates the recipe flags and loads the data. Throws UsageError / DataError.
 // What keeps a run of `workers` (data slots) stable: --spike-guard, and when --lr-warmup-steps is
 // left at -1 and several workers train asynchronously, a start-up warm-up of 50 global steps per
-// worker (docs/user-guide.md, "Defaults that learn"). A function of the global step, so a resume
+// worker, at most a tenth of --train-steps (docs/user-guide.md, "Defaults that learn"). A function of the global step, so a resume
 // continues it where it was.
 RateStability rate_stability(const TrainConfig& cfg, int workers);
+
+// One line each, starting "warning: ", for combinations that mislead without an error: a CPU run
+// billed as a GPU server (no --emulate-device), AWS or Azure prices with Compute Engine's
+// revocation odds. `device`: the resolved one (cpu or cuda).
+std::vector<std::string> combination_warnings(const TrainConfig& cfg, const std::string& device);
 
 RunSetup prepare_run(const TrainConfig& cfg);
 

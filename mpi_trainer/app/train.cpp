@@ -138,7 +138,7 @@ SingleRun::SingleRun(const TrainConfig& cfg, std::ostream& log)
       setup_(checked_setup(cfg)),
       predict_models_(prediction_models(cfg, setup_.transient)),
       backend_(make_backend(setup_.device, setup_.threads)),
-      metrics_(cfg.metrics),
+      metrics_(cfg.metrics, cfg.tensorboard),
       model_(setup_.spec),
       params_(model_.params()),
       stats_(model_.stats()),

@@ -162,7 +162,7 @@ VirtualRun::VirtualRun(const TrainConfig& cfg, std::ostream& log)
       revokes_(parse_revoke(c_.revoke)),
       lifetimes_by_type_(revocation_models(prediction_model(c_.revocation_model, setup_.transient), types_)),
       backend_(make_backend(setup_.device, setup_.threads)),
-      metrics_(c_.metrics),
+      metrics_(c_.metrics, c_.tensorboard),
       push_log_(c_.push_log),
       params_(model_.params()),
       stats_(model_.stats()),

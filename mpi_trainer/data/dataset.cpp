@@ -330,7 +330,12 @@ bool has_any_fmnist_file(const fs::path& dir) {
 }
 
 void require_dir(const fs::path& dir) {
-  if (!is_dir(dir)) throw DataError("data directory " + path_text(dir) + " does not exist");
+  if (is_dir(dir)) return;
+  std::error_code ec;
+  if (fs::exists(dir, ec))
+    throw DataError("data directory " + path_text(dir) +
+                    " is a file, not a directory: --data takes the directory that holds the data set's files");
+  throw DataError("data directory " + path_text(dir) + " does not exist");
 }
 
 // ---- synthetic data ----

@@ -1,5 +1,6 @@
 #include "optim/schedule.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -87,6 +88,23 @@ LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr, st
   if (lr > 0) s.base_lr = lr;
   if (warmup >= 0) s.warmup_steps = warmup;
   return s;
+}
+
+std::vector<std::string> schedule_warnings(const std::string& text, const LrSchedule& s, std::int64_t train_steps,
+                                           bool warmup_given) {
+  std::vector<std::string> out;
+  const std::string run = " (--train-steps " + std::to_string(train_steps) + ")";
+  if (s.kind == LrSchedule::Kind::kStep && text.find(':') != std::string::npos)  // boundaries given
+    for (const auto b : s.boundaries)
+      if (b >= train_steps)
+        out.push_back("warning: --lr-schedule's step boundary " + std::to_string(b) + " is at or after the run's end" +
+                      run + ": the rate never drops there");
+  if (s.warmup_steps >= train_steps && train_steps > 1)
+    out.push_back("warning: the warm-up of " + std::to_string(s.warmup_steps) + " steps (" +
+                  (warmup_given ? "--lr-warmup-steps" : "the schedule's own; --lr-warmup-steps sets it") +
+                  ") lasts the whole run" + run + ": the rate never reaches its base, " +
+                  std::to_string(s.base_lr).substr(0, 6));
+  return out;
 }
 
 }  // namespace mt

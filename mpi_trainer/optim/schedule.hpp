@@ -29,4 +29,10 @@ struct LrSchedule {
 // Throws UsageError on a bad value.
 LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr, std::int64_t warmup = -1);
 
+// One line for each setting given in `text` (--lr-schedule) or as the warm-up that cannot matter
+// in a run of `train_steps` (a boundary at or after its end, a warm-up as long as the run), each
+// starting "warning: ".
+std::vector<std::string> schedule_warnings(const std::string& text, const LrSchedule& s, std::int64_t train_steps,
+                                           bool warmup_given);
+
 }  // namespace mt
