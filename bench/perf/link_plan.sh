@@ -8,7 +8,9 @@
 # prediction for the same shape (its --ps-link, --num-ps, --push-precision, the device table; over
 # 5,000 steps), the error, the bytes each global step sent out of shard 0's node (its interface's
 # counter; over the whole run, and `steady`: between the third progress line and the last, without
-# the run's fixed costs) against the model's, and the link efficiency: measured steps/s over the link's bound,
+# the run's fixed costs; `resent`: the TCP segments the node sent again per step, its own
+# counters) against the model's, `used`: the share of the link's rate those steady bytes filled,
+# and the link efficiency: measured steps/s over the link's bound,
 # the rate over the bytes one update puts on the shard's busier (outbound) direction as the model
 # counts them (the reply, and a standby replica's share: plan's ps_link_update_bytes), beside plan's
 # utilisation of that link ("saturated" from 0.85: the link is shared fairly, so it nears full
@@ -28,6 +30,8 @@
 #   --seconds 8              measured seconds per run (its steps follow from plan's rate)
 #   --model resnet8 --batch-size 4
 #   --flags "..."            more flags for both train and plan (e.g. "--ps-standby 0")
+#   --sysctl "K=V ..."       kernel settings for every node's own network stack (e.g.
+#                            "net.ipv4.tcp_slow_start_after_idle=0"); default: Linux's own
 #   MT_MPI=ulfm in front runs the ULFM build (the default build's figures beside: run both)
 #   bench/perf/link_plan.sh --rates "25 100" --workers 4
 set -euo pipefail
@@ -43,8 +47,9 @@ bench_opt --seconds seconds 8
 bench_opt --model model resnet8
 bench_opt --batch-size batch 4
 bench_opt --flags flags ""
+bench_opt --sysctl sysctls ""
 bench_opt --out out ""
-bench_parse "[--rates R..] [--shards S..] [--workers N] [--precisions P..] [--ratio X] [--seconds S] [--out FILE]" "$@"
+bench_parse "[--rates R..] [--shards S..] [--workers N] [--precisions P..] [--ratio X] [--seconds S] [--sysctl K=V..] [--out FILE]" "$@"
 bench_env
 unset OMPI_MCA_oob_tcp_if_include OMPI_MCA_btl_tcp_if_include  # the nodes' eth0, not loopback
 [[ ${MT_MPI:-} == ulfm ]] && trainer=build/ulfm/mpi_trainer
@@ -55,6 +60,9 @@ name=lp$(($$ % 100000))
 msg=$("$cluster" up --name "$name" --nodes $((max_shards + workers)) 2>&1) || {
   echo "link_plan.sh: cannot make the cluster: $msg" >&2; exit 4; }
 trap '"$cluster" down --name "$name" >/dev/null 2>&1; rm -rf "$dir"' EXIT
+for ((i = 1; i <= max_shards + workers; i++)); do
+  for kv in $sysctls; do ip netns exec "$name-n$i" sysctl -q -w "$kv"; done
+done
 "$trainer" gen-data "$dir/data" --train 2048 --test 128 --seed 3 >/dev/null
 /usr/bin/python3 - "$trainer" "$dir" "$name" "$rates" "$shards" "$workers" "$precisions" "$bf16_shards" "$ratio" \
   "$seconds" "$model" "$batch" "$flags" "${out:-}" <<'PY'
@@ -79,6 +87,13 @@ def tx_bytes(node):
     j = json.loads(subprocess.run(["ip", "-n", f"{name}-{node}", "-s", "-j", "link", "show", "eth0"],
                                   capture_output=True, text=True, check=True).stdout)
     return j[0]["stats64"]["tx"]["bytes"]
+
+def retrans(node):
+    # TCP segments the node sent again (its namespace's own counters): what a dropping queue costs.
+    snmp = subprocess.run(["ip", "netns", "exec", f"{name}-{node}", "cat", "/proc/net/snmp"], capture_output=True,
+                          text=True, check=True).stdout.splitlines()
+    tcp = [l.split()[1:] for l in snmp if l.startswith("Tcp:")]
+    return int(dict(zip(tcp[0], tcp[1]))["RetransSegs"])
 
 def cpu():
     v = [int(x) for x in open("/proc/stat").readline().split()[1:8]]
@@ -113,7 +128,7 @@ def run(n, s, precision, steps):
                 with open(f"{d}/m.jsonl") as f:
                     n_prog = sum('"event":"progress"' in l for l in f)
                 if n_prog > seen:
-                    marks.append((n_prog, tx_bytes("n1")))
+                    marks.append((n_prog, tx_bytes("n1"), retrans("n1")))
                     seen = n_prog
             time.sleep(0.02)
     watcher = threading.Thread(target=watch, daemon=True)
@@ -142,11 +157,12 @@ def run(n, s, precision, steps):
         print(r.stdout[-3000:], r.stderr[-2000:], file=sys.stderr)
         raise SystemExit(f"link_plan.sh: the run of {n} worker(s), {s} shard(s), {precision} failed (exit {r.returncode})")
     a, b = prog[2], prog[-1]
-    at = dict(marks)  # progress lines seen -> bytes then
-    steady = ((at[len(prog)] - at[3]) / (b["global_step"] - a["global_step"])
-              if 3 in at and len(prog) in at else float("nan"))
-    return ((b["global_step"] - a["global_step"]) / (b["elapsed_seconds"] - a["elapsed_seconds"]), sent / steps,
-            steady, cores)
+    at = {k: (v, t) for k, v, t in marks}  # progress lines seen -> bytes, retransmitted segments then
+    between = b["global_step"] - a["global_step"]
+    seen = 3 in at and len(prog) in at
+    steady = (at[len(prog)][0] - at[3][0]) / between if seen else float("nan")
+    again = (at[len(prog)][1] - at[3][1]) / between if seen else float("nan")
+    return (between / (b["elapsed_seconds"] - a["elapsed_seconds"]), sent / steps, steady, again, cores)
 
 # What a message costs besides its bytes, measured apart from the runs compared below (calibrating
 # nothing from them): 1 PS and 1 worker on unshaped links, each shape's shard count and push
@@ -173,7 +189,7 @@ print(f"{model} ({params:,} parameters), batch {batch}, one rank per node; shard
 print("per-message overhead (1 worker, unshaped links): " +
       ", ".join(f"{s} shard(s) {p}: {v * 1000:.2f} ms" for (s, p), v in overhead.items()))
 print(f"{'Mbit/s':>6} {'shards':>6} {'push':>5} {'workers':>7} {'step ms':>7} {'measured':>9} {'plan':>7} {'error':>7} "
-      f"{'B/step sent':>11} {'steady':>9} {'model':>9} {'link eff.':>9} {'plan util.':>10} {'cores':>5}")
+      f"{'B/step sent':>11} {'steady':>9} {'resent':>6} {'model':>9} {'link eff.':>9} {'used':>5} {'plan util.':>10} {'cores':>5}")
 for rate in rates:
     step = ratio * fp32_bytes * 8 / (rate * 1e6)
     with open(f"{d}/devices", "w") as f:
@@ -190,19 +206,20 @@ for rate in rates:
                 p = plan(n, s, precision, step, 5000, rate, overhead[(s, precision)] * 1000)
                 predicted = 5000 / p["seconds_without_revocations"]
                 steps = max(60, int(predicted * seconds))
-                measured, sent, steady, cores = run(n, s, precision, steps)
+                measured, sent, steady, again, cores = run(n, s, precision, steps)
                 modelled = p["ps_link_update_bytes"]  # what one update puts on shard 0's outbound link
                 bound = rate * 1e6 / 8 / modelled
                 row = dict(rate=rate, shards=s, push=precision, workers=n, step_ms=step * 1000, measured=measured,
                            plan=predicted, error=measured / predicted - 1, sent_per_step=sent, steady_per_step=steady,
+                           retransmitted_per_step=again, link_used=measured * steady / (rate * 1e6 / 8),
                            modelled_per_step=modelled,
                            efficiency=measured / bound, utilisation=p["ps_link_utilisation"], cores=cores,
                            saturated=p["ps_link_utilisation"] >= 0.85)
                 rows.append(row)
                 curve.append((n, measured, predicted))
                 print(f"{rate:6g} {s:6d} {precision:>5} {n:7d} {step * 1000:7.1f} {measured:9.2f} {predicted:7.2f} "
-                      f"{row['error'] * 100:+6.1f}% {sent:11,.0f} {steady:9,.0f} {modelled:9,.0f} {row['efficiency']:9.2f} "
-                      f"{row['utilisation']:10.2f} {cores:5.2f}"
+                      f"{row['error'] * 100:+6.1f}% {sent:11,.0f} {steady:9,.0f} {again:6.1f} {modelled:9,.0f} {row['efficiency']:9.2f} "
+                      f"{row['link_used']:5.2f} {row['utilisation']:10.2f} {cores:5.2f}"
                       f"{'  saturated' if row['saturated'] else ''}"
                       f"{'  cores busy: not the link alone' if cores > 0.9 * os.cpu_count() else ''}", flush=True)
             knee = lambda k: min(n for n, *v in curve if v[k] >= 0.95 * max(c[k + 1] for c in curve))
