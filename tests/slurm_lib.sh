@@ -74,6 +74,8 @@ wait_job() {
   done
   # Why Slurm left it there, and each node's state (a requeued job pending for long: which node is
   # still allocated or completing).
+  echo "== scontrol show job $job (every component)"; scontrol show job "$job" 2>&1
+  echo "== slurmctld.log, the last lines"; tail -n 40 "$cluster/log/slurmctld.log" 2>/dev/null
   fail "job $job still ${s:-unknown} after $t s, expected $want (Reason=$(job_field "$job" Reason);" \
     "nodes: $(sinfo -N -h -o '%N %T' 2>/dev/null | sort -u | tr '\n' ' '))"
 }

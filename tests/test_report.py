@@ -9,6 +9,7 @@ Usage: /usr/bin/python3 tests/test_report.py TRAINER_EXE
 import base64
 import contextlib
 import io
+import html
 import json
 import os
 import random
@@ -174,10 +175,56 @@ def main():
         check("bad inputs: one line, exit 3", lambda: bad_inputs(tmp, quick))
         check("fuzz: 300 mutations, reader and report", lambda: fuzz(tmp, [quick, restart]))
         check("TRAINER_EXE report runs report.py", lambda: through_binary(tmp, exe, quick))
+        check("runs of every length: 1 step, 20 steps, resumed 20 + 20, a takeover (issue 62)",
+              lambda: short_runs(tmp, exe, quick))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
     return 1 if RESULTS["failed"] else 0
+
+
+def short_runs(tmp, exe, quick):
+    """Short runs draw points where there are too few for lines and say so; every page has the
+    configuration table and the learning-rate panel's data."""
+    data = os.path.join(tmp, "short-data")
+    subprocess.run([exe, "gen-data", data, "--train", "128", "--test", "32"], check=True, capture_output=True, timeout=60)
+    base = [exe, "train", "--model", "resnet8", "--batch-size", "8", "--data", data, "--threads", "1", "--quiet"]
+
+    def train(path, *flags):
+        subprocess.run(base + ["--metrics", path, *flags], check=True, capture_output=True, timeout=300)
+
+    one, twenty, resumed = (os.path.join(tmp, f"{n}.jsonl") for n in ("one", "twenty", "resumed"))
+    train(one, "--train-steps", "1")
+    train(twenty, "--train-steps", "20")  # --log-every-steps 50: the last step only
+    ck = os.path.join(tmp, "short-ck")
+    train(resumed, "--train-steps", "20", "--ckpt-dir", ck)
+    train(resumed, "--train-steps", "40", "--ckpt-dir", ck)
+    # A takeover: the quickstart's events with one in the middle, the successor's clock from zero.
+    evs = events(quick)
+    mid = next(i for i, e in enumerate(evs) if e["event"] == "progress" and e["global_step"] >= 100)
+    take = {"event": "ps_takeover", "global_step": evs[mid]["global_step"], "unix_time": evs[mid].get("unix_time", 0),
+            "lost_updates": 0, "by": "ulfm", "replayed": 3}
+    after = [dict(e, elapsed_seconds=e["elapsed_seconds"] - evs[mid]["elapsed_seconds"])
+             if e["event"] == "progress" else e for e in evs[mid + 1:]]
+    takeover = os.path.join(tmp, "takeover.jsonl")
+    with open(takeover, "w") as f:
+        f.writelines(json.dumps(e) + "\n" for e in evs[:mid + 1] + [take] + after)
+    for path, label, note in ((one, "one", "one progress point: too few for lines, drawn as points"),
+                              (twenty, "twenty", "one progress point: too few for lines, drawn as points"),
+                              (resumed, "resumed", "2 progress points, one per attempt or takeover"),
+                              (takeover, "takeover", None)):
+        rep, page = clean_report(os.path.join(tmp, "short-" + label), path)
+        assert "config" in page.tables, f"{label}: no configuration table"
+        r = rep["runs"][0]
+        assert r["config"]["model"] in ("resnet8", "resnet32") and r["config"]["train_steps"], r["config"]
+        if note:
+            assert any(note in n for n in r["notes"]), (label, r["notes"])
+        else:
+            assert not any("too few" in n for n in r["notes"]), (label, r["notes"])
+        page_text = open(os.path.join(tmp, "short-" + label, "index.html"), encoding="utf-8").read()
+        assert all(html.escape(n) in page_text for n in r["notes"]), label
+    rep, _ = clean_report(os.path.join(tmp, "short-resumed2"), resumed)
+    assert rep["runs"][0]["config"]["train_steps"] == "20 -> 40", rep["runs"][0]["config"]  # the attempts differ
 
 
 def clean_report(out, *runs):

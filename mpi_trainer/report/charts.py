@@ -64,6 +64,17 @@ def _broken_line(events, point):
     return xs, ys
 
 
+SPARSE = 25  # fewer points than this in a series: each is marked (a lone point draws no line)
+
+
+def _style(ys):
+    """Line keywords for a series: markers when it has few points, or one alone between breaks."""
+    known = [y for y in ys if not math.isnan(y)]
+    alone = any((i == 0 or math.isnan(ys[i - 1])) and (i + 1 == len(ys) or math.isnan(ys[i + 1]))
+                for i, y in enumerate(ys) if not math.isnan(y))
+    return {"marker": "o", "ms": 3.5} if len(known) < SPARSE or alone else {}
+
+
 def _empty(ax, text):
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#777777")
 
@@ -75,18 +86,20 @@ def _save(fig, path):
 
 
 def curves(runs, xkey, path):
-    """Loss, and train and test accuracy, of every run against time or global steps."""
-    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(12, 4.2))
+    """Loss, train and test accuracy, and the learning rate of every run against time or global steps."""
+    fig, (loss_ax, acc_ax, lr_ax) = plt.subplots(1, 3, figsize=(15, 4.2))
     drawn = False
     for i, run in enumerate(runs):
         color = COLORS[i % len(COLORS)]
         progress, evals = run.of("progress"), run.of("eval")
         x, y = _xy(progress, xkey, "loss")
-        loss_ax.plot(x, y, color=color, lw=1.4, label=run.label)
+        loss_ax.plot(x, y, color=color, lw=1.4, label=run.label, **_style(y))
         x, y = _xy(progress, xkey, "train_accuracy")
-        acc_ax.plot(x, y, color=color, lw=1.4)
+        acc_ax.plot(x, y, color=color, lw=1.4, **_style(y))
         ex, ey = _xy(evals, xkey, "test_accuracy")
         acc_ax.plot(ex, ey, color=color, lw=1.2, ls="--", marker="o", ms=4)
+        lx, ly = _xy(progress, xkey, "lr")
+        lr_ax.plot(lx, ly, color=color, lw=1.4, **_style(ly))
         drawn = drawn or bool(x or ex)
     virtual = all(r.virtual for r in runs)
     xlabel = "global step" if xkey == "step" else time_label(virtual) if runs else "time"
@@ -94,13 +107,15 @@ def curves(runs, xkey, path):
         xlabel = "seconds (virtual seconds for virtual runs)"
     loss_ax.set(title="training loss", xlabel=xlabel, ylabel="loss")
     acc_ax.set(title="accuracy", xlabel=xlabel, ylabel="accuracy", ylim=(-0.02, 1.02))
+    lr_ax.set(title="learning rate (as applied, --spike-guard caps included)", xlabel=xlabel, ylabel="rate")
     if not drawn:
         _empty(acc_ax, "no progress or eval events")
+        _empty(lr_ax, "no progress events")
     handles = [Line2D([], [], color=COLORS[i % len(COLORS)], label=r.label) for i, r in enumerate(runs)]
     handles += [Line2D([], [], color="#444444", label="train"),
                 Line2D([], [], color="#444444", ls="--", marker="o", ms=4, label="test")]
     acc_ax.legend(handles=handles, fontsize=8, loc="lower right")
-    for ax in (loss_ax, acc_ax):
+    for ax in (loss_ax, acc_ax, lr_ax):
         ax.grid(alpha=0.3)
     _save(fig, path)
 
@@ -184,17 +199,21 @@ def throughput(run, workers, path):
     fig, (ips_ax, st_ax) = plt.subplots(2, 1, figsize=(12, 5.6), sharex=True)
     progress = run.of("progress")
     x, y = _xy(progress, "time", "images_per_second")
-    ips_ax.plot(x, y, color="#222222", lw=2, label="all workers")
+    ips_ax.plot(x, y, color="#222222", lw=2, label="all workers", **_style(y))
     x2, y2 = _xy(progress, "time", "mean_staleness")
-    st_ax.plot(x2, y2, color="#222222", lw=2, label="mean")
+    st_ax.plot(x2, y2, color="#222222", lw=2, label="mean", **_style(y2))
     legend = len(workers) <= 12
     for i, (rank, s) in enumerate(sorted(workers.items())):
         color = COLORS[i % len(COLORS)]
         label = f"rank {rank} ({s['type']})" if legend else None
-        ips_ax.plot(s["t"], [math.nan if v is None else v for v in s["ips"]], color=color, lw=1, label=label)
-        st_ax.plot(s["t"], [math.nan if v is None else v for v in s["staleness"]], color=color, lw=1)
+        ips = [math.nan if v is None else v for v in s["ips"]]
+        stale = [math.nan if v is None else v for v in s["staleness"]]
+        ips_ax.plot(s["t"], ips, color=color, lw=1, label=label, **_style(ips))
+        st_ax.plot(s["t"], stale, color=color, lw=1, **_style(stale))
     if not x:
         _empty(ips_ax, "no progress events")
+    elif len([v for v in y if not math.isnan(v)]) < 2:
+        _empty(st_ax, "one progress point: too few for a curve (see the notes above)")
     ips_ax.set(ylabel="images / s", title=f"{run.label}: throughput and staleness")
     st_ax.set(ylabel="staleness (updates)", xlabel=time_label(run.virtual))
     ips_ax.legend(fontsize=8, loc="lower left", ncol=4)

@@ -111,8 +111,43 @@ def build(runs, plan, out):
         records.append({"label": run.label, "file": run.path, "virtual": run.virtual,
                         "version": run.config_value("version"), "metrics_schema": run.config_value("metrics_schema"),
                         "summary": row, "timeline": marks, "plan": scores,
-                        "problems": run.problems, "notes": run.notes})
+                        "problems": run.problems, "notes": run.notes + series.data_notes(run),
+                        "config": config_fields(run)})
     return shown, records, problems
+
+
+def config_fields(run):
+    """The run's configuration: its first config event's fields (a later attempt's that differ
+    are given as "first -> last")."""
+    cfgs = run.configs
+    if not cfgs:
+        return {}
+    out = {k: v for k, v in cfgs[0].items() if k != "event" and not k.startswith("_")}
+    for k, v in cfgs[-1].items():
+        if k in out and v != out[k] and not k.startswith("_"):
+            out[k] = f"{json.dumps(out[k]) if not isinstance(out[k], str) else out[k]} -> " \
+                     f"{json.dumps(v) if not isinstance(v, str) else v}"
+    return out
+
+
+def config_table(records):
+    """One row per configuration field, one column per run."""
+    fields = []
+    for r in records:
+        fields += [k for k in r["config"] if k not in fields]
+    if not fields:
+        return '<p class="note">no config event: the configuration is not known</p>'
+    head = "".join(f'<th data-run="{esc(r["label"])}">{esc(r["label"])}</th>' for r in records)
+    rows = []
+    for f in fields:
+        cells = []
+        for r in records:
+            v = r["config"].get(f)
+            text = "" if v is None else v if isinstance(v, str) else json.dumps(v)
+            cells.append(f'<td class="l" data-field="{esc(f)}">{esc(text)}</td>')
+        rows.append(f'<tr><th class="l">{esc(f)}</th>{"".join(cells)}</tr>')
+    return (f'<table id="config"><thead><tr><th class="l">field</th>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>')
 
 
 def fmt(field, v):
@@ -228,6 +263,7 @@ def page(out, shown, records, problems, plan):
     parts += [f'<p class="note" data-run="{esc(r["label"])}">{esc(r["label"])}: {esc(n)}</p>'
               for r in records for n in r["notes"]]
     parts += ["<h2>Summary</h2>", summary_table(records)]
+    parts += ['<h2 id="config-section">Configuration</h2>', config_table(records)]
     if plan:
         parts += ['<h2 id="forecast-section">Forecast and outcome</h2>', forecast_table(records, plan)]
     parts.append("<h2>Training curves</h2>")

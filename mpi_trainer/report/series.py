@@ -89,6 +89,28 @@ def assign_times(run):
     _interpolate_times(run.events)
 
 
+def data_notes(run):
+    """Notes for the page where the run has too little data for its panels (after assign_times)."""
+    notes = []
+    progress = [e for e in run.of("progress") if num(e.get("global_step")) is not None]
+    per_segment = {}
+    for e in progress:
+        per_segment[e["_segment"]] = per_segment.get(e["_segment"], 0) + 1
+    if not progress:
+        notes.append("no progress events: the loss, throughput and staleness panels are empty (a run shorter "
+                     "than --log-every-steps logs only its last step; the metrics file may be cut short)")
+    elif max(per_segment.values()) < 2:
+        what = "one progress point" if len(progress) == 1 else \
+            f"{len(progress)} progress points, one per attempt or takeover"
+        notes.append(f"{what}: too few for lines, drawn as points (progress is logged every --log-every-steps, "
+                     "default 50, and at the last step: a smaller value draws curves for a short run)")
+    elif len(progress) < 25:
+        notes.append(f"{len(progress)} progress points: each is marked on the curves")
+    if not run.of("eval"):
+        notes.append("no evaluation: no test accuracy to draw")
+    return notes
+
+
 def _interpolate_times(events):
     """Gives events without a time the time of their global step in their segment."""
     points = {}
