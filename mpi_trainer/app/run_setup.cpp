@@ -192,7 +192,9 @@ RunSetup prepare_run(const TrainConfig& cfg) {
     std::cerr << threads_warning(r.threads, cores) << std::flush;
     r.threads = cores;
   }
-  if (launcher_rank() <= 0)  // said once, not by every rank
+  // Said once, by the first process that trains: the first worker of a parameter-server job (the
+  // parameter server's own node may have no GPU where the workers' do), else the only process.
+  if (launcher_world_size() > 1 ? launcher_rank() == cfg.num_ps : launcher_rank() <= 0)
     for (const auto& w : combination_warnings(cfg, r.device.name)) std::cerr << "mpi_trainer: " << w << '\n';
   r.data_dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;
   r.data = load_dataset(r.data_dir);
