@@ -25,16 +25,14 @@ std::string number_check(const std::string& s, bool allow_zero) {
   return std::string(allow_zero ? "must be 0 or more" : "must be greater than 0") + ", not " + s;
 }
 
-// A count of steps: a whole number from `least` to kMaxSteps. Beyond it a run cannot mean it (at a
+// A count of steps: a whole number from 1 (or 0) to kMaxSteps. Beyond it a run cannot mean it (at a
 // step a microsecond, 10^12 steps take 11 days), and a 64-bit count would overflow the estimates
 // that multiply it.
 constexpr double kMaxSteps = 1e12;
-std::string steps_check(const std::string& s, std::int64_t least) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end == s.c_str() || *end != '\0') return "'" + s + "' is not a number";
+std::string steps_check(const std::string& s, bool allow_zero) {
+  if (std::string why = number_check(s, allow_zero); !why.empty()) return why;
+  const double v = std::strtod(s.c_str(), nullptr);
   if (v != std::floor(v)) return "must be a whole number of steps, not " + s;
-  if (v < double(least)) return std::string(least > 0 ? "must be greater than 0" : "must be 0 or more") + ", not " + s;
   if (v > kMaxSteps) return "must be at most 1000000000000 (10^12) steps, not " + s;
   return {};
 }
@@ -48,8 +46,8 @@ std::map<std::string, std::string> g_from_env;
 
 const CLI::Validator kPositive([](std::string& s) { return number_check(s, false); }, "POSITIVE", "POSITIVE");
 const CLI::Validator kNonNegative([](std::string& s) { return number_check(s, true); }, "NONNEGATIVE", "NONNEGATIVE");
-const CLI::Validator kSteps([](std::string& s) { return steps_check(s, 1); }, "STEPS", "STEPS");
-const CLI::Validator kStepsOrZero([](std::string& s) { return steps_check(s, 0); }, "STEPS", "STEPS");
+const CLI::Validator kSteps([](std::string& s) { return steps_check(s, false); }, "STEPS", "STEPS");
+const CLI::Validator kStepsOrZero([](std::string& s) { return steps_check(s, true); }, "STEPS", "STEPS");
 
 // Every train flag reads an environment default MT_<FLAG>, unless the flag is on the command line:
 // then the variable is not read at all (an invalid value there is no error).

@@ -1,7 +1,6 @@
 #include "app/metrics.hpp"
 
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -54,9 +53,7 @@ void MetricsWriter::write(const nlohmann::ordered_json& event) {
     const auto wall = event.find("unix_time");
     const auto step = event.find("global_step");
     tensorboard_.scalars(step != event.end() && step->is_number_integer() ? step->get<std::int64_t>() : 0,
-                         wall != event.end() && wall->is_number()
-                             ? wall->get<double>()
-                             : std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
+                         wall != event.end() && wall->is_number() ? wall->get<double>() : -1,
                          tensorboard_scalars(event));
   }
   if (!out_.is_open()) return;

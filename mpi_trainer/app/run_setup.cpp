@@ -133,14 +133,17 @@ RateStability rate_stability(const TrainConfig& cfg, int workers) {
 std::vector<std::string> combination_warnings(const TrainConfig& cfg, const std::string& device) {
   std::vector<std::string> out;
   const bool emulated = !cfg.emulate_device.empty() && cfg.emulate_device != "off";
-  std::vector<std::string> types{cfg.instance_type};
-  std::stringstream list(cfg.worker_types);
-  for (std::string t; std::getline(list, t, ',');) types.push_back(t);
-  const auto gpu = std::find_if(types.begin(), types.end(), [](const std::string& t) { return t != "ps" && t != "cpu"; });
+  std::vector<std::string> types;  // --worker-types when given, else --instance-type
+  std::stringstream list(cfg.worker_types.empty() ? cfg.instance_type : cfg.worker_types);
+  for (std::string t; std::getline(list, t, ',');)
+    types.push_back(t);
+  const auto gpu =
+      std::find_if(types.begin(), types.end(), [](const std::string& t) { return t != "ps" && t != "cpu"; });
   if (device == "cpu" && !emulated && cfg.virtual_workers == 0 && gpu != types.end())
     out.push_back("warning: this run trains on the CPU but bills its time as " + *gpu +
                   " (--instance-type/--worker-types): the cost is what that GPU server would cost for "
-                  "this run's time, at this machine's pace (--emulate-device " + *gpu + " trains at its pace)");
+                  "this run's time, at this machine's pace (--emulate-device " +
+                  *gpu + " trains at its pace)");
   // The live prediction's revocation odds: --revocation-model, else Compute Engine's for transient workers.
   const std::string model = !cfg.revocation_model.empty() ? cfg.revocation_model
                             : cfg.pricing == "transient"  ? "gce"
@@ -170,8 +173,6 @@ RunSetup prepare_run(const TrainConfig& cfg) {
   r.spec = parse_model(cfg.model);
   r.t2t = r.spec.kind == BlockKind::kPreActivation;
   r.schedule = parse_schedule(cfg.lr_schedule, r.t2t, cfg.lr, cfg.lr_warmup_steps);
-  if (launcher_rank() <= 0)  // said once, not by every rank
-    for (const auto& w : schedule_warnings(cfg.lr_schedule, r.schedule, cfg.train_steps, cfg.lr_warmup_steps >= 0)) std::cerr << "mpi_trainer: " << w << '\n';
   r.nesterov = on_off("--nesterov", cfg.nesterov, r.t2t);
   r.augment = on_off("--augment", cfg.augment, true);
   r.transient = cfg.pricing == "transient";
@@ -192,10 +193,16 @@ RunSetup prepare_run(const TrainConfig& cfg) {
     std::cerr << threads_warning(r.threads, cores) << std::flush;
     r.threads = cores;
   }
-  // Said once, by the first process that trains: the first worker of a parameter-server job (the
-  // parameter server's own node may have no GPU where the workers' do), else the only process.
-  if (launcher_world_size() > 1 ? launcher_rank() == cfg.num_ps : launcher_rank() <= 0)
-    for (const auto& w : combination_warnings(cfg, r.device.name)) std::cerr << "mpi_trainer: " << w << '\n';
+  // Settings that cannot matter, said once, by the first process that trains: the first worker of
+  // a parameter-server job (the parameter server's own node may have no GPU where the workers'
+  // do), else the only process.
+  if (launcher_world_size() > 1 ? launcher_rank() == cfg.num_ps : launcher_rank() <= 0) {
+    auto warnings = schedule_warnings(cfg.lr_schedule, r.schedule, cfg.train_steps, cfg.lr_warmup_steps >= 0);
+    for (auto& w : combination_warnings(cfg, r.device.name))
+      warnings.push_back(std::move(w));
+    for (const auto& w : warnings)
+      std::cerr << "mpi_trainer: " << w << '\n';
+  }
   r.data_dir = cfg.data.empty() ? default_data_dir().string() : cfg.data;
   r.data = load_dataset(r.data_dir);
   r.loader.batch_size = cfg.batch_size;

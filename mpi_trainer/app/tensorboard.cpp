@@ -123,7 +123,7 @@ void EventFileWriter::scalars(std::int64_t step, double wall_time,
     little_endian(value, static_cast<float>(v));
     bytes_field(summary, 1, value);
   }
-  std::string e = event_head(wall_time, step);
+  std::string e = event_head(wall_time < 0 ? wall_now() : wall_time, step);
   bytes_field(e, 5, summary);
   record(e);
 }

@@ -33,7 +33,7 @@ class EventFileWriter {
   explicit EventFileWriter(const std::string& dir);
   bool enabled() const { return out_.is_open(); }
   const std::string& path() const { return path_; }
-  // Scalars of one step, one record; flushed, so that a running TensorBoard sees them at once.
+  // Scalars of one step, one record, at `wall_time` (Unix seconds; negative: now); flushed, so that a running TensorBoard sees them at once.
   // Throws DataError when the write fails.
   void scalars(std::int64_t step, double wall_time, const std::vector<std::pair<std::string, double>>& values);
 

@@ -1,6 +1,5 @@
 #include "optim/schedule.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <sstream>
 
