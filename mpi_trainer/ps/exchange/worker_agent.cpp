@@ -67,6 +67,7 @@ void WorkerAgent::run() {
     const auto now = Clock::now();
     longest_gap_ = std::max(longest_gap_.load(), seconds_between(last, now));
     last = now;
+    last_tick_ = now.time_since_epoch().count();
     if (stopping) return;
     beat();
     plan_.at_time(rank_);

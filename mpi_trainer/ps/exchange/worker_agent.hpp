@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -49,6 +50,12 @@ class WorkerAgent {
   // a --failure-timeout after the step, this thread ticks 5 times in it. One during a wait for a
   // reply, the main thread sees itself (WorkerClient::longest_gap).
   double longest_gap() const { return longest_gap_; }
+  // longest_gap() with the gap since this thread's last tick counted: a process continued a moment
+  // ago is seen before the thread ticks again.
+  double gap_to_now() const {
+    const auto last = Clock::time_point(Clock::duration(last_tick_.load()));
+    return std::max(longest_gap_.load(), seconds_between(last, Clock::now()));
+  }
   // Stops the heartbeat thread (its last gap, to now, counted) and returns longest_gap().
   double stop();
 
@@ -73,6 +80,7 @@ class WorkerAgent {
   std::atomic<bool> leaving_{false};
   std::atomic<bool> ps_lost_{false};
   std::atomic<double> longest_gap_{0};
+  std::atomic<Clock::rep> last_tick_{Clock::now().time_since_epoch().count()};
   Clock::time_point notice_at_{};
   std::mutex stop_mutex_;
   std::condition_variable cv_;

@@ -43,6 +43,7 @@ WorkerClient::WorkerClient(const WorkerOptions& opts, const Model& model, MPI_Co
       statuses_(reqs_.size()),
       version_(static_cast<std::size_t>(shards_), 0),
       replied_(static_cast<std::size_t>(shards_), false),
+      heard_(static_cast<std::size_t>(shards_), Clock::now()),
       local_pid_(static_cast<std::size_t>(shards_), 0) {
   for (int s = 0; s < shards_; ++s) {
     send_.emplace_back(send_floats(s));
@@ -183,6 +184,7 @@ WorkerClient::Reply WorkerClient::wait_replies(double deadline) {
     {
       std::lock_guard<std::mutex> lock(mpi_);
       rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &done, statuses_.data());
+      if (rc == MPI_SUCCESS && done) std::fill(heard_.begin(), heard_.end(), Clock::now());
       if (rc == MPI_SUCCESS && after_test_) after_test_();
     }
     if (rc != MPI_SUCCESS) {
@@ -200,6 +202,7 @@ WorkerClient::Reply WorkerClient::wait_replies(double deadline) {
           if (!flag && r != MPI_REQUEST_NULL && MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) flag = 0;
           replied_[static_cast<std::size_t>(s)] =
               flag && recv_[static_cast<std::size_t>(s)].header().kind == MsgKind::kParams;
+          if (replied_[static_cast<std::size_t>(s)]) heard_[static_cast<std::size_t>(s)] = Clock::now();
         }
       }
       if (ps_failed_) return Reply::kFailed;
@@ -289,7 +292,10 @@ bool WorkerClient::await_failure(double seconds, bool* answered) {
         int flag = 0;
         const int rc = MPI_Test(&reqs_[i], &flag, MPI_STATUS_IGNORE);
         if (ulfm_is_proc_failed(rc)) on_failed_(static_cast<int>(i / 2));
-        if (rc == MPI_SUCCESS && flag && i % 2 == 0) replied = true;  // a reply (even index: receives)
+        if (rc == MPI_SUCCESS && flag && i % 2 == 0) {  // a reply (even index: receives)
+          replied = true;
+          heard_[i / 2] = Clock::now();
+        }
       }
     }
     if (answered) *answered = replied;

@@ -89,6 +89,9 @@ class WorkerClient {
   // A shard refused its join: the job's model size, batch size or push precision differ from this worker's.
   const std::optional<JobShape>& job_shape() const { return job_shape_; }
   const PsLoss& loss() const { return loss_; }
+  // Seconds since shard s's last reply came (since this client was made, before the first), for
+  // the other workers' witness asks (ps/resilience/witness.hpp). With the MPI lock held.
+  double heard_ago(int s) const { return since(heard_[static_cast<std::size_t>(s)]); }
   // The longest this process went without polling while it waited for replies (seconds): longer
   // than --failure-timeout, it was suspended (SIGSTOP, a debugger, a frozen VM) and the parameter
   // server has dropped it, not the other way round.
@@ -139,6 +142,7 @@ class WorkerClient {
   std::vector<MPI_Status> statuses_;
   std::vector<std::int64_t> version_;
   std::vector<bool> replied_;
+  std::vector<Clock::time_point> heard_;  // each shard's last reply, written with the MPI lock held
   std::vector<int> local_pid_;
   Backoff backoff_{5, 1000};  // the time from a push to the replies
   std::int64_t global_step_ = 0;

@@ -14,6 +14,7 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "core/error.hpp"
@@ -32,13 +33,14 @@ namespace mt {
 namespace {
 
 // One line (one write: lines of several workers do not interleave).
-std::string loss_line(int rank, const PsLoss& loss) {
+std::string loss_line(int rank, const PsLoss& loss, const std::optional<WitnessVerdict>& witnessed) {
   std::ostringstream line;
   line << "mpi_trainer: " << worker_label(rank) << ": parameter-server shard " << loss.shard;
   if (loss.waited < 0)
     line << " failed (reported by the MPI library, ULFM)";
   else
     line << " did not answer within " << std::setprecision(3) << loss.waited << " s (--failure-timeout)";
+  if (loss.waited >= 0 && witnessed) line << " and " << witnessed->describe(loss.shard);
   line << " at unix " << std::fixed << std::setprecision(3) << loss.at_unix << ": the parameter server is lost; exit "
        << kExitPsLost << '\n';
   return line.str();
@@ -75,6 +77,7 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
       case WorkerClient::Reply::kStop: return Exchange::kStopped;
       case WorkerClient::Reply::kLost:
         lost_ = client_->loss();
+        if (cut_off()) return Exchange::kCutOff;
         if (!takeover_ || !end_hung_shard()) return Exchange::kLost;
         break;  // the MPI library reports it failed now: taken over below
       case WorkerClient::Reply::kFailed: break;
@@ -92,6 +95,7 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
     ps_failed_ = false;
     replicas_.emplace(shards_);
     start_agent();
+    open_desk();
     client_->prepare_join(false);  // the new parameter server's messages go through MPI
     kind = MsgKind::kJoin;
   }
@@ -106,13 +110,15 @@ WorkerResult Worker::end_lost() {
   // The process was suspended longer than --failure-timeout (a gap in the heartbeat thread's ticks
   // or in a wait's polls): the silence was its own.
   if (agent_) agent_->ps_lost();
+  linger();
   stop_agent();
+  close_desk();
   const double suspended = this->suspended();
   const std::lock_guard<std::mutex> lock(mpi_lock_);
   unlink_pending_segments();
   std::cout << std::flush;
   if (suspended > opts_.failure_timeout) return end_dropped(suspended);
-  std::cerr << loss_line(rank_, *lost_) << std::flush;
+  std::cerr << loss_line(rank_, *lost_, witnessed_) << std::flush;
   if (opts_.on_ps_lost) {
     try {
       if (auto r = replicas_->assemble(model_, client_->partition(), data_slots_)) {
@@ -133,6 +139,57 @@ WorkerResult Worker::end_lost() {
   res_.ps_lost = true;
   res_.ps_silent = lost_->waited >= 0;
   res_.standby = replicas_->any();
+  return std::move(res_);
+}
+
+// A shard silent past --failure-timeout: before this worker calls the parameter server lost
+// (which under ULFM reports it failed to the runtime, and in the default build makes a standby end
+// the job), the other workers say whether they still hear it (ps/resilience/witness.hpp). True:
+// they do, or none answers: the broken link is this worker's, and it leaves (end_cut_off). Not
+// asked after this process's own suspension (end_dropped says so), nor by a joiner.
+bool Worker::cut_off() {
+  if (rank_ < 0 || std::max(suspended(), agent_ ? agent_->gap_to_now() : 0.0) > opts_.failure_timeout) return false;
+  witnessed_ = ask_witnesses(comm_, shards_, lost_->shard, lost_->waited, opts_.failure_timeout / 2,
+                             std::max(1.0, opts_.failure_timeout), mpi_lock_);
+  using K = WitnessVerdict::Kind;
+  return witnessed_->kind == K::kAlive || witnessed_->kind == K::kIsolated;
+}
+
+// A worker that reached a verdict on a silent shard answers the others' asks a while longer (its
+// agent serves them): their silences began at other moments, and their asks come a little later.
+void Worker::linger() {
+  if (!witnessed_ || witnessed_->kind == WitnessVerdict::Kind::kNoPeers || !agent_) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::max(1.0, opts_.failure_timeout)));
+}
+
+// The parameter server is silent to this worker alone (another worker heard it since), or this
+// worker reaches no one: its link is broken, not the parameter server. It reports nothing, writes
+// no replica and ends nothing: the parameter server drops it after --failure-timeout and the job
+// goes on with the others. It exits 0 (as a dropped worker does: plain mpirun reports the job's
+// outcome, not this worker's absence), without MPI_Finalize (its requests to the parameter server
+// are abandoned).
+WorkerResult Worker::end_cut_off() {
+  if (agent_) agent_->ps_lost();
+  linger();
+  stop_agent();
+  close_desk();
+  const std::lock_guard<std::mutex> lock(mpi_lock_);
+  unlink_pending_segments();
+  std::cout << std::flush;
+  std::ostringstream line;
+  line << "mpi_trainer: " << worker_label(rank_) << ": parameter-server shard " << lost_->shard
+       << " did not answer within " << std::setprecision(3) << lost_->waited << " s (--failure-timeout), but "
+       << witnessed_->describe(lost_->shard)
+       << (witnessed_->kind == WitnessVerdict::Kind::kAlive
+               ? ": the link between this worker and the parameter server is broken, not the parameter server"
+               : ": this worker's own link is down")
+       << "; it leaves the job to the others (nothing reported failed, no replica written); exit 0\n";
+  std::cerr << line.str() << std::flush;
+  replicas_->abandon_receives();
+  client_->abandon_in_flight();
+  res_.exit_code = kExitOk;
+  res_.peer_lost = true;
+  res_.cut_off = true;
   return std::move(res_);
 }
 

@@ -21,6 +21,7 @@
 #include "ps/exchange/worker_client.hpp"
 #include "ps/resilience/push_journal.hpp"
 #include "ps/resilience/replica.hpp"
+#include "ps/resilience/witness.hpp"
 #include "ps/wire/mpi_env.hpp"
 #include "ps/wire/ulfm.hpp"
 
@@ -45,13 +46,22 @@ class Worker {
     client_.emplace(
         opts, model, comm_, mpi_lock_, ps_failed_, [this](int s) { reported_failed(s); }, [this] { take_replicas(); });
     if (takeover_ && opts.push_journal) journal_.emplace(shards_);
+    open_desk();
   }
+  // The agent first (it serves the desk), then the desk.
+  ~Worker() {
+    stop_agent();
+    close_desk();
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
 
   const std::vector<int>& hung() const { return hung_; }
   WorkerResult run() {
     client_->prepare_join(true);
     const Exchange joined = exchange(MsgKind::kJoin);
     if (joined == Exchange::kLost) return end_lost();
+    if (joined == Exchange::kCutOff) return end_cut_off();
     if (joined == Exchange::kBecamePs) return std::move(res_);
     if (joined == Exchange::kStopped) return refused();
     plan_.started_at(client_->global_step());
@@ -68,6 +78,7 @@ class Worker {
       journal_push();
       const Exchange more = exchange(MsgKind::kPush);
       if (more == Exchange::kLost) return end_lost();
+      if (more == Exchange::kCutOff) return end_cut_off();
       if (more == Exchange::kBecamePs) return std::move(res_);
       if (more == Exchange::kStopped) {
         // The end: a clean one may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
@@ -88,7 +99,8 @@ class Worker {
   }
 
  private:
-  enum class Exchange { kGoOn, kStopped, kBecamePs, kLost };
+  // kCutOff: the parameter server is silent to this worker alone (witnessed_ says how it knows).
+  enum class Exchange { kGoOn, kStopped, kBecamePs, kLost, kCutOff };
 
   // The stops said no rank was lost; a worker that died just before the end may be found only
   // after them (--failure-timeout): the shards confirm or withdraw it once they are settled. The
@@ -123,7 +135,26 @@ class Worker {
 
   void start_agent() {
     agent_.emplace(
-        mpi_lock_, comm_, opts_, rank_, plan_, [this] { take_replicas(); }, [this](int s) { reported_failed(s); });
+        mpi_lock_, comm_, opts_, rank_, plan_,
+        [this] {
+          take_replicas();
+          serve_witnesses();
+        },
+        [this](int s) { reported_failed(s); });
+  }
+  // The witness desk (ps/resilience/witness.hpp) on comm_, served by the agent: made once the
+  // client exists (its replies' times are the answers) and again on the survivors' communicator.
+  void open_desk() {
+    const std::lock_guard<std::mutex> lock(mpi_lock_);
+    if (rank_ >= 0) desk_.emplace(comm_, shards_);  // a joiner shares no communicator with the workers
+  }
+  void close_desk() {
+    const std::lock_guard<std::mutex> lock(mpi_lock_);
+    desk_.reset();
+  }
+  // With the MPI lock held (the agent's beat).
+  void serve_witnesses() {
+    if (desk_) desk_->serve([this](int s) { return client_->heard_ago(s); }, client_->global_step());
   }
   // Ends the heartbeat thread (its gap to now counted: under ULFM a verdict can come the moment a
   // stopped process is continued, before that thread ticks again).
@@ -203,6 +234,9 @@ class Worker {
     res_.push_journal_dropped = journal_->dropped();
   }
   bool end_hung_shard();
+  bool cut_off();
+  void linger();
+  WorkerResult end_cut_off();
   bool leave_if_noticed();
   Exchange exchange(MsgKind kind);
   Recovered recover();
@@ -224,6 +258,8 @@ class Worker {
   PsLoss reported_;             // with the MPI lock held
   std::optional<PsLoss> lost_;  // the main thread's verdict: the parameter server is lost
   std::optional<WorkerAgent> agent_;
+  std::optional<WitnessDesk> desk_;           // with the MPI lock held
+  std::optional<WitnessVerdict> witnessed_;  // the other workers' word on the last silence
   double agent_gap_ = 0;  // the longest gap of the heartbeat threads stopped so far
   // Declared after the agent: destroyed before it, so the replicas are closed first (as before).
   struct CloseReplicas {

@@ -100,6 +100,7 @@ bool Worker::end_hung_shard() {
 Worker::Recovered Worker::recover() {
   const double lost_at = unix_now();
   stop_agent();  // no heartbeats to the dead; MPI is this thread's alone from here
+  close_desk();
   // Suspended past --failure-timeout (stopped, then continued), this worker was dropped: the
   // job went on without it, and it must not disturb the survivors (revoke, agree): it ends.
   if (suspended() > opts_.failure_timeout) {

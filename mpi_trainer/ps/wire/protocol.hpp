@@ -36,6 +36,11 @@
 //                            end = kHandover: the last, the shard hands over (a notice, ULFM)
 //   standby -> shard kReplica on kTagReplica (no payload; step): a kHandover replica is held whole
 //
+// Between workers (a silent shard's witnesses, ps/resilience/witness.hpp):
+//   worker -> worker kWitnessAsk on kTagWitnessAsk (no payload): request_id, model_version = the shard
+//   worker -> worker kWitnessAnswer on kTagWitnessAnswer: request_id, step; payload: per shard the
+//                    seconds since the answerer last heard from it
+//
 // Between shards (shard 0 coordinates checkpoints, evaluation and the end):
 //   shard 0 -> shard k  kSnapshotRequest (no payload; request_id)
 //   shard k -> shard 0  kSnapshot (parameters then momentum of shard k; step; request_id)
@@ -53,7 +58,7 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 9;
+inline constexpr std::uint16_t kProtocolVersion = 10;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
@@ -62,6 +67,8 @@ inline constexpr int kTagSnapshot = 15;   // shard k -> shard 0: requested state
 inline constexpr int kTagHeartbeat = 16;  // worker -> shard: alive
 inline constexpr int kTagReplica = 17;    // shard -> standby worker: the shard's state
 inline constexpr int kTagEnd = 18;        // shard -> worker told a clean stop: whether it still holds
+inline constexpr int kTagWitnessAsk = 19;     // worker -> worker: when did you last hear from this shard?
+inline constexpr int kTagWitnessAnswer = 20;  // worker -> worker: the answer
 
 inline constexpr std::int32_t kShmOffer = 0x4f4d4853;     // "SHMO"
 inline constexpr std::int32_t kShmAccepted = 0x414d4853;  // "SHMA"
@@ -92,7 +99,9 @@ enum class MsgKind : std::uint16_t {
   kLeave = 8,
   kDrain = 9,
   kReplica = 10,
-  kEnd = 11
+  kEnd = 11,
+  kWitnessAsk = 12,
+  kWitnessAnswer = 13
 };
 
 struct MsgHeader {
