@@ -365,9 +365,6 @@ struct WorkerResult {
   // worker is a standby (it held replicas; it has tried to write one as the newest checkpoint).
   bool ps_silent = false;
   bool standby = false;
-  // The parameter server was silent to this worker alone (the others still heard it) or this
-  // worker reached no one: it left the job to the others (Worker::end_cut_off).
-  bool cut_off = false;
   // World ranks of hung parameter-server processes this worker reported failed (ULFM; Worker::
   // end_hung_shard) when no takeover followed: the runtime ends them when this process ends
   // (ulfm_end_process), so that the launcher does not wait for them. After a takeover the new

@@ -109,10 +109,7 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
 WorkerResult Worker::end_lost() {
   // The process was suspended longer than --failure-timeout (a gap in the heartbeat thread's ticks
   // or in a wait's polls): the silence was its own.
-  if (agent_) agent_->ps_lost();
-  linger();
-  stop_agent();
-  close_desk();
+  stop_serving();
   const double suspended = this->suspended();
   const std::lock_guard<std::mutex> lock(mpi_lock_);
   unlink_pending_segments();
@@ -155,11 +152,16 @@ bool Worker::cut_off() {
   return witnessed_->kind == K::kAlive || witnessed_->kind == K::kIsolated;
 }
 
-// A worker that reached a verdict on a silent shard answers the others' asks a while longer (its
-// agent serves them): their silences began at other moments, and their asks come a little later.
-void Worker::linger() {
-  if (!witnessed_ || witnessed_->kind == WitnessVerdict::Kind::kNoPeers || !agent_) return;
-  std::this_thread::sleep_for(std::chrono::duration<double>(std::max(1.0, opts_.failure_timeout)));
+// The end of a worker that lost its parameter server (end_lost) or its link to it (end_cut_off):
+// one that reached a verdict on a silent shard first answers the others' asks a while longer (its
+// agent serves them: their silences began at other moments, their asks come a little later), then
+// the agent and the desk stop, heartbeats to the shard abandoned.
+void Worker::stop_serving() {
+  if (agent_) agent_->ps_lost();
+  if (witnessed_ && witnessed_->kind != WitnessVerdict::Kind::kNoPeers && agent_)
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::max(1.0, opts_.failure_timeout)));
+  stop_agent();
+  close_desk();
 }
 
 // The parameter server is silent to this worker alone (another worker heard it since), or this
@@ -169,10 +171,7 @@ void Worker::linger() {
 // outcome, not this worker's absence), without MPI_Finalize (its requests to the parameter server
 // are abandoned).
 WorkerResult Worker::end_cut_off() {
-  if (agent_) agent_->ps_lost();
-  linger();
-  stop_agent();
-  close_desk();
+  stop_serving();
   const std::lock_guard<std::mutex> lock(mpi_lock_);
   unlink_pending_segments();
   std::cout << std::flush;
@@ -189,7 +188,6 @@ WorkerResult Worker::end_cut_off() {
   client_->abandon_in_flight();
   res_.exit_code = kExitOk;
   res_.peer_lost = true;
-  res_.cut_off = true;
   return std::move(res_);
 }
 

@@ -235,7 +235,7 @@ class Worker {
   }
   bool end_hung_shard();
   bool cut_off();
-  void linger();
+  void stop_serving();
   WorkerResult end_cut_off();
   bool leave_if_noticed();
   Exchange exchange(MsgKind kind);
