@@ -51,18 +51,23 @@ steps=240 interval=10 kill=157 cases=" ${3:-$default_cases} "
 case_run() {  # NAME NP KILLS [extra flags]
   local t0=$SECONDS
   local name=$1 np=$2 kills=$3; shift 3
-  rm -rf "$dir/ck" "$dir/m.jsonl"
+  rm -rf "$dir/ck" "$dir/m.jsonl" "$dir/push.csv" "$dir/push.csv.acks"
   cat > "$dir/job.sh" <<JOB
 #!/usr/bin/env bash
 extra=()
 [[ \$MT_RESTART_ATTEMPT == 1 && -n "$kills" ]] && extra=(--revoke "$kills")
-exec $(train_cmd "$np" --train-steps $steps --ckpt-every-steps 100 --replica-interval $interval --failure-timeout 1 "$@") "\${extra[@]}"
+exec $(train_cmd "$np" --train-steps $steps --ckpt-every-steps 100 --replica-interval $interval --failure-timeout 1 --push-log "$dir/push.csv" "$@") "\${extra[@]}"
 JOB
   chmod +x "$dir/job.sh"
   rm -rf "$dir/dump" && mkdir -p "$dir/dump"
   MT_FAULT_DUMP_DIR=$dir/dump "$restart_loop" --attempts 3 --delay 0 --status "$dir/ck/run-status.json" -- "$dir/job.sh" > "$dir/$name.txt" 2>&1 \
     || { echo "$name: the restart loop failed"; cat "$dir/$name.txt"; exit 1; }
   echo "$name: $((SECONDS - t0)) s"
+  # The run's whole history (bench/faults/history_check.py): no acknowledged push lost (but those
+  # a restart rolled back), none applied twice, checkpoints in order from the newest epoch only.
+  /usr/bin/python3 "$here/../bench/faults/history_check.py" "$dir/push.csv" --metrics "$dir/m.jsonl" --all \
+    > "$dir/$name-history.txt" 2>&1 || { echo "FAIL: $name: history"; cat "$dir/$name-history.txt"; exit 1; }
+  echo "ok: $name: $(head -1 "$dir/$name-history.txt")"
 }
 check_takeover() {  # NAME KILL_STEP STANDBY_RANK MAX_LOST REVOCATIONS [STEPS_AFTER_KILL, default 5]
   /usr/bin/python3 - "$dir/m.jsonl" "$1" "$2" "$3" "$4" "$5" "${6:-5}" "$steps" <<'PY'

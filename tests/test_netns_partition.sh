@@ -9,7 +9,8 @@
 # 0), reporting nothing failed; the parameter server drops it and trains on with rank 1. Checked:
 # exit 0 in one attempt, every step trained, one summary (no second epoch's), no worker calling the
 # parameter server lost, no job ended by MPI_Abort, no takeover (under ULFM: the live parameter
-# server not reported failed to the runtime), the final checkpoint verifies. Both MPI builds.
+# server not reported failed to the runtime), the whole history checked (bench/faults/history_check.py:
+# every acknowledged push in it once), the final checkpoint verifies. Both MPI builds.
 # Exit 77 (skipped) where network namespaces cannot be made (not root, no CAP_NET_ADMIN).
 # Usage: test_netns_partition.sh MPIEXEC TRAINER
 set -uo pipefail
@@ -50,7 +51,8 @@ MT_MPI=$( ((ulfm)) && echo ulfm) timeout 300 "$cluster" exec login --name "$name
   "$repo/launch/mpirun.sh" --hostfile "$state/hostfile" --launch-agent "$state/agent" --iface eth0 --allow-root \
   --grace 3 --trainer "$trainer" -- --data "$dir/data" --model resnet8 --batch-size 32 --lr-schedule constant \
   --lr 0.05 --augment off --train-steps $steps --ckpt-dir "$dir/ck" --ckpt-every-steps 50 --log-every-steps 20 \
-  --failure-timeout 1.5 --emulate-device k80 --emulate-scale 0.5 --metrics "$dir/m.jsonl" >"$dir/out" 2>&1 || rc=$?
+  --failure-timeout 1.5 --emulate-device k80 --emulate-scale 0.5 --metrics "$dir/m.jsonl" --push-log "$dir/push.csv" \
+  >"$dir/out" 2>&1 || rc=$?
 wait $nemesis
 echo "partition: exit $rc in $((SECONDS - t0)) s"
 [[ -f $dir/cut ]] || fail "the job ended before the cut"
@@ -75,6 +77,11 @@ assert st["state"] == "done" and st.get("host") == "n1", st
 print(f"ok: {steps} steps in one attempt, one summary, the parameter server on {st['host']} throughout, "
       f"{s['revocations']} worker dropped, no takeover")
 PY
+# The whole history (bench/faults/history_check.py): every push acknowledged to either worker,
+# the one cut off included, is in it once.
+/usr/bin/python3 "$repo/bench/faults/history_check.py" "$dir/push.csv" --metrics "$dir/m.jsonl" --all >"$dir/history" 2>&1 ||
+  { cat "$dir/history"; fail "history check"; }
+echo "ok: $(head -1 "$dir/history")"
 latest=$(cat "$dir/ck/LATEST" 2>/dev/null)
 "$trainer" ckpt verify "$dir/ck/${latest:-none}" >/dev/null || fail "the final checkpoint ${latest:-(none)} does not verify"
 echo "ok: $latest verifies"

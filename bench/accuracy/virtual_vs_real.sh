@@ -42,8 +42,9 @@ done
 /usr/bin/python3 - "$dir" "$seeds" "$check" <<'PY'
 import csv, json, statistics, sys
 d, seeds, check = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-def pushes(path):
-    return [dict((k, float(v)) for k, v in r.items()) for r in csv.DictReader(open(path))]
+def pushes(path):  # the applied pushes of the history (--push-log; its other lines: start, checkpoint, counted)
+    return [{k: float(r[k]) for k in ("step", "rank", "pulled", "staleness", "seconds")}
+            for r in csv.DictReader(open(path)) if r["kind"] == "applied"]
 def summary(path):
     return [json.loads(l) for l in open(path)][-1]
 ok = True

@@ -292,8 +292,10 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
           ->check(kPositive),
       "MT_EMULATE_SCALE");
   env(cmd.add_option("--push-log", c.push_log,
-                     "Parameter server and virtual runs: a CSV line per applied push "
-                     "(step,rank,pulled,staleness,seconds), to compare runs push by push"),
+                     "Parameter server and virtual runs: the run's history, a CSV line per push that made a "
+                     "global step (step,rank,pulled,staleness,seconds,slot,push_id,epoch,kind), each parameter "
+                     "server's start and published checkpoints, and each worker's acknowledged pushes in FILE.acks/; "
+                     "checked by bench/faults/history_check.py"),
       "MT_PUSH_LOG");
   env(cmd.add_option("--virtual-workers", c.virtual_workers,
                      "Virtual-clock run in this one process: N logical workers against an in-process "

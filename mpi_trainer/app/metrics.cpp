@@ -37,16 +37,6 @@ MetricsWriter::MetricsWriter(const std::string& path, const std::string& tensorb
   if (!out_) throw DataError("--metrics " + path + ": cannot open for writing: " + std::strerror(errno));
 }
 
-PushLog::PushLog(const std::string& path) {
-  if (path.empty()) return;
-  std::error_code ec;
-  const bool fresh = !std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) == 0;
-  out_.open(path, std::ios::out | std::ios::app);
-  if (!out_) throw DataError("--push-log " + path + ": cannot open for writing: " + std::strerror(errno));
-  out_ << std::setprecision(9);
-  if (fresh) out_ << "step,rank,pulled,staleness,seconds\n";
-}
-
 void MetricsWriter::write(const nlohmann::ordered_json& event) {
   if (!enabled() || (gate_ && !gate_())) return;
   if (tensorboard_.enabled()) {

@@ -47,19 +47,4 @@ class MetricsWriter {
   std::function<bool()> gate_;
 };
 
-// --push-log FILE: one CSV line per applied push, `step,rank,pulled,staleness,seconds` after a
-// header: the global step it made, the worker, the version its gradient was computed on, the
-// updates applied in between, and the time since the start (virtual seconds in a virtual run).
-// A resumed run appends. Empty path: writes nothing. Throws DataError when it cannot be opened.
-class PushLog {
- public:
-  explicit PushLog(const std::string& path);
-  void write(std::int64_t step, int rank, std::int64_t pulled, double seconds) {
-    if (out_.is_open()) out_ << step << ',' << rank << ',' << pulled << ',' << step - 1 - pulled << ',' << seconds << '\n';
-  }
-
- private:
-  std::ofstream out_;
-};
-
 }  // namespace mt

@@ -140,6 +140,7 @@ void PsReport::started(const Started& e) {
   config["processes"] = e.workers + e.shards;
   config_json_ = config.dump();
   claim_epoch();
+  start_history(e);
   if (takeover_) {  // the same attempt goes on: its config event stands
     took_over(e);
     return;
@@ -335,6 +336,7 @@ int PsReport::exit_code(int runtime_code) const { return tally_.failures > 0 ? k
 void PsReport::report_written() {
   if (!writer_) return;
   for (const auto& w : tally_.report(writer_->take_written(), cfg_, metrics_, log_)) {
+    push_log_.checkpoint(w.global_step, epoch_);
     if (stop_at_ && !stop_durable_reported_ && w.global_step >= stop_step_) {
       // The stop's checkpoint is on disk (fsync'ed and published): the figure the cloud's grace
       // period (30 s on GCE, 2 min on EC2) must cover.

@@ -14,6 +14,7 @@
 #include "app/background_eval.hpp"
 #include "app/checkpointing.hpp"
 #include "app/config.hpp"
+#include "app/history_log.hpp"
 #include "app/metrics.hpp"
 #include "plan/plan.hpp"
 #include "app/run_setup.hpp"
@@ -47,9 +48,16 @@ class PsReport final : public PsEvents, public SnapshotSink {
   void progress(const Progress& e) override;
   void departure(const Departure& e) override;
   void join(const Join& e) override;
-  void pushed(std::int64_t step, int rank, std::int64_t pulled, double seconds) override {
-    push_log_.write(step, rank, pulled, seconds);
+  // The history (--push-log, app/history_log.hpp): a takeover's replayed pushes come before its
+  // epoch is claimed (started), and are written after its takeover line.
+  void pushed(const Pushed& e) override {
+    if (!push_log_.is_open()) return;
+    if (!history_started_)
+      replayed_lines_.push_back(e);
+    else
+      push_log_.pushed(e, epoch_);
   }
+  std::int64_t epoch() const override { return epoch_; }
   void handed_over(std::int64_t global_step, int standby, int signo) override;
   // The runtime's typed events worded for the job log (app/ps_messages.cpp).
   void joins_open(int max_workers, const std::string& port_file, bool ulfm) override;
@@ -115,6 +123,7 @@ class PsReport final : public PsEvents, public SnapshotSink {
   // Shard 0 at its start (a takeover's too): the next epoch of the checkpoint directory, and the
   // checkpoint writer fenced with it (app/ps_takeover_report.cpp).
   void claim_epoch();
+  void start_history(const Started& e);
   void report_evals(const std::vector<BackgroundEval::Done>& done);
 
   const TrainConfig& cfg_;
@@ -125,6 +134,8 @@ class PsReport final : public PsEvents, public SnapshotSink {
   std::ostream& log_;
   MetricsWriter metrics_;
   PushLog push_log_;
+  bool history_started_ = false;  // the push log's start or takeover line is written
+  std::vector<Pushed> replayed_lines_;
   bool durable_wait_ = false;  // the last snapshot's write was durable before training went on
   const std::string status_path_;
   std::int64_t epoch_ = 0;  // this parameter server's epoch (claim_epoch); 0: none (no --ckpt-dir)

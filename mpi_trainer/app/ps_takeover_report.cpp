@@ -104,6 +104,23 @@ void PsReport::first_step(std::int64_t global_step, double seconds_since_start) 
                                         {"seconds_since_start", seconds_since_start}});
 }
 
+// The history's first line of this parameter server (app/history_log.hpp): the state it starts
+// from, a checkpoint's (or 0) or, taking a lost one over, its replica's or the surviving shard's
+// (the replay's start); then a takeover's replayed pushes, held until the epoch was claimed.
+void PsReport::start_history(const Started& e) {
+  if (push_log_.is_open()) {
+    if (takeover_)
+      push_log_.started(PushLog::Start::kTakeover, replayed_ ? replayed_->replica_step : takeover_->replica_step,
+                        epoch_);
+    else
+      push_log_.started(PushLog::Start::kStart, e.global_step, epoch_);
+    for (const Pushed& p : replayed_lines_)
+      push_log_.pushed(p, epoch_);
+  }
+  replayed_lines_.clear();
+  history_started_ = true;
+}
+
 // The epoch fences a parameter server that was taken for lost but lives (hung, then woken: ULFM's
 // takeover of a hung PS, docs/fault-model.md "Epochs"): from the moment its successor claims the
 // next epoch, its checkpoints are not published (the writer's fence, right before the rename) and

@@ -10,6 +10,7 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -21,6 +22,7 @@
 #include "app/checkpointing.hpp"
 #include "app/device.hpp"
 #include "app/emulation.hpp"
+#include "app/history_log.hpp"
 #include "app/metrics.hpp"
 #include "app/ps_report.hpp"
 #include "app/run_setup.hpp"
@@ -191,6 +193,11 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
   opts.takeover = takeover;
   opts.push_journal = cfg.push_journal == "on";
   opts.push_faults = parse_corrupt_push(cfg.corrupt_push, rank);
+  // The worker's side of the run's history (--push-log, app/history_log.hpp).
+  if (!cfg.push_log.empty()) {
+    auto acks = std::make_shared<AckLog>(cfg.push_log, rank);
+    opts.on_acknowledged = [acks](const WorkerOptions::Ack& a) { acks->acknowledged(a); };
+  }
   // A standby writes its replica of the parameter server as a checkpoint when it is lost.
   if (!cfg.ckpt_dir.empty())
     opts.on_ps_lost = [&cfg, &setup, &model, rank](const ReplicaState& r) {

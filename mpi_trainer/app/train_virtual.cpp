@@ -15,6 +15,7 @@
 #include "app/config_event.hpp"
 #include "app/emulation.hpp"
 #include "app/learning_check.hpp"
+#include "app/history_log.hpp"
 #include "app/metrics.hpp"
 #include "plan/plan.hpp"
 #include "app/run_setup.hpp"

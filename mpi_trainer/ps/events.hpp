@@ -155,9 +155,23 @@ class PsEvents {
     double lr_divisor = 1, momentum = 0;
   };
   virtual void join(const Join& e) = 0;
-  // Shard 0: a push applied, making global step `step`, from worker `rank`, computed on version
-  // `pulled`, `seconds` after the start (--push-log).
-  virtual void pushed(std::int64_t /*step*/, int /*rank*/, std::int64_t /*pulled*/, double /*seconds*/) {}
+  // Shard 0: a push that made global step `step` (--push-log: the run's history, which
+  // bench/faults/history_check.py checks): applied, or counted as a step without an update (too
+  // stale, rejected), or one of a lost shard's pushes replayed by its successor (a takeover:
+  // `seconds` is 0 then). From worker `rank` (-1: not known, a replayed push) of data slot `slot`,
+  // its push number `push_id`, computed on version `pulled`, `seconds` after the start.
+  struct Pushed {
+    enum class Kind { kApplied, kCounted, kReplayed, kReplayedCounted };
+    Kind kind = Kind::kApplied;
+    std::int64_t step = 0;
+    int rank = -1, slot = 0;
+    std::int64_t push_id = 0, pulled = 0;
+    double seconds = 0;
+  };
+  virtual void pushed(const Pushed& /*e*/) {}
+  // Shard 0: the epoch this parameter server claimed (ckpt/checkpoint.hpp; 0: none, or not yet),
+  // which its replies to pushes carry.
+  virtual std::int64_t epoch() const { return 0; }
 
   // Elastic joins (PsOptions::max_workers): shard 0 takes up to `max_workers` workers through
   // the port it published in `port_file`. `ulfm`: this build's MPI (Open MPI 5) has no
@@ -329,6 +343,16 @@ struct WorkerOptions {
   // With `takeover`: each worker logs its pushes since the newest replica, so that a takeover
   // replays them and loses no update (--push-journal; ps/resilience/push_journal.hpp).
   bool push_journal = true;
+  // Called for each push of this worker that shard 0 acknowledged, from the training thread: the
+  // worker's side of the run's history (--push-log; bench/faults/history_check.py).
+  struct Ack {
+    int slot = 0;
+    std::int64_t push_id = 0;
+    std::int64_t step = 0;   // the global step the push made
+    bool applied = false;    // false: counted as a step, not applied (too stale, rejected)
+    std::int64_t epoch = 0;  // the epoch of the parameter server that answered
+  };
+  std::function<void(const Ack&)> on_acknowledged;
 };
 
 // What run_worker hands the worker that becomes the parameter server.

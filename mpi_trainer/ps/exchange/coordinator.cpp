@@ -34,8 +34,11 @@ std::int64_t Coordinator::start(FlatTensors& params, std::vector<FlatTensors>& s
   return start_step_;
 }
 
-void Coordinator::replayed(int slot, const MsgHeader& push) {
-  slot_cursors_.at(static_cast<std::size_t>(slot)) = LoaderCursor{push.cursor_epoch, push.cursor_position};
+void Coordinator::replayed(int slot, const MsgHeader& push, std::int64_t step, bool applied) {
+  if (applied) slot_cursors_.at(static_cast<std::size_t>(slot)) = LoaderCursor{push.cursor_epoch, push.cursor_position};
+  using K = PsEvents::Pushed::Kind;
+  events_.pushed(PsEvents::Pushed{applied ? K::kReplayed : K::kReplayedCounted, step, -1, slot, push.push_id,
+                                  push.model_version, 0.0});
 }
 
 void Coordinator::clock_started(Clock::time_point t0) { t0_ = window_start_ = last_ckpt_ = t0; }
@@ -48,7 +51,13 @@ void Coordinator::applied(Member& m, const MsgHeader& h, std::int64_t step) {
   window_images_ += h.batch;
   ++window_pushes_;
   if (step == start_step_ + 1) events_.first_step(step, since(t0_));  // bench/faults/fault_bench.sh
-  events_.pushed(step, m.rank, h.model_version, since(t0_));
+  events_.pushed(
+      PsEvents::Pushed{PsEvents::Pushed::Kind::kApplied, step, m.rank, m.slot, h.push_id, h.model_version, since(t0_)});
+}
+
+void Coordinator::counted(Member& m, std::int64_t push_id, std::int64_t step) {
+  events_.pushed(PsEvents::Pushed{PsEvents::Pushed::Kind::kCounted, step, m.rank, m.slot, push_id,
+                                  m.recv.header().model_version, since(t0_)});
 }
 
 void Coordinator::after_step(const Part& p, double lr, bool stopping) {

@@ -42,9 +42,10 @@ class Coordinator {
   // `adjust`, if any, runs between the restore and the hand-out (a takeover: the surviving shards' parts).
   std::int64_t start(FlatTensors& params, std::vector<FlatTensors>& state, FlatTensors& stats,
                      std::span<const StartLog> logs = {}, const std::function<void()>& adjust = {});
-  // After the replay of a takeover (ps/resilience/push_journal.hpp): a logged push of data slot `slot` applied
-  // (its cursor), and the step this parameter server goes on from.
-  void replayed(int slot, const MsgHeader& push);
+  // During the replay of a takeover (ps/resilience/push_journal.hpp): a logged push of data slot
+  // `slot` made `step`, applied (its cursor) or counted (the history's event only).
+  void replayed(int slot, const MsgHeader& push, std::int64_t step, bool applied);
+  // And after it, the step this parameter server goes on from.
   void restart_at(std::int64_t step) { start_step_ = step; }
   // The run's clock starts (after the reports' set-up): progress windows and the checkpoint interval.
   void clock_started(Clock::time_point t0);
@@ -52,6 +53,8 @@ class Coordinator {
 
   // A push from `m` was applied, making `step`: its data cursor, the progress window, the event.
   void applied(Member& m, const MsgHeader& h, std::int64_t step);
+  // A push from `m` (its number `push_id`) counted as `step` without an update (too stale, rejected).
+  void counted(Member& m, std::int64_t push_id, std::int64_t step);
   // After each step (applied or dropped as stale): a progress report, a checkpoint, an
   // evaluation, as they fall due (ps/exchange/cadence.hpp). `stopping`: a stop is under way.
   void after_step(const Part& p, double lr, bool stopping);

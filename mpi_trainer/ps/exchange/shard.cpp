@@ -132,7 +132,10 @@ PsResult Shard::run() {
     }
     start_state();
     // The reports' set-up (the background evaluator builds a network) before the clock starts.
-    if (lead()) events_.started(PsEvents::Started{start_step_, shards_, workers_, policy_.momentum(workers_)});
+    if (lead()) {
+      events_.started(PsEvents::Started{start_step_, shards_, workers_, policy_.momentum(workers_)});
+      epoch_ = events_.epoch();
+    }
     t0_ = Clock::now();
     if (coord_) coord_->clock_started(t0_);
     if (lead() && opts_.max_workers > 0) {

@@ -202,6 +202,7 @@ class Shard {
   int failure_code_ = 0;  // non-zero: the shard failed; joins and pushes are answered with it
 
   std::int64_t start_step_ = 0, step_ = 0;
+  std::int64_t epoch_ = 0;  // shard 0's epoch once started (PsEvents::epoch), in its replies to pushes
   // Per data slot: the last push number handled (applied, or counted as a step); replicas carry it.
   std::vector<std::int64_t> handled_;
   mutable std::vector<float> handled_floats_;  // its copy in a replica

@@ -72,6 +72,7 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
     }
     h.replica_step = standbys_ ? standbys_->settled_step() : -1;
     h.push_id = handled_[static_cast<std::size_t>(m.slot)];  // the push it answers
+    h.epoch = static_cast<std::int32_t>(epoch_);
   }
   reply_.reset();
   if (kind == MsgKind::kParams) {
@@ -184,6 +185,7 @@ bool Shard::reject_push(Member& m, const std::string& why) {
   events_.log(line.str());
   if (drop_it) {
     ++step_;
+    if (coord_) coord_->counted(m, handled_[static_cast<std::size_t>(m.slot)], step_);
     if (reply(m, MsgKind::kStop, kRejectedEnd))
       drop(m, /*lost=*/true, "its last " + std::to_string(m.rejected_in_row) + " pushes were rejected");
     return false;
@@ -193,6 +195,7 @@ bool Shard::reject_push(Member& m, const std::string& why) {
 
 bool Shard::count_unapplied(Member& m) {
   ++step_;
+  if (coord_) coord_->counted(m, handled_[static_cast<std::size_t>(m.slot)], step_);
   if (!reply(m, MsgKind::kParams)) return false;
   if (coord_) coord_->after_step(part(), policy_.lr(step_ - 1, members_.live(), 0), stop_at_.has_value());
   plan_.at_step(self_, step_);

@@ -83,6 +83,7 @@ void Shard::replay(const std::string& log, std::int64_t replica_step) {
     if (p.acked && !p.applied) {  // too stale, or rejected: a step, no update
       ++r.not_applied;
       ++step_;
+      if (coord_) coord_->replayed(p.slot, h, step_, false);
       continue;
     }
     if (bf16_) {
@@ -99,6 +100,7 @@ void Shard::replay(const std::string& log, std::int64_t replica_step) {
       if (!check_.judge(sum_squares, {batch_stats, static_cast<std::size_t>(stats_floats_)}).empty()) {
         ++r.not_applied;
         ++step_;
+        if (coord_) coord_->replayed(p.slot, h, step_, false);
         continue;
       }
       const int live = members_.live();
@@ -108,7 +110,7 @@ void Shard::replay(const std::string& log, std::int64_t replica_step) {
     std::swap(params_, out);
     current_ = params_.data();
     ++step_;
-    if (coord_) coord_->replayed(p.slot, h);
+    if (coord_) coord_->replayed(p.slot, h, step_, true);
   }
   if (!dumped) dump_state("replayed");
   // Steps no journal acknowledges: pushes of workers lost with the shard, or pushes applied whose

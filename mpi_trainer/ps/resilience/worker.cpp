@@ -70,8 +70,10 @@ bool Worker::leave_if_noticed() {
 Worker::Exchange Worker::exchange(MsgKind kind) {
   for (;;) {
     const WorkerClient::Reply reply = client_->push_pull(kind);
-    if (kind == MsgKind::kPush && (reply == WorkerClient::Reply::kOk || reply == WorkerClient::Reply::kFailed))
+    if (kind == MsgKind::kPush && (reply == WorkerClient::Reply::kOk || reply == WorkerClient::Reply::kFailed)) {
       journal_replies(reply == WorkerClient::Reply::kOk);
+      if (reply == WorkerClient::Reply::kOk || client_->replied(0)) acknowledged();
+    }
     switch (reply) {  // kFailed: a push in flight is replayed from the journals (or lost with the parameter server)
       case WorkerClient::Reply::kOk: return Exchange::kGoOn;
       case WorkerClient::Reply::kStop: return Exchange::kStopped;

@@ -233,6 +233,13 @@ class Worker {
     res_.push_journal_peak_pushes = journal_->peak_entries();
     res_.push_journal_dropped = journal_->dropped();
   }
+  // Shard 0's reply to this worker's push, for the run's history (WorkerOptions::on_acknowledged).
+  void acknowledged() {
+    if (!opts_.on_acknowledged) return;
+    const MsgHeader& r = client_->reply(0);
+    if (r.kind != MsgKind::kParams || r.push_id <= 0) return;
+    opts_.on_acknowledged(WorkerOptions::Ack{my_slot_, r.push_id, r.step, r.applied != 0, r.epoch});
+  }
   bool end_hung_shard();
   bool cut_off();
   void stop_serving();

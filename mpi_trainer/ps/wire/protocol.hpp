@@ -58,7 +58,7 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 10;
+inline constexpr std::uint16_t kProtocolVersion = 11;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
@@ -137,7 +137,8 @@ struct MsgHeader {
   float momentum = 0;              // with (SgdSpec's floats)
   std::int32_t pid = 0;            // reply to a join: the shard's process id (a same-node worker ends
                                    // it when it hangs, under ULFM: Worker::end_hung_shard)
-  std::int32_t reserved = 0;       // zero (the header stays a multiple of 8 bytes)
+  std::int32_t epoch = 0;          // reply to a push: the replying parameter server's epoch (shard 0's,
+                                   // ckpt/checkpoint.hpp; 0: none), for the history (--push-log)
 };
 static_assert(sizeof(MsgHeader) == 144, "header is 144 bytes = 36 floats");
 inline constexpr std::int64_t kHeaderFloats = sizeof(MsgHeader) / sizeof(float);
