@@ -48,6 +48,10 @@
 # a PS kill (ps-kill, ps-kill-mid, ps-kill-rep, ps-shard-kill) must not restart the job at all: the
 # standby takes the parameter server (or the lost shard) over in the same attempt (a `ps_takeover` event, docs/fault-model.md), the
 # global step never goes back, and the work lost is the takeover's lost updates.
+# Every run also records its whole history (--push-log: each push the parameter servers made, each
+# one the workers were told) and bench/faults/history_check.py checks it: no acknowledged push
+# lost (but those a restart rolled back), none applied twice, one push per step and epoch,
+# checkpoints in step order from the newest epoch only; a violation fails the run.
 # The conformance report (bench/faults/chaos_report.py; schema in docs/fault-model.md, "The conformance
 # report"): one JSON document per suite run with every run's record and, per scenario, runs,
 # finished, detection time, time to the first applied step, updates lost, checkpoints lost
@@ -137,7 +141,7 @@ if [[ \$MT_RESTART_ATTEMPT == 1 ]]; then extra=($1); env=($2); fi
 exec $mpirun_cmd -np ${4:-4} --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_RESTART_ATTEMPT "\${env[@]}" \\
   "$trainer" train --model resnet8 --batch-size 32 --lr-schedule constant --lr 0.05 --train-steps $steps \\
   --ckpt-every-steps $interval --ckpt-keep $keep --log-every-steps 1 --failure-timeout 1 --data "$dir/data" \\
-  --ckpt-dir "$ck" --metrics "$dir/m.jsonl" --quiet --seed $run $sync ${3:-} "\${extra[@]}"
+  --ckpt-dir "$ck" --metrics "$dir/m.jsonl" --push-log "$dir/push.csv" --quiet --seed $run $sync ${3:-} "\${extra[@]}"
 EOS
   chmod +x "$dir/cmd.sh"
 }
@@ -261,7 +265,7 @@ declare -A n_pass n_run n_skip
 for scenario in "${plan[@]}"; do
   run=$((run + 1))
   why="" note="" keep=3 lost="" damaged="" fault_unix="" fault_rank=-1 stopped_pids=""
-  rm -rf "$dir/m.jsonl" "$dir/loop.txt"
+  rm -rf "$dir/m.jsonl" "$dir/loop.txt" "$dir/push.csv" "$dir/push.csv.acks" "$dir/history.json"
   unmount
   rm -rf "$ck"
   mkdir -p "$ck"
@@ -412,7 +416,14 @@ for scenario in "${plan[@]}"; do
     fi
   done
   attempts=$(grep -c "attempt [0-9]*/" "$dir/loop.txt" || true)
+  # The whole history (every push the parameter servers made, every one the workers were told):
+  # bench/faults/history_check.py; a violation fails the run (chaos_report.py reads its verdict).
+  history_why="" hrc=0
+  /usr/bin/python3 "$here/history_check.py" "$dir/push.csv" --metrics "$dir/m.jsonl" --json "$dir/history.json" \
+    >"$dir/history.txt" 2>&1 || hrc=$?
+  ((hrc != 2)) || history_why=$(tail -1 "$dir/history.txt")
   failed=$(/usr/bin/python3 "$here/chaos_report.py" run --metrics "$dir/m.jsonl" --log "$dir/loop.txt" \
+    --history "$dir/history.json" --history-why "$history_why" \
     --scenario "$scenario" --out "$dir/runs.jsonl" --run "$run" --note "$note" --steps "$steps" --keep "$keep" \
     ${damaged:+--damaged "$damaged"} --ulfm "$ulfm" --rank "$fault_rank" ${fault_unix:+--fault-unix "$fault_unix"} \
     --present "$present" --seconds $((SECONDS - t0)) --attempts "$attempts" --why "$why" 2>&1) ||
@@ -422,7 +433,7 @@ for scenario in "${plan[@]}"; do
   [[ -z $lost || ! $scenario =~ ^ps-(kill|kill-mid|kill-rep|shard-kill)$ ]] || echo "$lost" >>"$dir/lost.txt"
   if [[ -z $why ]]; then
     passed=$((passed + 1)) n_pass[$scenario]=$((${n_pass[$scenario]:-0} + 1))
-    echo "run $run $scenario ($note): finished in $((SECONDS - t0)) s, $attempts attempt(s)${lost:+, lost $lost step(s)}"
+    echo "run $run $scenario ($note): finished in $((SECONDS - t0)) s, $attempts attempt(s)${lost:+, lost $lost step(s)}; $(tail -1 "$dir/history.txt")"
   else
     echo "run $run $scenario ($note): FAILED: $why"
     tail -25 "$dir/loop.txt"

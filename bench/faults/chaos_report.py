@@ -30,6 +30,9 @@ PS_KILLS = ("ps-kill", "ps-kill-mid", "ps-kill-rep", "ps-shard-kill")
 # Faults of the parameter server: the job stops applying steps until a takeover or a restart.
 PS_FAULTS = PS_KILLS + ("takeover-kill", "ps-term-mid", "hung-ps", "hung-ps-remote", "notice-all", "truncated",
                         "bit-flipped", "wrong-version")
+# The history checker's counts kept in each run's record (bench/faults/history_check.py).
+HISTORY_COUNTS = ("acknowledged", "acknowledged_lost", "rolled_back_by_restart", "lost_with_their_worker", "applied_twice", "steps_made_twice",
+                  "steps_missing", "takeover_lost_updates", "superseded_lines", "checkpoint_violations", "epochs")
 SCENARIOS = ["worker-kill", "ps-kill", "ps-kill-mid", "ps-kill-rep", "ps-shard-kill", "takeover-kill", "ps-term-mid",
              "hung-worker",
              "hung-ps", "hung-ps-remote", "notice-one", "notice-all", "disk-full", "read-only", "fsync-fail", "truncated", "bit-flipped",
@@ -147,6 +150,19 @@ def run(a):
     log = open(a.log, errors="replace").read() if a.log else ""
     why, rec = check_run(a, events, log) if not a.skipped else ("", {})
     why = a.why or why
+    # The history checker's verdict on the run (bench/faults/history_check.py --json): a violation
+    # fails the run; a history it could not read is recorded as such.
+    if a.history and not a.skipped:
+        try:
+            h = json.load(open(a.history))
+            rec["history"] = {"verdict": "ok" if not h["violations"] else "violation",
+                              "first_violation": (f"{h['violations'][0]['kind']}: {h['violations'][0]['evidence']}"
+                                                  if h["violations"] else None),
+                              **{k: h["counts"][k] for k in HISTORY_COUNTS}}
+            if h["violations"] and not why:
+                why = f"history: {rec['history']['first_violation']}"
+        except (OSError, ValueError, KeyError) as e:
+            rec["history"] = {"verdict": "unreadable", "first_violation": None, "why": a.history_why or str(e)}
     rec = {k: round(v, 3) if isinstance(v, float) else v for k, v in rec.items()}
     record = {"run": a.run, "scenario": a.scenario, "fault": a.note, "skipped": a.skipped,
               "finished": not why and not a.skipped, "why": why or None, "seconds": a.seconds,
@@ -162,6 +178,20 @@ def summary(values):
     if not values:
         return None
     return {"n": len(values), "median": round(statistics.median(values), 3), "max": round(max(values), 3)}
+
+
+def history_summary(runs):
+    """The history checker's verdicts over a scenario's runs: ok / checked, unreadable, and the
+    counts that must stay 0 (acknowledged pushes lost, applied twice) summed."""
+    hs = [r["history"] for r in runs if r.get("history")]
+    if not hs:
+        return None
+    ok = [h for h in hs if h["verdict"] in ("ok", "violation")]
+    return {"checked": len(ok), "ok": sum(h["verdict"] == "ok" for h in hs),
+            "unreadable": sum(h["verdict"] == "unreadable" for h in hs),
+            **{k: sum(h.get(k) or 0 for h in ok) for k in ("acknowledged", "acknowledged_lost", "applied_twice",
+                                                           "rolled_back_by_restart", "lost_with_their_worker",
+                                                           "takeover_lost_updates")}}
 
 
 def report(a):
@@ -180,25 +210,34 @@ def report(a):
             "first_step_seconds": summary(r.get("first_step_seconds") for r in done),
             "updates_lost": ({**summary(lost), "total": sum(lost)} if lost else None),
             "checkpoints_lost": sum(r.get("checkpoints_lost") or 0 for r in done),
-            "resumed_behind_durable": sum(bool(r.get("resumed_behind_durable")) for r in done)})
+            "resumed_behind_durable": sum(bool(r.get("resumed_behind_durable")) for r in done),
+            "history": history_summary(done)})
     ran = [r for r in runs if not r["skipped"]]
     doc = {"schema": SCHEMA, "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "trainer": [l for l in a.version.split(";") if l], "job": json.loads(a.job) if a.job else {},
            "invariants": {"every_run_finished": all(r["finished"] for r in ran),
                           "no_checkpoint_lost": all(not r.get("checkpoints_lost") for r in ran),
-                          "never_behind_durable": all(not r.get("resumed_behind_durable") for r in ran)},
+                          "never_behind_durable": all(not r.get("resumed_behind_durable") for r in ran),
+                          "history_ok": all((r.get("history") or {}).get("verdict") != "violation" for r in ran)},
            "scenarios": scenarios, "runs": runs}
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
     fmt = lambda s: "–" if s is None else f"{s['median']:g} / {s['max']:g}"
-    print("| scenario | finished | detection s (median / max) | first step s (median / max) | updates lost (median / max) | checkpoints lost | resumed behind durable |")
-    print("|---|---|---|---|---|---|---|")
+    def hist(h):
+        if not h:
+            return "–"
+        unread = f", {h['unreadable']} unreadable" if h["unreadable"] else ""
+        return (f"{h['ok']}/{h['checked']} ok{unread}; acked {h['acknowledged']}: lost {h['acknowledged_lost']}, "
+                f"twice {h['applied_twice']}, rolled back {h['rolled_back_by_restart']}, "
+                f"lost with their worker {h['lost_with_their_worker']}")
+    print("| scenario | finished | detection s (median / max) | first step s (median / max) | updates lost (median / max) | checkpoints lost | resumed behind durable | history (checker) |")
+    print("|---|---|---|---|---|---|---|---|")
     for s in scenarios:
         skipped = f" ({s['skipped']} skipped)" if s["skipped"] else ""
         print(f"| {s['scenario']} | {s['finished']}/{s['runs']}{skipped} | {fmt(s['detection_seconds'])} | "
               f"{fmt(s['first_step_seconds'])} | {fmt(s['updates_lost'])} | {s['checkpoints_lost']} | "
-              f"{s['resumed_behind_durable']} |")
+              f"{s['resumed_behind_durable']} | {hist(s['history'])} |")
     print(f"chaos report: {a.out} ({SCHEMA}); invariants: "
           + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in doc["invariants"].items()))
 
@@ -224,6 +263,8 @@ def main():
     r.add_argument("--attempts", type=int, default=0)
     r.add_argument("--why", default="", help="a failure found by chaos.sh itself")
     r.add_argument("--skipped", action="store_true")
+    r.add_argument("--history", default="", help="the history checker's --json output for this run")
+    r.add_argument("--history-why", default="", help="why the history checker could not read the run's history")
     p = sub.add_parser("report")
     p.add_argument("--runs", default="")
     p.add_argument("--out", required=True)
