@@ -1,6 +1,7 @@
 // The command line as a user meets it: exit codes and messages of the real executable.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -102,6 +103,38 @@ TEST_CASE("help documents every flag and the environment defaults", "[unit][cli]
   for (const char* code : {"0 done", "1 internal error", "2 usage", "3 config/data error", "4 checkpoint error",
                            "10 parameter server lost", "11 a former parameter server", "75 stopped", "130 stopped"})
     CHECK(contains(top.output, code));
+}
+
+TEST_CASE("train --help: the flags in sections, basics first, wrapped to the terminal's width", "[unit][cli]") {
+  // One section per concern, in the order a user needs them; no flag left in CLI11's catch-all.
+  for (const char* columns : {"80", "132"}) {
+    const auto r = run("train --help", std::string("COLUMNS=") + columns);
+    REQUIRE(r.code == 0);
+    std::size_t at = 0;
+    for (const char* section : {"Basics:", "Data:", "Optimizer:", "Outputs:", "Checkpoints:", "Parameter server:",
+                                "Fault tolerance:", "Elastic joins:", "Emulated devices and virtual runs:", "Cost:"}) {
+      const std::size_t next = r.output.find(std::string("\n") + section, at);
+      CHECK(next != std::string::npos);
+      if (next != std::string::npos) at = next;
+    }
+    CHECK_FALSE(contains(r.output, "\nOptions:"));
+    // Every line fits (an option's name column may be longer only when nothing follows it there).
+    std::size_t longest = 0, start = 0;
+    for (std::size_t end; (end = r.output.find('\n', start)) != std::string::npos; start = end + 1)
+      longest = std::max(longest, end - start);
+    CHECK(longest <= std::stoul(columns));
+    // The flags stay where a user looks for them.
+    const auto line_of = [&r](const char* flag) { return r.output.find(std::string("\n  ") + flag + " "); };
+    CHECK(line_of("--train-steps") < r.output.find("\nData:"));
+    CHECK(line_of("--ckpt-dir") > r.output.find("\nCheckpoints:"));
+    CHECK(line_of("--ckpt-dir") < r.output.find("\nParameter server:"));
+    CHECK(line_of("--failure-timeout") > r.output.find("\nFault tolerance:"));
+    CHECK(line_of("--failure-timeout") < r.output.find("\nElastic joins:"));
+  }
+  // join shares train's flags and sections.
+  const auto j = run("join --help", "COLUMNS=100");
+  CHECK(j.code == 0);
+  CHECK(contains(j.output, "\nFault tolerance:"));
 }
 
 TEST_CASE("data and device errors exit 3 and name the problem", "[unit][cli]") {

@@ -6,10 +6,12 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "plan/calibrate.hpp"
+#include "app/cli_help.hpp"
 #include "app/cli_hints.hpp"
 #include "app/cli_tool_options.hpp"
 #include "app/cli_train_options.hpp"
@@ -218,6 +220,9 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       "with --resume auto, 130 stopped by Ctrl-C (SIGINT) after a checkpoint: rerun the same command\n"
       "(a second Ctrl-C ends it at once). Under mpirun a parameter server that fails stops its workers\n"
       "with its own code; <ckpt-dir>/run-status.json says how the run ended (docs/fault-model.md)."};
+  // Every command's --help in sections, wrapped to the terminal (subcommands take the formatter
+  // they are made with: set first).
+  app.formatter(std::make_shared<cli::HelpFormatter>(cli::train_sections(), cli::help_width()));
   app.set_version_flag("--version", version_text());
   app.require_subcommand(1);
   app.footer("Every train flag also reads an environment default MT_<FLAG>, e.g. MT_TRAIN_STEPS.\n"

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "app/cli_help.hpp"
 #include "app/emulation.hpp"
 #include "ps/ps.hpp"
 #include "data/dataset.hpp"
@@ -515,6 +516,7 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
   env(cmd.add_flag("--quiet", c.quiet, "No progress lines (metrics and errors only)"), "MT_QUIET");
   // Benchmark mode for bench/perf/ps_throughput.sh: workers push a fixed gradient without computing.
   cmd.add_flag("--synthetic-gradients", c.synthetic_gradients)->group("");
+  assign_train_sections(cmd);
 }
 
 }  // namespace mt::cli
