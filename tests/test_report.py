@@ -177,10 +177,38 @@ def main():
         check("TRAINER_EXE report runs report.py", lambda: through_binary(tmp, exe, quick))
         check("runs of every length: 1 step, 20 steps, resumed 20 + 20, a takeover (issue 62)",
               lambda: short_runs(tmp, exe, quick))
+        check("--csv: every scalar in one long table, TensorBoard's tags (issue 62)",
+              lambda: csv_export(tmp, quick, restart))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
     return 1 if RESULTS["failed"] else 0
+
+
+def csv_export(tmp, quick, restart):
+    """OUT/scalars.csv: one row per value of every progress, eval, revocation, join and summary event,
+    the attempt of each (a restarted run's second counts 2), equal to the metrics file's values."""
+    import csv
+    out = os.path.join(tmp, "csv")
+    r = report(quick, restart, "--label", "q", "--label", "r", "--csv", "-o", out)
+    assert r.returncode == 0 and "scalars.csv" in r.stdout, (r.returncode, r.stdout, r.stderr)
+    rows = list(csv.DictReader(open(os.path.join(out, "scalars.csv"))))
+    assert list(rows[0]) == ["run", "attempt", "event", "global_step", "seconds", "unix_time", "tag", "value"], rows[0]
+    for label, path in (("q", quick), ("r", restart)):
+        ev = events(path)
+        progress = [e for e in ev if e["event"] == "progress"]
+        losses = [float(x["value"]) for x in rows if x["run"] == label and x["tag"] == "train/loss"]
+        assert losses == [e["loss"] for e in progress], (label, len(losses), len(progress))
+        evals = [e["test_accuracy"] for e in ev if e["event"] == "eval"]
+        got = [float(x["value"]) for x in rows if x["run"] == label and x["tag"] == "test/accuracy" and x["event"] == "eval"]
+        assert got == evals, (label, got, evals)
+        s = [e for e in ev if e["event"] == "summary"][-1]
+        cost = [float(x["value"]) for x in rows if x["run"] == label and x["tag"] == "cost/usd"]
+        assert cost[-1] == s["cost_usd"], (cost, s["cost_usd"])
+    attempts = {x["attempt"] for x in rows if x["run"] == "r"}
+    assert attempts == {"1", "2"}, attempts  # the golden restart: two attempts
+    assert any(x["tag"].startswith("worker/") for x in rows if x["run"] == "q")
+    assert all(x["seconds"] for x in rows if x["event"] == "progress")
 
 
 def short_runs(tmp, exe, quick):

@@ -38,7 +38,8 @@ def parse_args(argv):
                     "accuracy against time and steps (runs overlaid), a timeline of workers with "
                     "revocations, joins, takeovers, checkpoints and restarts, throughput and staleness, "
                     "cost against its live prediction, a summary table, and with --plan the forecast "
-                    "next to what happened. Writes OUT/index.html, OUT/report.json and the charts as PNG.",
+                    "next to what happened. Writes OUT/index.html, OUT/report.json and the charts as PNG "
+                    "(with --csv also OUT/scalars.csv).",
         epilog="Exit 0: done; 2: usage; 3: an input that cannot be used (no report) or was read only in "
                "part (truncated, an older version, damaged lines: a partial report is written, the first "
                "problem is printed, all are in the page).")
@@ -48,6 +49,9 @@ def parse_args(argv):
     p.add_argument("--label", action="append", default=[], metavar="NAME",
                    help="name of a run in the charts, once per run in order (default: the file name)")
     p.add_argument("-o", "--out", required=True, metavar="OUT", help="output directory (created)")
+    p.add_argument("--csv", action="store_true",
+                   help="also write OUT/scalars.csv: every scalar of the runs (the tags --tensorboard writes), "
+                        "one row per value: run,attempt,event,global_step,seconds,unix_time,tag,value")
     args = p.parse_args(argv)
     if len(args.label) > len(args.runs):
         p.error(f"{len(args.label)} --label for {len(args.runs)} run(s)")
@@ -322,6 +326,10 @@ def main(argv):
               "charts": shown, "runs": records}
     write(args.out, "report.json", json.dumps(finite(report), indent=1, allow_nan=False, default=str) + "\n")
     write(args.out, "index.html", page(args.out, shown, records, problems, plan))
+    if args.csv:
+        import export
+        rows = export.write_csv(runs, os.path.join(args.out, "scalars.csv"))
+        print(f"scalars: {os.path.join(args.out, 'scalars.csv')} ({rows} rows)")
     if problems:
         more = f" (+{len(problems) - 1} more in the report)" if len(problems) > 1 else ""
         print(f"{PROG}: {problems[0]}{more}; partial report written", file=sys.stderr)
