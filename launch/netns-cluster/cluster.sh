@@ -209,7 +209,9 @@ link() {
   ns=$(ns_of "$node") || exit $?
   run ip -n "$ns" link set eth0 "$how"
   if [[ $how == up ]]; then  # the address's route went with the link; back with it
-    ip -n "$ns" addr show dev eth0 | grep -q "inet " || run ip -n "$ns" addr add "$(addr_of "$node")/24" dev eth0
+    # (not `ip | grep -q`: under pipefail grep's early exit fails ip with SIGPIPE, and the address,
+    # still there, was added again: "Address already assigned")
+    [[ $(ip -n "$ns" addr show dev eth0) == *"inet "* ]] || run ip -n "$ns" addr add "$(addr_of "$node")/24" dev eth0
   fi
   echo "$node: link $how"
 }
