@@ -21,6 +21,7 @@
 #   state requeue (75)    -> rerun (a notice, or every worker revoked)
 #   state interrupted     -> exit 130: stopped by a SIGINT (Ctrl-C) after a checkpoint: no rerun
 #   state running/missing -> the parameter server was lost (killed): rerun
+#   state lost            -> the same, said by its standby once the replica was written: rerun
 #   exit 2, 3 or 4 from COMMAND with no status (usage, config, checkpoint error) -> no rerun
 #   the status file's directory cannot take a file (read-only) -> exit 3, no (further) attempt
 # Each attempt gets MT_RESTART_ATTEMPT=1,2,... in its environment (counting on across Slurm

@@ -63,7 +63,7 @@ mpirun=("${MT_MPIRUN[@]}" -x OMP_WAIT_POLICY)
 # names, it would try to reach this node as a remote one and fail).
 alone=(--mca ras ^slurm --mca plm ^slurm -np 1)
 
-# The parameter server's state in its status file: running, done, requeue ("" when none yet).
+# The parameter server's state in its status file: running, done, requeue, lost ("" when none yet).
 ps_state() { grep -o '"state": *"[a-z]*"' "$status" 2>/dev/null | grep -o '[a-z]*"$' | tr -d '"'; }
 server=0
 uri=$ckpt/ompi-server.uri
@@ -131,9 +131,10 @@ if [[ $role == worker ]] && ((rc == 0 && ! noticed)); then
 fi
 if [[ $state == done ]]; then
   exit 0
-elif [[ $role == worker || ($rc == 75 && ($state == requeue || $state == running)) ]]; then
+elif [[ $role == worker || ($rc == 75 && ($state == requeue || $state == running || $state == lost)) ]]; then
   # A notice with a durable checkpoint (requeue), a parameter server lost after it started
-  # (running), or a worker that left or lost its parameter server while training goes on.
+  # (running, or lost: its standby wrote its replica), or a worker that left or lost its
+  # parameter server while training goes on.
   # Under a preemption Slurm requeues the job itself and refuses this request, which is fine.
   if ((${SLURM_RESTART_COUNT:-0} >= ${MT_MAX_REQUEUES:-20})); then
     say "not requeueing: already restarted ${SLURM_RESTART_COUNT:-0} times (MT_MAX_REQUEUES)"

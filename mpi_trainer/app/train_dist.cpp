@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iomanip>
 #include <iostream>
@@ -219,6 +220,23 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
                                         {"file", w.file.string()},
                                         {"write_seconds", w.seconds},
                                         {"unix_time", unix_now()}});
+      // The run's status, final now: the parameter server cannot say so when its node crashed, and
+      // then Open MPI 4.1's mpirun hangs after this job's MPI_Abort (its daemon there is gone). The
+      // restart loop ends the launcher --grace seconds after a final status and restarts from the
+      // replica (docs/fault-model.md, "Exit codes and the status file").
+      // Only over a status that says the run goes on: a final one (done, requeue) stands.
+      const std::string status = run_status_path(cfg);
+      std::ifstream current(status);
+      const nlohmann::json now = nlohmann::json::parse(current, nullptr, /*allow_exceptions=*/false);
+      if (!now.is_discarded() && now.is_object() && now.value("state", "running") != "running") return;
+      write_run_status(status,
+                       nlohmann::ordered_json{{"state", "lost"},
+                                              {"exit_code", kExitPsLost},
+                                              {"global_step", r.global_step},
+                                              {"train_steps", cfg.train_steps},
+                                              {"stopped_by", worker_label(rank) +
+                                                                 " (standby): the parameter server was lost; "
+                                                                 "its replica written as " + w.file.string()}});
     };
   WorkerResult w = run_worker(opts, model, ps, rank, std::move(plan), [&]() -> std::unique_ptr<StepComputer> {
     return std::make_unique<NetworkStep>(model, setup, cfg.batch_size, StepPacer(emulation, pacer_seed));
