@@ -133,6 +133,7 @@ class Shard {
   void detect_failures();
   void check_notice();
   void begin_stop(const std::string& why);
+  void wait_for_successor();  // every worker silent at once: a takeover of this one may be under way
   void take_joins();
   void admit_late(const Member& m);
   // After a step (applied, or dropped as stale): shard 0's coordinator, the standbys' replica.

@@ -4,12 +4,15 @@
 #include "ps/exchange/shard.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <string>
+#include <thread>
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "ps/resilience/notices.hpp"
+#include "ps/wire/ulfm.hpp"
 
 namespace mt {
 
@@ -55,10 +58,33 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
   // The workers may have left on a notice that reached this process too: that is the reason.
   if (live == 0 && !stop_at_) check_notice();
   if (live == 0 && step_ < opts_.train_steps && !stop_at_) {
-    if (opts_.max_workers > 0)
+    if (opts_.max_workers > 0) {
       events_.waiting_for_joins(step_);
-    else
+    } else {
+      if (lost && detail != kUlfmReported) wait_for_successor();  // may end this process (PsSuperseded)
       begin_stop("every worker was revoked");
+    }
+  }
+}
+
+// The last worker went silent (not reported dead), under ULFM with standbys: this process may be
+// the one cut off (its own link down), its workers about to take it over inside the job. They
+// need --failure-timeout to find it silent, up to max(1, --failure-timeout) to ask one another, as
+// long again to report it failed, and the successor claims the next epoch as it starts. This one
+// looks for that epoch as long before it stops the job; found, it ends as a superseded parameter
+// server does, writing nothing (no checkpoint, no summary beside its successor's: exit 11).
+// Without a successor it stops as before, that much later.
+void Shard::wait_for_successor() {
+  if (!lead() || !standbys_ || !ulfm_available()) return;
+  const double wait = 3 * opts_.failure_timeout + std::max(1.0, opts_.failure_timeout) + 1;
+  const auto t0 = Clock::now();
+  while (since(t0) < wait) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // PsReport reads the epoch file every 0.5 s at most
+    if (events_.superseded())
+      throw PsSuperseded("parameter server (rank " + std::to_string(self_) + "): every worker went silent at once, " +
+                         "and another parameter server has taken its place meanwhile (a newer epoch in the "
+                         "checkpoint directory): this one was cut off; ending without writing anything, exit " +
+                         std::to_string(kExitSuperseded));
   }
 }
 
