@@ -5,7 +5,8 @@
 # (--ckpt-every-steps 100, far behind): one --replica-interval behind at most, plus the replica in
 # flight when the PS died (docs/fault-model.md, "Work lost"; under load --replica-budget spaces
 # replicas a few updates further). Cases, each under launch/restart_loop.sh:
-#   ps       the PS killed at step 157: resumed at >= 137 (151 here, unloaded; 146 in one CI
+#   ps       the PS killed at step 157 (the standby writes the status lost): resumed at >= 137 (151
+#            here, unloaded; 146 in one CI
 #            run, where the next replica had not arrived whole)
 #   shards   --num-ps 2, shard 1 killed at step 157: the standby holds both shards' parts (under
 #            ULFM it takes the lost shard over, the surviving shard 0 following as shard 1)
@@ -149,6 +150,8 @@ if [[ $cases == *" ps "* ]]; then
   else
     grep -q "worker rank 1 (standby): wrote its replica of the parameter server at global step" "$dir/ps.txt"
     grep -q "resumed from .* (attempt 2) (a standby's replica, written by worker rank 1)" "$dir/ps.txt"
+    # The standby's status 'lost' ended the attempt (a crashed node's parameter server writes none)
+    grep -q "attempt 1 ended: the parameter server was lost (command exit [0-9]*, status 'lost')" "$dir/ps.txt"
     check ps $kill $((kill - 2 * interval)) $kill 1
   fi
 fi
