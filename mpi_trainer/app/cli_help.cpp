@@ -91,11 +91,7 @@ std::string HelpFormatter::entry(const std::string& name, const std::string& des
     out.append(col - head.size(), ' ');
   else
     out += "\n" + std::string(col, ' ');
-  for (const char c : wrap_words(desc, width_ - col)) {
-    out += c;
-    if (c == '\n') out.append(col, ' ');
-  }
-  return out + "\n";
+  return out + hanging(desc, width_, col) + "\n";
 }
 
 std::string HelpFormatter::make_option(const CLI::Option* opt, bool is_positional) const {
