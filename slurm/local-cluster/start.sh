@@ -3,6 +3,7 @@
 # slurmd per emulated node (Debian's slurm-wlm is built with multiple-slurmd support).
 #
 #   slurm/local-cluster/start.sh [--dir DIR] [--nodes N] [--port-base P] [--grace S] [--netns NAME]
+#                                (--dir: default $MT_SLURM_STATE_DIR or /tmp/mt-slurm)
 #   source DIR/env.sh        # SLURM_CONF for sbatch, squeue, scontrol, ...
 #   slurm/local-cluster/stop.sh [--dir DIR]
 #
@@ -23,12 +24,12 @@
 # and 6818 inside the cluster's namespaces).
 set -euo pipefail
 
-dir=${MT_SLURM_DIR:-/tmp/mt-slurm}
+dir=${MT_SLURM_STATE_DIR:-/tmp/mt-slurm}
 nodes=${MT_SLURM_NODES:-4}
 port_base=${MT_SLURM_PORT_BASE:-16817}
 grace=${MT_SLURM_GRACE:-20}
 netns=""
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while (($#)); do
   case $1 in
     --dir) dir=$2; shift 2 ;;

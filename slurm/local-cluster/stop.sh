@@ -2,7 +2,7 @@
 # Stops the local cluster started by start.sh: its jobs, slurmd's, slurmctld and munged.
 #   slurm/local-cluster/stop.sh [--dir DIR] [--purge]     (--purge also removes DIR)
 set -uo pipefail
-dir=${MT_SLURM_DIR:-/tmp/mt-slurm}
+dir=${MT_SLURM_STATE_DIR:-/tmp/mt-slurm}
 purge=0
 while (($#)); do
   case $1 in
