@@ -6,7 +6,12 @@ Parses the Cluster Toolkit blueprints (cloud-hpc/gcp/*.yaml) and the ParallelClu
 settings, GPU machines) and cross-checks them against the sbatch templates: every partition an
 `#SBATCH --partition`/`-p` line of slurm/*.sbatch names must exist in every config, the one
 slurm/train.sbatch uses must be a spot partition, and the on-demand partition for the parameter
-server must exist. One line per check; the last line is "N passed, M failed".
+server must exist. The node setup (cloud-hpc/node-setup.sh): every partition/queue runs it, the
+GPU ones with --gpu (the CUDA 13 runtime, cuBLAS, cuDNN 9), the CPU one without, and no compute
+node installs -dev packages; the script passes bash -n and shellcheck (when installed), its
+--dry-run lists the packages, and a run against fake apt-get/dpkg/ldconfig/nvidia-smi in a
+scratch root checks its steps, timing log, idempotence and failure exit. One line per check; the
+last line is "N passed, M failed".
 
 Usage: /usr/bin/python3 tests/test_cloud_hpc.py REPO_ROOT
 """
@@ -14,7 +19,10 @@ import glob
 import os
 import re
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 
 try:
     import yaml
@@ -32,6 +40,11 @@ AWS_OSES = {"alinux2", "alinux2023", "ubuntu2004", "ubuntu2204", "ubuntu2404",
             "rhel8", "rocky8", "rhel9", "rocky9"}
 AWS_STORAGE = {"Ebs", "Efs", "FsxLustre", "FsxOpenZfs", "FsxOntap", "FileCache"}
 AWS_ALLOCATION = {"lowest-price", "capacity-optimized", "price-capacity-optimized"}
+NODE_SETUP = "cloud-hpc/node-setup.sh"
+GPU_PACKAGES = ("cuda-cudart-13-0", "libcublas-13-0", "libcudnn9-cuda-13")
+# A -dev package on an apt-get line of a compute node's inline script (the node setup installs
+# run-time libraries only; mpi_trainer is built on the login/head node).
+DEV_PACKAGE = re.compile(r"apt-get[^\n]*(\\\n[^\n]*)*\b[a-z0-9.+-]+-dev\b")
 
 
 class Checks:
@@ -114,7 +127,7 @@ def check_gcp(rel, bp, c):
     c.check(not missing, f"{rel}: vars project_id, region, zone, deployment_name", f"missing {missing}")
     groups = bp.get("deployment_groups")
     if not c.check(isinstance(groups, list) and groups, f"{rel}: deployment_groups is a non-empty list"):
-        return {}
+        return {}, {}
     modules = []
     bad = []
     for g in groups:
@@ -192,7 +205,45 @@ def check_gcp(rel, bp, c):
             if key.endswith("startup_script") and isinstance(val, str):
                 c.check("$(" not in val and "${" not in val and "%{" not in val,
                         f"{rel}: {m['id']}.{key} has no $( ${{ %{{ (Cluster Toolkit/Terraform would expand them)")
-    return spot_of
+        for i, r in enumerate(gcp_runners(m)):
+            if isinstance(r.get("content"), str):
+                val = r["content"]
+                c.check("$(" not in val and "${" not in val and "%{" not in val,
+                        f"{rel}: {m['id']} runner {i} content has no $( ${{ %{{ (Cluster Toolkit/Terraform would expand them)")
+
+    # The node setup of each partition: the startup-script modules its nodesets use (runners whose
+    # source is node-setup.sh, with their args) or an inline startup_script that calls it.
+    blueprint_dir = os.path.dirname(rel)
+    setups = {}
+    for name, part in names.items():
+        calls, inline = [], []
+        for ns in [by_id[u] for u in as_list(part.get("use")) if u in by_id and by_id[u] in nodesets]:
+            inline.append(str(settings(ns).get("startup_script", "")))
+            for u in as_list(ns.get("use")):
+                for r in gcp_runners(by_id.get(u, {})):
+                    src = str(r.get("source", ""))
+                    staged = re.fullmatch(r'\$\(ghpc_stage\("([^"]+)"\)\)', src)
+                    path = os.path.normpath(os.path.join(blueprint_dir, staged.group(1))) if staged else src
+                    if path.endswith("node-setup.sh"):
+                        calls.append((path, shlex.split(str(r.get("args", "")))))
+                    if isinstance(r.get("content"), str):
+                        inline.append(r["content"])
+            for script in inline:
+                for line in script.splitlines():
+                    if "node-setup.sh" in line and not line.lstrip().startswith("#"):
+                        words = shlex.split(line, comments=True)
+                        at = [i for i, w in enumerate(words) if w.endswith("node-setup.sh")]
+                        if at:
+                            calls.append((words[at[0]], words[at[0] + 1:]))
+        setups[name] = (calls, inline)
+    return spot_of, setups
+
+
+def gcp_runners(module):
+    """The runners of a startup-script module (empty for other modules)."""
+    if "modules/scripts/startup-script" not in str(as_dict(module).get("source", "")):
+        return []
+    return [r for r in as_list(as_dict(as_dict(module).get("settings")).get("runners")) if isinstance(r, dict)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -231,6 +282,7 @@ def check_aws(rel, cfg, c):
     c.check(all(re.fullmatch(r"[a-z][a-z0-9-]{0,24}", str(n)) for n in names),
             f"{rel}: queue names are valid Slurm/ParallelCluster names")
     spot_of = {}
+    setups = {}
     for name, q in names.items():
         cap = q.get("CapacityType", "ONDEMAND")
         spot_of[name] = cap == "SPOT"
@@ -258,15 +310,168 @@ def check_aws(rel, cfg, c):
         for key, script, _ in aws_scripts(q.get("CustomActions")):
             c.check(re.match(r"^(s3|https)://", str(script)), f"{rel}: queue '{name}' {key} script is s3:// or https://",
                     f"{script}")
+        setups[name] = ([(NODE_SETUP, [str(a) for a in args]) for key, script, args in aws_scripts(q.get("CustomActions"))
+                         if key == "OnNodeConfigured" and str(script).endswith("/node-setup.sh")], [])
     storage = [s for s in as_list(cfg.get("SharedStorage")) if isinstance(s, dict)]
     if c.check(storage, f"{rel}: SharedStorage present"):
         c.check(all(str(s.get("MountDir", "")).startswith("/") and s.get("Name") and s.get("StorageType") in AWS_STORAGE
                     for s in storage), f"{rel}: every SharedStorage has Name, StorageType and a MountDir",
                 f"{storage}")
-    return spot_of
+    return spot_of, setups
 
 
 # ----------------------------------------------------------------------------------------------
+# The node setup: which partitions run it and how, and the script itself
+
+def check_node_setup_calls(rel, spot_of, setups, c):
+    """Every partition/queue runs cloud-hpc/node-setup.sh once: the spot (GPU) ones with --gpu, the
+    on-demand (CPU) one without; no compute node's inline script installs -dev packages."""
+    for name in sorted(setups):
+        calls, inline = setups[name]
+        if not c.check(len(calls) == 1, f"{rel}: partition '{name}' runs {NODE_SETUP} once on each new node",
+                       f"calls {calls}"):
+            continue
+        path, args = calls[0]
+        c.check(path == NODE_SETUP, f"{rel}: partition '{name}' node setup is {NODE_SETUP}", f"{path}")
+        if spot_of.get(name):
+            c.check("--gpu" in args, f"{rel}: GPU partition '{name}' runs the node setup with --gpu "
+                    "(CUDA 13 runtime, cuBLAS, cuDNN 9)", f"args {args}")
+        else:
+            c.check("--gpu" not in args, f"{rel}: CPU partition '{name}' runs the node setup without --gpu",
+                    f"args {args}")
+        dev = [m.group(0)[-60:] for script in inline for m in [DEV_PACKAGE.search(script)] if m]
+        c.check(not dev, f"{rel}: partition '{name}' installs no -dev packages at boot", f"{dev}")
+
+
+STUB = r"""#!/bin/bash
+# Fake apt-get, dpkg, dpkg-query, curl, ldconfig, logger, nvidia-smi for node-setup.sh.
+name=$(basename "$0"); state=${STUB_STATE:?}; echo "$name $*" >>"$state/calls"
+case $name in
+  apt-get) [[ -n ${STUB_APT_FAIL:-} ]] && { echo "E: fake failure" >&2; exit 100; }
+           if [[ " $* " == *" install "* ]]; then
+             for a in "$@"; do case $a in -*|install|*=*) ;; *) echo "$a" >>"$state/installed" ;; esac; done
+           fi ;;
+  dpkg) [[ $1 == -i ]] && echo cuda-keyring >>"$state/installed" ;;
+  dpkg-query) grep -qx "${!#}" "$state/installed" 2>/dev/null && printf 'install ok installed' || exit 1 ;;
+  curl) while (($#)); do [[ $1 == -o ]] && : >"$2"; shift; done ;;
+  ldconfig) if [[ " $* " == *" -p "* ]]; then
+              for l in libdnnl.so.2 libmpi.so.40 libhdf5_serial.so.103 libcrypto.so.3 libcudart.so.13 \
+                       libcublas.so.13 libcublasLt.so.13 libcudnn.so.9; do
+                printf '\t%s (libc6,x86-64) => /usr/lib/%s\n' "$l" "$l"
+              done
+            fi ;;
+  nvidia-smi) echo "${STUB_DRIVER:-580.65.06}" ;;
+esac
+exit 0
+"""
+
+
+def check_node_setup_script(repo, c):
+    script = os.path.join(repo, NODE_SETUP)
+    if not c.check(os.access(script, os.X_OK), f"{NODE_SETUP} exists and is executable"):
+        return
+    r = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
+    c.check(r.returncode == 0, f"{NODE_SETUP}: bash -n", r.stderr.strip())
+    if shutil.which("shellcheck"):
+        r = subprocess.run(["shellcheck", script], capture_output=True, text=True)
+        c.check(r.returncode == 0, f"{NODE_SETUP}: shellcheck", (r.stdout + r.stderr).strip()[-800:])
+    else:
+        print(f"info: shellcheck not installed: {NODE_SETUP} not linted (apt-get install shellcheck)")
+    with open(script) as f:
+        text = f.read()
+    c.check(text.startswith("#!") and ("set -Eeuo pipefail" in text or "set -euo pipefail" in text),
+            f"{NODE_SETUP}: set -euo pipefail")
+
+    with tempfile.TemporaryDirectory(prefix="mt-node-setup.") as tmp:
+        releases = {}
+        for distro, body in (("debian12", 'ID=debian\nVERSION_ID="12"\n'),
+                             ("ubuntu2204", 'ID=ubuntu\nVERSION_ID="22.04"\n'),
+                             ("rocky8", 'ID="rocky"\nVERSION_ID="8.10"\n')):
+            releases[distro] = os.path.join(tmp, f"os-release.{distro}")
+            with open(releases[distro], "w") as f:
+                f.write(body.replace("\\n", "\n"))
+
+        def dry(*args):
+            return subprocess.run([script, "--dry-run", *args], capture_output=True, text=True, timeout=30)
+
+        # --dry-run: the packages, per role and distribution.
+        for distro in ("debian12", "ubuntu2204"):
+            r = dry("--gpu", "--os-release", releases[distro], "--driver-version", "580.65.06")
+            out = r.stdout
+            pkgs = " ".join(l for l in out.splitlines() if l.startswith("packages"))
+            c.check(r.returncode == 0 and all(p in pkgs.split() for p in GPU_PACKAGES),
+                    f"{NODE_SETUP} --dry-run --gpu ({distro}) lists the CUDA 13 runtime, cuBLAS and cuDNN 9 packages",
+                    f"rc {r.returncode}: {pkgs or r.stderr[-300:]}")
+            c.check(f"/compute/cuda/repos/{distro}/x86_64/cuda-keyring_1.1-1_all.deb" in out,
+                    f"{NODE_SETUP} --dry-run --gpu ({distro}) sets up NVIDIA's {distro} repository with cuda-keyring")
+            c.check("cuda-compat-13-0" not in pkgs, f"{NODE_SETUP} --dry-run --gpu ({distro}): no cuda-compat with an R580 driver")
+        r = dry("--os-release", releases["debian12"])
+        pkgs = " ".join(l for l in r.stdout.splitlines() if l.startswith("packages")).split()
+        c.check(r.returncode == 0 and "libdnnl2" in pkgs and "libopenmpi3" in pkgs
+                and not any(p in pkgs for p in GPU_PACKAGES) and "cuda-keyring" not in r.stdout,
+                f"{NODE_SETUP} --dry-run (CPU) lists the run-time libraries and nothing of CUDA", f"{pkgs}")
+        all_pkgs = [w for l in r.stdout.splitlines() if l.startswith("+ ") and " install " in l for w in l.split()]
+        c.check(all_pkgs and not [p for p in all_pkgs if p.endswith("-dev")],
+                f"{NODE_SETUP} installs no -dev package", f"{all_pkgs}")
+        r = dry("--gpu", "--os-release", releases["debian12"], "--driver-version", "550.90.12")
+        c.check(r.returncode == 0 and "cuda-compat-13-0" in r.stdout and "/usr/local/cuda-13.0/compat" in r.stdout,
+                f"{NODE_SETUP} --dry-run --gpu with a R550 driver adds cuda-compat-13-0 and its loader path")
+        r = dry("--gpu", "--os-release", releases["rocky8"])
+        c.check(r.returncode != 0 and "ERROR" in r.stderr and "not supported" in r.stderr,
+                f"{NODE_SETUP} fails with a message on an unsupported distribution", f"rc {r.returncode}")
+
+        # A real run in a scratch root against fake commands: steps, timing log, idempotence, failure.
+        bindir, state, root = (os.path.join(tmp, d) for d in ("bin", "state", "root"))
+        for d in (bindir, state, os.path.join(root, "etc")):
+            os.makedirs(d)
+        shutil.copy(releases["debian12"], os.path.join(root, "etc", "os-release"))
+        stub = os.path.join(bindir, "stub")
+        with open(stub, "w") as f:
+            f.write(STUB)
+        os.chmod(stub, 0o755)
+        for n in ("apt-get", "dpkg", "dpkg-query", "curl", "ldconfig", "logger", "nvidia-smi"):
+            os.symlink("stub", os.path.join(bindir, n))
+        env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), STUB_STATE=state,
+                   STUB_DRIVER="550.90.12", TMPDIR=tmp)
+        calls_file = os.path.join(state, "calls")
+
+        def real(**extra):
+            if os.path.exists(calls_file):
+                os.unlink(calls_file)
+            r = subprocess.run([script, "--gpu", "--root", root], capture_output=True, text=True, timeout=30,
+                               env=dict(env, **extra))
+            calls = open(calls_file).read() if os.path.exists(calls_file) else ""
+            return r, calls
+
+        r, calls = real()
+        installs = [l for l in calls.splitlines() if l.startswith("apt-get") and " install " in l]
+        c.check(r.returncode == 0, f"{NODE_SETUP} --gpu (fake apt, R550 driver) succeeds", r.stderr[-500:])
+        c.check(any(all(p in l.split() for p in GPU_PACKAGES + ("cuda-compat-13-0",)) for l in installs),
+                f"{NODE_SETUP} --gpu installs cuDNN 9, cuBLAS, the CUDA runtime (and cuda-compat) with apt-get",
+                f"{installs}")
+        c.check("dpkg -i " in calls and "cuda-keyring" in calls, f"{NODE_SETUP} --gpu installs cuda-keyring")
+        conf = os.path.join(root, "etc", "ld.so.conf.d", "00-mpi_trainer-cuda.conf")
+        lines = open(conf).read().split() if os.path.exists(conf) else []
+        c.check(lines == ["/usr/local/cuda-13.0/compat", "/usr/local/cuda-13.0/targets/x86_64-linux/lib"],
+                f"{NODE_SETUP} --gpu puts the compat libcuda first, then CUDA 13's libraries, on the loader path",
+                f"{lines}")
+        logf = os.path.join(root, "var", "log", "mpi_trainer-node-setup.log")
+        log = open(logf).read() if os.path.exists(logf) else ""
+        steps = re.findall(r"step (\S+): done in [0-9.]+ s", log)
+        c.check(steps == ["detect", "runtime", "nvidia-repo", "cuda", "ldpath", "verify"]
+                and re.search(r"node ready: total [0-9.]+ s", log),
+                f"{NODE_SETUP} logs each step's seconds and the total to its log file", f"steps {steps}")
+        c.check("logger -t mpi_trainer-node-setup" in calls, f"{NODE_SETUP} logs to the journal (logger)")
+        r, calls = real()
+        c.check(r.returncode == 0 and " install " not in calls and "dpkg -i" not in calls,
+                f"{NODE_SETUP} is idempotent: a second run installs nothing",
+                f"rc {r.returncode}: {[l for l in calls.splitlines() if 'install' in l or 'dpkg -i' in l]}")
+        shutil.rmtree(state)
+        os.makedirs(state)
+        r, _ = real(STUB_APT_FAIL="1")
+        c.check(r.returncode != 0 and re.search(r"ERROR: step 'runtime' failed .* total [0-9.]+ s", r.stderr),
+                f"{NODE_SETUP} exits non-zero naming the failed step when apt-get fails", r.stderr[-300:])
+
 
 CHECKS = Checks()
 
@@ -293,7 +498,8 @@ def main():
         doc = load_yaml(repo, rel, c)
         if doc is None:
             continue
-        spot_of = check_gcp(rel, doc, c) if kind == "gcp" else check_aws(rel, doc, c)
+        spot_of, setups = check_gcp(rel, doc, c) if kind == "gcp" else check_aws(rel, doc, c)
+        check_node_setup_calls(rel, spot_of, setups, c)
         for p, files in sorted(used.items()):
             c.check(p in spot_of, f"{rel}: partition '{p}' (used by {', '.join(files)}) exists",
                     f"has {sorted(spot_of)}")
@@ -306,12 +512,19 @@ def main():
     c.check(os.access(watch, os.X_OK), "cloud-hpc/preemption-watch.sh exists and is executable")
     gfull = load_yaml_quiet(repo, GCP_FILES[1])
     if gfull is not None:
-        scripts = [as_dict(m.get("settings")).get("startup_script", "")
-                   for g in as_list(gfull.get("deployment_groups")) for m in as_list(as_dict(g).get("modules"))
-                   if "nodeset" in str(as_dict(m).get("source")) and as_dict(m.get("settings")).get("enable_spot_vm")]
+        mods = {as_dict(m).get("id"): as_dict(m) for g in as_list(gfull.get("deployment_groups"))
+                for m in as_list(as_dict(g).get("modules"))}
+        spot_sets = [m for m in mods.values()
+                     if "nodeset" in str(m.get("source")) and as_dict(m.get("settings")).get("enable_spot_vm")]
+        # Each spot nodeset's startup scripts: its inline startup_script and its startup-script modules' runners.
+        scripts = [" ".join([str(as_dict(m.get("settings")).get("startup_script", ""))]
+                            + [str(r.get("content", "")) for u in as_list(m.get("use")) for r in gcp_runners(mods.get(u))])
+                   for m in spot_sets]
         c.check(scripts and all("/preemption-watch.sh" in str(s) and "--install --provider gce" in str(s)
                                 for s in scripts),
                 f"{GCP_FILES[1]}: the spot nodesets' startup script installs the watcher for gce")
+
+    check_node_setup_script(repo, c)
     afull = load_yaml_quiet(repo, AWS_FILES[1])
     if afull is not None:
         spotq = [q for q in as_list(as_dict(afull.get("Scheduling")).get("SlurmQueues"))
