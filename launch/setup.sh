@@ -31,8 +31,10 @@ PACKAGES=(
 # --tensorboard's event files as TensorBoard does (tests/test_tensorboard.sh).
 # spython (Apptainer's recipe converter) checks packaging/container/mpi_trainer.def where no
 # apptainer is installed (tests/test_container.sh); EasyBuild builds packaging/easybuild's
-# easyconfig (tests/test_easybuild.sh).
-PIP_PACKAGES=(safetensors==0.4.5 tensorboard==2.21.0 spython==0.3.14 easybuild==5.4.1)
+# easyconfig (tests/test_easybuild.sh); MLflow's client, with SQLAlchemy and Alembic for its
+# sqlite:/// store, is `mpi_trainer report --mlflow`'s (tests/test_report.py).
+PIP_PACKAGES=(safetensors==0.4.5 tensorboard==2.21.0 spython==0.3.14 easybuild==5.4.1
+              mlflow-skinny==3.17.2 sqlalchemy==2.1.9 alembic==1.20.1)
 # The ULFM MPI (--mpi ulfm, or MT_MPI=ulfm): Open MPI 5 built with User-Level Failure Mitigation,
 # from the Python package index into its own venv .venv-ulfm (mpicc, mpicxx, mpirun, ompi_info in
 # .venv-ulfm/bin); the presets `ulfm` and `ulfm-asan` build against it. Debian's Open MPI 4.1 is
@@ -47,7 +49,7 @@ usage() {
   cat <<'EOS'
 Usage: launch/setup.sh [--mpi debian|ulfm] [--no-slurm] [--with-bench]
 Installs the Debian packages mpi_trainer needs to build, test and run (idempotent; root or sudo
-only when something is missing) and the project venv .venv (safetensors, tensorboard, spython, easybuild).
+only when something is missing) and the project venv .venv (safetensors, tensorboard, spython, easybuild, mlflow-skinny).
 Supported: Debian 12. Ubuntu and other Debian releases are tried with the same names (a name the
 archive lacks is reported, nothing installed); on any other distribution nothing is installed and
 it lists what to install by name, or where to turn instead (container, Spack, EasyBuild).
@@ -119,7 +121,7 @@ python_venv() {
   local here venv
   here=$(cd "$(dirname "$0")/.." && pwd)
   venv="$here/.venv"
-  if ! "$venv/bin/python" -c 'import safetensors, tensorboard, torch, spython, easybuild.main' 2>/dev/null; then
+  if ! "$venv/bin/python" -c 'import safetensors, tensorboard, torch, spython, easybuild.main, mlflow, sqlalchemy, alembic' 2>/dev/null; then
     [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"
   fi

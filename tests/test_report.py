@@ -179,6 +179,8 @@ def main():
               lambda: short_runs(tmp, exe, quick))
         check("--csv: every scalar in one long table, TensorBoard's tags (issue 62)",
               lambda: csv_export(tmp, quick, restart))
+        check("--mlflow: runs logged through MLflow's client, read back by it; a second import replaces (issue 62)",
+              lambda: mlflow_export(tmp, exe, quick, restart))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
@@ -209,6 +211,59 @@ def csv_export(tmp, quick, restart):
     assert attempts == {"1", "2"}, attempts  # the golden restart: two attempts
     assert any(x["tag"].startswith("worker/") for x in rows if x["run"] == "q")
     assert all(x["seconds"] for x in rows if x["event"] == "progress")
+
+
+MLFLOW_READ = """
+import json, sys
+from mlflow.tracking import MlflowClient
+c = MlflowClient(tracking_uri=sys.argv[1])
+exp = c.get_experiment_by_name("study")
+out = {}
+for r in c.search_runs([exp.experiment_id]):
+    hist = {k: [[m.step, m.value] for m in c.get_metric_history(r.info.run_id, k)] for k in ("train/loss", "test/accuracy", "cost/usd")}
+    out[r.info.run_name] = {"id": r.info.run_id, "status": r.info.status, "params": r.data.params, "tags": r.data.tags, "hist": hist}
+print(json.dumps(out))
+"""
+
+
+def mlflow_export(tmp, exe, quick, restart):
+    """report --mlflow sqlite:///...: one MLflow run per metrics file, its params the config's, every
+    loss, evaluation and the cost with their global steps, status FINISHED, the restarted run's two
+    attempts tagged; importing again replaces the run (one per file). Through the binary with
+    MT_PYTHON at the project venv (launch/setup.sh installs mlflow-skinny there)."""
+    py = os.path.join(ROOT, ".venv", "bin", "python")
+    have = subprocess.run([py, "-c", "import mlflow"], capture_output=True, timeout=60) if os.path.exists(py) else None
+    assert have is not None and have.returncode == 0, f"no MLflow client in {py}: run launch/setup.sh"
+    uri = "sqlite:///" + os.path.join(tmp, "mlflow.db")
+    env = dict(os.environ, MT_PYTHON=py)
+
+    def run_report():
+        r = subprocess.run([exe, "report", quick, restart, "--label", "q", "--label", "r", "-o",
+                            os.path.join(tmp, "mlflow-report"), "--mlflow", uri, "--mlflow-experiment", "study"],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0 and r.stdout.count("mlflow: ") == 2, (r.returncode, r.stdout, r.stderr)
+        got = subprocess.run([py, "-c", MLFLOW_READ, uri], capture_output=True, text=True, timeout=120)
+        assert got.returncode == 0, got.stderr
+        return r.stdout, json.loads(got.stdout)
+
+    out1, first = run_report()
+    assert sorted(first) == ["q", "r"], sorted(first)
+    for label, path in (("q", quick), ("r", restart)):
+        ev, m = events(path), first[label]
+        assert m["status"] == "FINISHED", m["status"]
+        config = [e for e in ev if e["event"] == "config"][0]
+        assert m["params"]["model"] == config["model"] and m["params"]["train_steps"] == str(config["train_steps"]), m["params"]
+        progress = [e for e in ev if e["event"] == "progress"]
+        assert m["hist"]["train/loss"] == [[e["global_step"], e["loss"]] for e in progress], label
+        evals = [[e["global_step"], e["test_accuracy"]] for e in ev if e["event"] == "eval"]
+        assert [x for x in m["hist"]["test/accuracy"] if x in evals] == evals, (label, m["hist"]["test/accuracy"])
+        s = [e for e in ev if e["event"] == "summary"][-1]
+        assert m["hist"]["cost/usd"][-1] == [s["global_step"], s["cost_usd"]], m["hist"]["cost/usd"]
+        assert m["tags"]["summary.exit_code"] == str(s["exit_code"]), m["tags"]
+    assert first["r"]["tags"]["mpi_trainer.attempts"] == "2", first["r"]["tags"]
+    out2, second = run_report()
+    assert sorted(second) == ["q", "r"] and second["q"]["id"] != first["q"]["id"], (first, second)
+    assert f"replacing run {first['q']['id']}" in out2, out2
 
 
 def short_runs(tmp, exe, quick):

@@ -1,15 +1,20 @@
-"""mpi_trainer report --csv: every scalar of the runs as one long CSV table (OUT/scalars.csv), the
-same tags TensorBoard shows for --tensorboard (app/tensorboard.cpp), one row per value:
+"""mpi_trainer report --csv and --mlflow. --csv: every scalar of the runs as one long CSV table
+(OUT/scalars.csv), the same tags TensorBoard shows for --tensorboard (app/tensorboard.cpp), one
+row per value:
 
   run,attempt,event,global_step,seconds,unix_time,tag,value
 
 `seconds` is the report's time axis (from the run's first start, downtime between attempts
 included; virtual seconds in a virtual run), empty where the event has no time. Read it with
 pandas (`pd.read_csv(...).pivot_table(index=["run", "global_step"], columns="tag", values="value")`),
-a spreadsheet, or an importer into any tracker.
+a spreadsheet, or an importer into any tracker. --mlflow: the same scalars into MLflow runs
+(log_mlflow below).
 """
 import csv
+import json
 import math
+import os
+import time
 
 COLUMNS = ["run", "attempt", "event", "global_step", "seconds", "unix_time", "tag", "value"]
 
@@ -62,3 +67,75 @@ def write_csv(runs, path):
                                 "" if t is None else f"{t:.6g}", ev.get("unix_time", ""), tag, repr(value)])
                     rows += 1
     return rows
+
+
+# MLflow (report --mlflow URI): an importer through MLflow's own client, not a writer of its file
+# store from the trainer: that store is in maintenance mode (MLflow 3 refuses it unless
+# MLFLOW_ALLOW_FILE_STORE=true) and the client reaches every backend a team runs (a tracking
+# server, sqlite:///..., Databricks) with the same code. Run it during training to see a run so
+# far, and again after: each import replaces the MLflow run it made of the same metrics file.
+MLFLOW_BATCH = 1000  # metrics per log_batch call (the tracking API's limit)
+MLFLOW_PARAM_CHARS = 6000  # a parameter value's limit
+
+
+def _mlflow_value(v):
+    text = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+    return text[:MLFLOW_PARAM_CHARS]
+
+
+def log_mlflow(runs, uri, experiment):
+    """One MLflow run per metrics file in EXPERIMENT at tracking URI: params from the first config
+    event (fields a later attempt changed as tags config_changed.<field>), every scalar of
+    write_csv with its global step and time, the summary's outcome as the run's status. Returns
+    [(label, run id, metric values, replaced run id or None)]. Raises ImportError without mlflow."""
+    import logging
+
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # its store's set-up chatter
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    exp_id = found.experiment_id if found else client.create_experiment(experiment)
+    done = []
+    for run in runs:
+        source = os.path.abspath(run.path)
+        old = client.search_runs([exp_id], filter_string=f"tags.`mpi_trainer.metrics` = '{source}'")
+        for r in old:
+            client.delete_run(r.info.run_id)
+        times = [e["unix_time"] for e in run.events if isinstance(e.get("unix_time"), (int, float))]
+        t0 = min(times) if times else time.time()
+        configs = run.configs
+        first = configs[0] if configs else {}
+        tags = {"mpi_trainer.metrics": source, "mpi_trainer.attempts": str(max(1, len(configs)))}
+        for c in configs[1:]:
+            for k, v in c.items():
+                if k != "event" and not k.startswith("_") and first.get(k) != v:
+                    tags[f"config_changed.{k}"] = _mlflow_value(v)
+        mr = client.create_run(exp_id, start_time=int(t0 * 1000), run_name=run.label, tags=tags)
+        rid = mr.info.run_id
+        params = [Param(k, _mlflow_value(v)) for k, v in first.items()
+                  if k != "event" and not k.startswith("_") and v is not None]
+        for i in range(0, len(params), 100):
+            client.log_batch(rid, params=params[i:i + 100])
+        metrics = []
+        for ev in run.events:
+            t = ev.get("unix_time")
+            if not isinstance(t, (int, float)):
+                t = t0 + (ev.get("_t") or 0.0)
+            for tag, value in _scalars(ev):
+                metrics.append(Metric(tag, float(value), int(t * 1000), int(ev.get("global_step") or 0)))
+        for i in range(0, len(metrics), MLFLOW_BATCH):
+            client.log_batch(rid, metrics=metrics[i:i + MLFLOW_BATCH])
+        s = run.summary
+        if s is None:
+            client.set_tag(rid, "mpi_trainer.state", "no summary yet (running, or killed)")
+        else:
+            outcome = {k: s.get(k) for k in ("exit_code", "stopped_by", "revocations", "attempts")}
+            client.log_batch(rid, tags=[RunTag(f"summary.{k}", _mlflow_value(v)) for k, v in outcome.items()])
+            end = s.get("unix_time") if isinstance(s.get("unix_time"), (int, float)) else max(times, default=t0)
+            client.set_terminated(rid, "FINISHED" if s.get("exit_code") == 0 else "FAILED", int(end * 1000))
+        done.append((run.label, rid, len(metrics), old[0].info.run_id if old else None))
+    return done

@@ -49,6 +49,14 @@ def parse_args(argv):
     p.add_argument("--label", action="append", default=[], metavar="NAME",
                    help="name of a run in the charts, once per run in order (default: the file name)")
     p.add_argument("-o", "--out", required=True, metavar="OUT", help="output directory (created)")
+    p.add_argument("--mlflow", metavar="URI",
+                   help="also log each run into MLflow at tracking URI (a server's http(s)://..., "
+                        "sqlite:///FILE, databricks): its config as params, every scalar (the tags --csv "
+                        "writes) with its step, the outcome as the run's status; importing the same metrics "
+                        "file again replaces its MLflow run. Needs MLflow's client (pip install "
+                        "mlflow-skinny; launch/setup.sh puts it in .venv: MT_PYTHON=.venv/bin/python)")
+    p.add_argument("--mlflow-experiment", metavar="NAME", default="mpi_trainer",
+                   help="the MLflow experiment (created when missing; default mpi_trainer)")
     p.add_argument("--csv", action="store_true",
                    help="also write OUT/scalars.csv: every scalar of the runs (the tags --tensorboard writes), "
                         "one row per value: run,attempt,event,global_step,seconds,unix_time,tag,value")
@@ -330,6 +338,18 @@ def main(argv):
         import export
         rows = export.write_csv(runs, os.path.join(args.out, "scalars.csv"))
         print(f"scalars: {os.path.join(args.out, 'scalars.csv')} ({rows} rows)")
+    if args.mlflow:
+        import export
+        try:
+            logged = export.log_mlflow(runs, args.mlflow, args.mlflow_experiment)
+        except ImportError:
+            print(f"{PROG}: --mlflow needs MLflow's client in {sys.executable}: pip install mlflow-skinny "
+                  "(launch/setup.sh installs it in .venv: run with MT_PYTHON=.venv/bin/python)", file=sys.stderr)
+            return EXIT_INPUT
+        for label, rid, n, old in logged:
+            again = f", replacing run {old}" if old else ""
+            print(f"mlflow: {label} -> run {rid} in experiment '{args.mlflow_experiment}' at {args.mlflow} "
+                  f"({n} metric values{again})")
     if problems:
         more = f" (+{len(problems) - 1} more in the report)" if len(problems) > 1 else ""
         print(f"{PROG}: {problems[0]}{more}; partial report written", file=sys.stderr)
