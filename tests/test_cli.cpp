@@ -218,6 +218,31 @@ TEST_CASE("a resume checks that it is the same job; --resume-override accepts a 
   CHECK_FALSE(contains(r.output, "img/s"));
 }
 
+TEST_CASE("the default schedule scales to --train-steps; a longer resume moves it and says so", "[unit][cli][ckpt]") {
+  // Issue 62: a 200-step run kept the paper's boundaries at 32,000 and 48,000 steps.
+  mt::test::TempDir dir("cli_scaled");
+  const auto data = (dir.path() / "data").string(), ck = (dir.path() / "ck").string();
+  REQUIRE(run("gen-data " + data + " --train 256 --test 64").code == 0);
+  const std::string train = "train --model resnet8 --batch-size 8 --ckpt-every-steps 4 --data " + data +
+                            " --ckpt-dir " + ck + " --metrics " + (dir.path() / "m.jsonl").string() + " ";
+  auto r = run(train + "--train-steps 8");
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "lr step 0.1 x0.1 at 4 6"));
+  // The same job at another length: resumed, the boundaries at half and three quarters of 16.
+  r = run(train + "--train-steps 16");
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "resumed from"));
+  CHECK(contains(r.output, "the learning-rate schedule is scaled to --train-steps 16 (the checkpoint's run had 8): "
+                           "step 0.1 x0.1 at 8 12, was step 0.1 x0.1 at 4 6; --lr-schedule step:4,6 "
+                           "--resume-override lr_schedule keeps the checkpoint's"));
+  // Boundaries given are another job's (the checkpoint records the proportions).
+  r = run(train + "--train-steps 20 --lr-schedule step:4,6");
+  CHECK(r.code == 4);
+  CHECK(contains(r.output, "its lr_schedule is 'step 0.1 x0.1 at 0.5 0.75 of the run'"));
+  r = run(train + "--train-steps 20 --lr-schedule step:4,6 --resume-override lr_schedule");
+  CHECK(r.code == 0);
+}
+
 TEST_CASE("a refused resume says why under --quiet too; settings that cannot matter are named", "[unit][cli]") {
   // Issue 62: --quiet hid the reasons a refused resume pointed to ("reasons above").
   mt::test::TempDir dir("cli_refused");

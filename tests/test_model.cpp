@@ -68,6 +68,26 @@ TEST_CASE("learning-rate schedules follow the recipes", "[unit][model]") {
   CHECK(cos.lr_at(99) == Approx(0.4 * 0.5 * (1 + std::cos(M_PI * 99 / 120000.0))));
   CHECK(cos.lr_at(60000) == Approx(0.2).margin(1e-6));
   CHECK(cos.lr_at(120000) == Approx(0.0).margin(1e-9));
+  // The defaults are the recipes' at their 64,000 steps, scaled in proportion to other lengths
+  // (issue 62): boundaries at half and three quarters of the run, cosine over 1.875 runs.
+  const auto short_step = parse_schedule("default", false, 0, -1, 200);
+  CHECK(short_step.boundaries == std::vector<std::int64_t>{100, 150});
+  CHECK(short_step.lr_at(99) == Approx(0.1));
+  CHECK(short_step.lr_at(100) == Approx(0.01));
+  CHECK(short_step.lr_at(150) == Approx(0.001));
+  CHECK(short_step.scaled);
+  CHECK(short_step.flag() == "step:100,150");
+  CHECK(parse_schedule("cosine", false, 0, -1, 200).decay_steps == 375);
+  CHECK(parse_schedule("default", false, 0, -1, 1).boundaries == std::vector<std::int64_t>{1, 1});
+  // Given boundaries or decay are the run's whatever its length.
+  const auto fixed = parse_schedule("step:10,20", false, 0, -1, 200);
+  CHECK(fixed.boundaries == std::vector<std::int64_t>{10, 20});
+  CHECK_FALSE(fixed.scaled);
+  CHECK(parse_schedule("cosine:500", false, 0, -1, 200).decay_steps == 500);
+  // A checkpoint records a scaled schedule by its proportions: the same job at any length.
+  CHECK(short_step.identity() == parse_schedule("step", false, 0, -1, 400).identity());
+  CHECK(short_step.identity() != short_step.describe());
+  CHECK(fixed.identity() == fixed.describe());
   CHECK(parse_schedule("step:10,20", false, 0.5).lr_at(15) == Approx(0.05));
   CHECK(parse_schedule("constant", false, 0.3).lr_at(100000) == Approx(0.3));
   CHECK_THROWS_AS(parse_schedule("linear", false, 0), UsageError);

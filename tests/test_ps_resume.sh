@@ -23,10 +23,14 @@ trap 'rm -rf "$dir"' EXIT
 "$trainer" gen-data "$dir/data" --train 512 --test 128 --seed 5 >/dev/null
 policy=()
 [[ $mode == gap ]] && policy=(--lr-scaling gap)
+# The runs stop early by a shorter --train-steps, which would move a default schedule's boundaries
+# (they scale with the run): given, one after the resume point (slots, gap: the rate constant).
+schedule=(--lr-schedule step:15,25)
+[[ $mode == gap || $mode == slots ]] && schedule=(--lr-schedule constant)
 run() {  # run CKPT_DIR STEPS   (MT_PS_SHM from the environment)
   "$mpiexec" -np "$np" --oversubscribe -x OMP_WAIT_POLICY=passive -x MT_PS_SHM="${MT_PS_SHM:-1}" "$trainer" train --model resnet8 \
     --batch-size 16 --train-steps "$2" --num-ps "$shards" --data "$dir/data" --ckpt-dir "$1" \
-    --resume auto --log-every-steps 5 --metrics "$1.jsonl" "${policy[@]}" >"$1.out" 2>&1 || { echo "mpirun failed:"; cat "$1.out"; exit 1; }
+    --resume auto --log-every-steps 5 --metrics "$1.jsonl" "${policy[@]}" "${schedule[@]}" >"$1.out" 2>&1 || { echo "mpirun failed:"; cat "$1.out"; exit 1; }
 }
 if [[ $mode == gap ]]; then
   run "$dir/gap" 30

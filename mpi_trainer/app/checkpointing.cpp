@@ -12,6 +12,7 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/clock.hpp"
+#include "optim/schedule.hpp"
 #include "ps/ps.hpp"
 
 namespace mt {
@@ -277,7 +278,22 @@ std::optional<LoadedState> find_resume_checkpoint(const TrainConfig& cfg, const 
   const auto of_this_job = [&](ckpt::Checkpoint&& c, const fs::path& file) {
     LoadedState found{ckpt::decode(std::move(c)), file};
     check_compatible(found.state, model);
-    check_same_job(found.state, file.string(), job, parse_resume_override(cfg.resume_override), log);
+    JobIdentity now = job;
+    const bool t2t = model.spec().kind == BlockKind::kPreActivation;
+    const LrSchedule schedule = parse_schedule(cfg.lr_schedule, t2t, cfg.lr, cfg.lr_warmup_steps, cfg.train_steps);
+    // Written before schedules scaled with the run, by a run of this length: the same schedule.
+    if (schedule.scaled && found.state.job.lr_schedule == schedule.describe()) now.lr_schedule = schedule.describe();
+    check_same_job(found.state, file.string(), now, parse_resume_override(cfg.resume_override), log);
+    if (schedule.scaled && found.state.job.lr_schedule == schedule.identity()) {
+      // Resumed with another --train-steps: the scaled boundaries move with the run's length.
+      const std::int64_t was = nlohmann::json::parse(found.state.config_json, nullptr, false).value("train_steps", 0);
+      if (was > 0 && was != cfg.train_steps && !cfg.quiet) {
+        const LrSchedule before = parse_schedule(cfg.lr_schedule, t2t, cfg.lr, cfg.lr_warmup_steps, was);
+        log << "mpi_trainer: the learning-rate schedule is scaled to --train-steps " << cfg.train_steps
+            << " (the checkpoint's run had " << was << "): " << schedule.describe() << ", was " << before.describe()
+            << "; --lr-schedule " << before.flag() << " --resume-override lr_schedule keeps the checkpoint's\n";
+      }
+    }
     rescale_cursors(found.state, job.batch_size);
     // A checkpoint past the run's end: nothing would train, and the run would end at once.
     if (const std::int64_t at = found.state.progress.global_step; at > cfg.train_steps)

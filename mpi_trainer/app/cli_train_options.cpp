@@ -190,8 +190,10 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
       "MT_SEED");
   env(cmd.add_option("--lr-schedule", c.lr_schedule,
                      "default (the model's recipe), step[:B1,B2,..] (x0.1 at each boundary; "
-                     "default 32000,48000), cosine[:DECAY_STEPS] (100-step warm-up; default "
-                     "120000), or constant")
+                     "default at half and three quarters of --train-steps: 32000,48000 of 64000), "
+                     "cosine[:DECAY_STEPS] (100-step warm-up; default 1.875 x --train-steps: "
+                     "120000 of 64000), or constant. A resume with another --train-steps moves "
+                     "the default boundaries with it")
           ->capture_default_str(),
       "MT_LR_SCHEDULE");
   env(cmd.add_option("--lr", c.lr, "Base learning rate (0: the schedule's own: 0.1 step, 0.4 cosine)")

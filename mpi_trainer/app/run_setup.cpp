@@ -172,7 +172,7 @@ RunSetup prepare_run(const TrainConfig& cfg) {
   RunSetup r;
   r.spec = parse_model(cfg.model);
   r.t2t = r.spec.kind == BlockKind::kPreActivation;
-  r.schedule = parse_schedule(cfg.lr_schedule, r.t2t, cfg.lr, cfg.lr_warmup_steps);
+  r.schedule = parse_schedule(cfg.lr_schedule, r.t2t, cfg.lr, cfg.lr_warmup_steps, cfg.train_steps);
   r.nesterov = on_off("--nesterov", cfg.nesterov, r.t2t);
   r.augment = on_off("--augment", cfg.augment, true);
   r.transient = cfg.pricing == "transient";
@@ -213,7 +213,7 @@ RunSetup prepare_run(const TrainConfig& cfg) {
   parse_resume_override(cfg.resume_override);  // a bad field name is a usage error before any work
   r.job.data = dataset_identity(r.data);
   r.job.batch_size = cfg.batch_size;
-  r.job.lr_schedule = r.schedule.describe();
+  r.job.lr_schedule = r.schedule.identity();
   r.job.input_normalization = normalization_name(r.loader.normalization);
   if (r.loader.normalization == Normalization::kChannelStats) {
     r.job.input_mean = r.loader.stats.mean;

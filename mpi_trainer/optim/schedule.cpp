@@ -1,5 +1,6 @@
 #include "optim/schedule.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -39,9 +40,42 @@ std::string LrSchedule::describe() const {
   return os.str();
 }
 
-LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr, std::int64_t warmup) {
+std::string LrSchedule::identity() const {
+  if (!scaled) return describe();
+  std::ostringstream os;
+  if (kind == Kind::kStep)
+    os << "step " << base_lr << " x" << factor << " at 0.5 0.75 of the run";
+  else
+    os << "cosine " << base_lr << ", decay over 1.875 x the run";
+  if (warmup_steps > 0) os << ", warm-up " << warmup_steps;
+  return os.str();
+}
+
+std::string LrSchedule::flag() const {
+  switch (kind) {
+    case Kind::kConstant: return "constant";
+    case Kind::kStep: {
+      std::ostringstream out;
+      out << "step:";
+      for (std::size_t i = 0; i < boundaries.size(); ++i) out << (i ? "," : "") << boundaries[i];
+      return out.str();
+    }
+    case Kind::kCosine: return "cosine:" + std::to_string(decay_steps);
+  }
+  return "";
+}
+
+LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr, std::int64_t warmup,
+                          std::int64_t train_steps) {
   LrSchedule s;
   s.warmup_steps = 0;
+  // The recipe's lengths in proportion to the run's (exact at kRecipeSteps), at least 1.
+  const auto scaled = [&](std::int64_t recipe) {
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(
+                                         std::llround(double(recipe) * double(train_steps) / double(kRecipeSteps))));
+  };
+  s.boundaries = {scaled(32000), scaled(48000)};
+  s.decay_steps = scaled(120000);
   std::string kind = text, args;
   if (auto colon = text.find(':'); colon != std::string::npos) {
     kind = text.substr(0, colon);
@@ -52,6 +86,7 @@ LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr, st
     s.kind = LrSchedule::Kind::kConstant;
   } else if (kind == "step") {
     s.kind = LrSchedule::Kind::kStep;
+    s.scaled = args.empty();
     if (!args.empty()) {
       s.boundaries.clear();
       std::stringstream ss(args);
@@ -71,6 +106,7 @@ LrSchedule parse_schedule(const std::string& text, bool t2t_model, double lr, st
     s.kind = LrSchedule::Kind::kCosine;
     s.base_lr = 0.4;
     s.warmup_steps = 100;
+    s.scaled = args.empty();
     if (!args.empty()) {
       try {
         std::size_t used = 0;
