@@ -41,7 +41,7 @@ while (($#)); do
     *) echo "build.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-version=$(sed -n 's/^project(mpi_trainer VERSION \([0-9.]*\).*/\1/p' "$repo/CMakeLists.txt")
+version=$(mt_project_version "$repo")
 [[ $cuda == yes ]] && tag=${tag:-localhost/mpi_trainer:$version-cuda}
 tag=${tag:-localhost/mpi_trainer:$version}
 args=(--network host -f "$here/Containerfile" -t "$tag" --build-arg "MT_CPU_ARCH=$arch"

@@ -9,6 +9,7 @@
 #   CAP_SYS_RESOURCE) and cgroups that crun refuses on a v1/v2 hybrid. Where the default fails,
 #   it writes a containers.conf with runc and the host's own limits, exports CONTAINERS_CONF and
 #   tries again. Returns 1 with the reason in MT_PODMAN_WHY when no container runs here.
+# mt_project_version REPO: the version in REPO's CMakeLists.txt (the image's tag, its --version).
 
 mt_podman_base() {
   local image=$1 tar
@@ -50,4 +51,8 @@ EOC
   fi
   MT_PODMAN_WHY="podman cannot run a container here: $(echo "$err" | tail -n 1)"
   return 1
+}
+
+mt_project_version() {
+  sed -n 's/^project(mpi_trainer VERSION \([0-9.]*\).*/\1/p' "$1/CMakeLists.txt"
 }
