@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every tool the docs name still runs (CI's "tools" leg, launch/test.sh): a bench script nothing
 # runs rots unseen (bench/fuzz.sh stopped linking once and no test noticed). Two parts:
-#  1. every script of bench/ and its folders with a command line: --help exits 0 and prints its
-#     usage on stdout (bench/lib.sh, sourced, and bench/accuracy/run_metrics.py, imported, have
+#  1. every script of bench/ and its folders with a command line: executable (with a #! line),
+#     --help exits 0 and prints its usage on stdout (bench/lib.sh, sourced, and bench/accuracy/run_metrics.py, imported, have
 #     none);
 #  2. the cheapest real invocation of each tool that no CTest test runs (the others are listed in
 #     bench/README.md, "Which test runs which tool"): bench/fuzz.sh builds every fuzz target with
@@ -42,6 +42,11 @@ for f in bench/*.sh bench/*/*.sh bench/*/*.py; do
   rc=0
   timeout 60 "${run[@]}" --help >"$out" 2>&1 </dev/null || rc=$?
   ((rc != 0)) || grep -qi '^usage' "$out" || rc=99  # no usage line: the help says nothing
+  # The docs run them as commands (bench/faults/goodput.sh ...): a script with a #! line and
+  # without its mode bit fails there. (Python modules without one run as /usr/bin/python3 FILE.)
+  if [[ ! -x $f ]] && [[ $(head -c 2 "$f") == '#!' ]]; then
+    echo "$f: not executable (git update-index --chmod=+x)" >>"$out"; rc=98
+  fi
   result "$f" "$rc" "--help"
 done
 

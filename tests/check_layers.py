@@ -49,6 +49,8 @@ EXCEPTIONS = {
         "a Shard's interface names PartState and StartLog, the types a takeover starts it from",
     ("ps/exchange", "ps/elastic/joins.hpp"):
         "shard 0 owns the JoinListener (--max-workers) and takes the joins it accepted between pushes",
+    ("ps/exchange", "ps/elastic/replacements.hpp"):
+        "shard 0 owns the WorkerSpawner (--replace-workers) and takes the replacements it started between pushes",
     ("ps/elastic", "ps/resilience/notices.hpp"):
         "a joiner that gets a notice (SIGTERM, SIGUSR1) while it waits to connect leaves before joining",
     ("ps/inject", "ps/resilience/notices.hpp"):

@@ -59,6 +59,7 @@ TEST_CASE("bad flags exit 2 with a helpful message", "[unit][cli]") {
                         Case{"train --virtual-workers 2 --worker-links fast", "LATENCY_MS/GBIT_PER_S"},
                         Case{"train --virtual-workers 2 --worker-links 1/1,1/1,1/1", "3 links for 2 workers"},
                         Case{"train --virtual-workers 2 --virtual-joins k80", "TYPE@step=N"},
+                        Case{"train --virtual-workers 2 --replace-workers", "does not simulate --replace-workers"},
                         Case{"train --virtual-workers 2 --virtual-joins tpu@step=5", "unknown instance type 'tpu'"},
                         Case{"train --virtual-workers 2 --revoke rank=5@step=3", "not a worker of this virtual run"},
                         Case{"train --virtual-workers 0", "--virtual-workers"},
@@ -446,6 +447,9 @@ TEST_CASE("flags that would be ignored are refused or named (issue 17, bad input
   r = run(train + " --num-ps 2");
   CHECK(r.code == 0);
   CHECK(contains(r.output, "--num-ps 2 applies to parameter-server runs"));
+  r = run(train + " --replace-workers");
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "--replace-workers applies to parameter-server runs"));
 }
 
 TEST_CASE("gen-data then train end to end: progress lines and the summary", "[unit][cli]") {

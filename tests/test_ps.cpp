@@ -523,3 +523,13 @@ TEST_CASE("fault injection: --corrupt-push kinds, zero among them", "[unit][ps]"
   CHECK(faults.at(3) == PushFault::kNan);
   CHECK_THROWS_AS(parse_corrupt_push("rank=1@push=2:ones", 1), UsageError);
 }
+
+TEST_CASE("a replacement worker's command line: train becomes join, --revoke left out", "[unit][ps]") {
+  using V = std::vector<std::string>;
+  CHECK(mt::replacement_arguments(V{"train", "--model", "resnet8", "--revoke", "rank=2@step=5", "--ckpt-dir", "ck"}) ==
+        V{"join", "--model", "resnet8", "--ckpt-dir", "ck"});
+  CHECK(mt::replacement_arguments(V{"train", "--revoke=rank=0@30s", "--replace-workers"}) ==
+        V{"join", "--replace-workers"});
+  // Only the subcommand is renamed: a value that reads "train" stays.
+  CHECK(mt::replacement_arguments(V{"train", "--metrics", "train"}) == V{"join", "--metrics", "train"});
+}

@@ -8,11 +8,13 @@
 # pause; longer than --failure-timeout 1.5: it is dropped). Goodput = useful global steps per
 # second with faults / without = the clean run's wall time / the faulty run's, each from the
 # launcher's start to its end (restarts, takeovers and the workers lost included). The faulty
-# run's whole history is checked (bench/faults/history_check.py). Nothing here brings a lost
-# worker back: the job shrinks until a restart (a lost parameter server in the default build,
-# or no worker left) starts every rank again. Prints, per build, both times, the faults and what
-# they did, the goodput and the checker's verdict.
-#   bench/faults/goodput.sh [--seconds 120] [--every 20] [--workers 4] [--builds "default ulfm"] [--seed 1]
+# run's whole history is checked (bench/faults/history_check.py). With --replace yes (the default)
+# the job runs with --replace-workers: the parameter server spawns a new worker for each one it
+# drops (and a takeover's successor for the slots no survivor holds); with --replace no nothing
+# brings a lost worker back: the job shrinks until a restart (a lost parameter server in the
+# default build, or no worker left) starts every rank again. Prints, per build, both times, the
+# faults and what they did, the goodput and the checker's verdict.
+#   bench/faults/goodput.sh [--seconds 120] [--every 20] [--workers 4] [--builds "default ulfm"] [--seed 1] [--replace yes|no]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/lib.sh
@@ -21,15 +23,17 @@ bench_opt --every every 20
 bench_opt --workers workers 4
 bench_opt --builds builds "default ulfm"
 bench_opt --seed seed 1
-bench_parse "[--seconds S] [--every S] [--workers N] [--builds B..] [--seed S]" "$@"
+bench_opt --replace replace yes
+bench_parse "[--seconds S] [--every S] [--workers N] [--builds B..] [--seed S] [--replace yes|no]" "$@"
+[[ $replace == yes || $replace == no ]] || { echo "goodput.sh: --replace yes or no, not '$replace'" >&2; exit 2; }
 bench_env
 [[ $builds != *ulfm* || -x build/ulfm/mpi_trainer ]] ||
   { echo "goodput.sh: no ULFM build (launch/setup.sh --mpi ulfm; cmake --build --preset ulfm)" >&2; exit 1; }
 "$trainer" gen-data "$dir/data" --train 2048 --test 256 --seed 3 >/dev/null
-/usr/bin/python3 - "$trainer" build/ulfm/mpi_trainer "$dir" "$seconds" "$every" "$workers" "$builds" "$seed" <<'PY'
+/usr/bin/python3 - "$trainer" build/ulfm/mpi_trainer "$dir" "$seconds" "$every" "$workers" "$builds" "$seed" "$replace" <<'PY'
 import json, os, random, signal, subprocess, sys, time
 
-trainer, ulfm, d, seconds, every, workers, builds, seed = sys.argv[1:]
+trainer, ulfm, d, seconds, every, workers, builds, seed, replace = sys.argv[1:]
 seconds, every, workers, seed = float(seconds), float(every), int(workers), int(seed)
 
 
@@ -42,25 +46,23 @@ def cmd(build, tag, steps):
                  "--lr", "0.05", "--augment", "off", "--train-steps", str(steps), "--ckpt-dir", f"{run}/ck",
                  "--ckpt-every-steps", "100", "--log-every-steps", "20", "--failure-timeout", "1.5",
                  "--emulate-device", "k80", "--emulate-scale", "0.5", "--threads", "1", "--quiet",
-                 "--metrics", f"{run}/m.jsonl", "--push-log", f"{run}/push.csv"]
+                 "--metrics", f"{run}/m.jsonl", "--push-log", f"{run}/push.csv"] + \
+        (["--replace-workers"] if replace == "yes" else [])
 
 
 def ranks(run):
-    """{world rank: pid} of the job's live trainer processes."""
-    out = {}
-    for p in subprocess.run(["pgrep", "-f", "mpi_trainer train"], capture_output=True, text=True).stdout.split():
+    """The pids of the job's live trainer processes (the launched ranks and the replacements,
+    which run `mpi_trainer join`)."""
+    out = []
+    for p in subprocess.run(["pgrep", "-f", "mpi_trainer (train|join)"], capture_output=True, text=True).stdout.split():
         try:
-            env = open(f"/proc/{p}/environ", "rb").read().split(b"\0")
             line = open(f"/proc/{p}/cmdline", "rb").read()
             state = open(f"/proc/{p}/stat").read().split(")")[-1].split()[0]
         except OSError:
             continue
-        if run.encode() not in line or state in ("Z", "T"):
-            continue
-        for e in env:
-            if e.startswith(b"OMPI_COMM_WORLD_RANK="):
-                out[int(e.split(b"=")[1])] = int(p)
-    return out
+        if run.encode() in line and state not in ("Z", "T"):
+            out.append(int(p))
+    return sorted(out)
 
 
 def ps_pid(run):
@@ -84,7 +86,7 @@ def launch(build, tag, steps, faults_every=None, rng=None):
                 continue
             nxt += faults_every
             live, ps = ranks(run), ps_pid(run)
-            worker_pids = [p for r, p in sorted(live.items()) if p != ps]
+            worker_pids = [p for p in live if p != ps]
             kind = rng.choice(["worker-kill", "ps-kill", "pause"])
             if kind == "ps-kill" and ps:
                 os.kill(ps, signal.SIGKILL)
@@ -117,7 +119,8 @@ def launch(build, tag, steps, faults_every=None, rng=None):
 
 rng = random.Random(seed)
 print(f"1 PS + {workers} workers on loopback, resnet8 at an emulated K80 x0.5; a fault every {every:g} s "
-      f"(worker SIGKILL, PS SIGKILL, 3 s pause; seed {seed})")
+      f"(worker SIGKILL, PS SIGKILL, 3 s pause; seed {seed}); "
+      f"{'--replace-workers' if replace == 'yes' else 'no replacements'}")
 results = []
 for build in builds.split():
     # The number of steps the clean run trains in about --seconds: measured by a short probe.
@@ -137,11 +140,13 @@ for build in builds.split():
     attempts = sum(e["event"] == "config" for e in ev)
     takeovers = sum(e["event"] == "ps_takeover" for e in ev)
     revoked = sum(e["event"] == "revocation" for e in ev)
+    replaced = sum(e["event"] == "join" for e in ev)
     goodput = clean / faulty if finished else 0.0
     results.append((build, goodput))
     print(f"{build:>7}: {steps} steps; clean {clean:.1f} s, with faults {faulty:.1f} s "
           f"({'finished' if finished else f'NOT FINISHED, exit {rc}'}, {len(done)} faults: {', '.join(done)}; "
-          f"{attempts} attempt(s), {takeovers} takeover(s), {revoked} worker(s) dropped); goodput {goodput:.3f}; "
+          f"{attempts} attempt(s), {takeovers} takeover(s), {revoked} worker(s) dropped, {replaced} replacement(s) "
+          f"joined); goodput {goodput:.3f}; "
           f"{verdict}", flush=True)
 print("goodput: " + ", ".join(f"{b} {g:.3f}" for b, g in results))
 PY

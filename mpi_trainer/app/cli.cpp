@@ -149,8 +149,11 @@ int train_command(TrainConfig& cfg, int* argc, char*** argv, std::ostream& out, 
     return train_virtual(cfg, out).exit_code;
   }
   if (launcher_world_size() > 1 || cfg.max_workers > 0) {  // --max-workers: a PS may start alone
-    // Elastic joins accept on a thread while the loop serves workers: MPI_THREAD_MULTIPLE.
-    MpiSession mpi(argc, argv, cfg.max_workers > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
+    // Elastic joins accept, and replacements are spawned, on a thread while the loop serves
+    // workers: MPI_THREAD_MULTIPLE.
+    cfg.command_args.assign(*argv + 1, *argv + *argc);  // before MPI_Init may touch them
+    MpiSession mpi(argc, argv,
+                   cfg.max_workers > 0 || cfg.replace_workers ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
     try {
       return end_mpi(mpi, train_distributed(cfg, mpi, out));
     } catch (const PsSuperseded& e) {
@@ -176,6 +179,9 @@ int train_command(TrainConfig& cfg, int* argc, char*** argv, std::ostream& out, 
   if (cfg.num_ps != 1)
     err << "mpi_trainer: warning: --num-ps " << cfg.num_ps
         << " applies to parameter-server runs (mpirun -np 2 or more); this single process trains alone\n";
+  if (cfg.replace_workers)
+    err << "mpi_trainer: warning: --replace-workers applies to parameter-server runs (mpirun -np 2 or more); "
+           "this single process trains alone\n";
   return train(cfg, out).exit_code;  // 0, or stopped on a notice (75) or Ctrl-C (130)
 }
 

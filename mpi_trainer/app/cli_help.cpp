@@ -167,7 +167,7 @@ const std::vector<std::pair<std::string, std::string>>& train_layout() {
       {"max-rejected-pushes", "Parameter server"},
       {"failure-timeout", "Fault tolerance"}, {"ps-standby", "Fault tolerance"},
       {"replica-interval", "Fault tolerance"}, {"replica-budget", "Fault tolerance"},
-      {"push-journal", "Fault tolerance"}, {"ps-handover", "Fault tolerance"},
+      {"push-journal", "Fault tolerance"}, {"ps-handover", "Fault tolerance"}, {"replace-workers", "Fault tolerance"},
       {"drain-deadline", "Fault tolerance"}, {"revoke", "Fault tolerance"},
       {"revocation-model", "Fault tolerance"}, {"time-scale", "Fault tolerance"},
       {"corrupt-push", "Fault tolerance"},

@@ -456,6 +456,15 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
               },
               "auto|on|off")),
       "MT_PS_HANDOVER");
+  env(cmd.add_flag("--replace-workers", c.replace_workers,
+                   "Fault tolerance, one shard: the parameter server starts a new worker process "
+                   "(MPI_Comm_spawn, placed by the launcher: give mpirun slots or --oversubscribe) for "
+                   "each worker it drops (killed, revoked, cut off, silent past --failure-timeout), "
+                   "which joins in the dropped worker's data slot, so that the run keeps its worker "
+                   "count instead of shrinking until a restart (both MPI builds; not under srun's "
+                   "direct launch, which cannot spawn: the job then goes on without). At most 4 per "
+                   "launched worker + 4 in a run"),
+      "MT_REPLACE_WORKERS");
   env(cmd.add_option("--status-file", c.status_file,
                      "Parameter server: JSON run state for launchers (state, exit_code, global_step); "
                      "default <ckpt-dir>/run-status.json. mpirun --enable-recovery always exits 0, so "

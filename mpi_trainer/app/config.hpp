@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mt {
 
@@ -80,6 +81,8 @@ struct TrainConfig {
   std::string revocation_model;       // empty: none; gce or a table file: sampled lifetimes
   double time_scale = 1;              // model hours per real hour (3600: an hour per second)
   int max_workers = 0;                // elastic joins: worker slots (0: the launched workers only)
+  bool replace_workers = false;       // shard 0 spawns a new worker for each one it drops
+  std::vector<std::string> command_args;  // the command line after the program (--replace-workers' replacements)
   std::string port_file;              // elastic joins: shard 0's port; empty: <ckpt-dir>/ps-port
   std::string join_secret;            // elastic joins: the secret file; empty: join-secret beside the port file
   bool synthetic_gradients = false;   // benchmark: workers push a fixed gradient, no compute

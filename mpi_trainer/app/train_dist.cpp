@@ -122,6 +122,14 @@ PsOptions ps_options(const TrainConfig& cfg, const RunSetup& setup, std::vector<
   o.worker_types = std::move(types);
   o.join_type = cfg.instance_type;
   if (cfg.max_workers > 0) o.port_file = join_port_file(cfg);
+  if (cfg.replace_workers) {
+    o.replace_workers = true;
+    std::error_code ec;
+    o.replacement_program = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (ec) throw Error(kExitInternal, "--replace-workers: cannot read /proc/self/exe: " + ec.message());
+    o.replacement_args = replacement_arguments(cfg.command_args);
+    o.replacement_limit = 4 * static_cast<int>(o.worker_types.size()) + 4;
+  }
   o.takeover = takeover_applies(cfg, static_cast<int>(o.worker_types.size()));
   // --ps-handover: a notice to the parameter server alone hands it to the standby where the
   // survivors can take it over (one shard).
@@ -411,6 +419,11 @@ TrainResult train_distributed(const TrainConfig& cfg, MpiSession& mpi, std::ostr
                        std::to_string(mpi.size() - cfg.num_ps) + " workers launched");
     join_port_file(cfg);
   }
+  if (cfg.replace_workers && cfg.num_ps != 1)
+    throw UsageError("--replace-workers needs --num-ps 1 (a replacement is connected to shard 0 alone)");
+  if (cfg.replace_workers && cfg.max_workers > 0)
+    throw UsageError("--replace-workers keeps the launched worker count; --max-workers admits joiners up to "
+                     "its count: give one of them");
   TrainConfig c = cfg;
   resolve_policy(c);
   parse_lr_scaling(c.lr_scaling);
@@ -490,7 +503,9 @@ TrainResult join_running_job(const TrainConfig& cfg, std::ostream& log) {
   if (cfg.num_ps != 1) throw UsageError("mpi_trainer join: the job must have --num-ps 1");
   if (!cfg.revoke.empty())
     throw UsageError("mpi_trainer join: --revoke names ranks of the training job; use --revocation-model");
-  const std::string file = join_port_file(cfg);
+  // Started by a parameter server with --replace-workers: connected to it already (no port, no secret).
+  const MPI_Comm parent = spawning_parameter_server();
+  const std::string file = parent != MPI_COMM_NULL ? std::string() : join_port_file(cfg);
   TrainConfig c = cfg;
   // A lifetime of its own, if a model is given (drawn with its pid: joiners differ).
   const int self = c.num_ps + static_cast<int>(getpid() % 1000000);
@@ -502,14 +517,21 @@ TrainResult join_running_job(const TrainConfig& cfg, std::ostream& log) {
   precise_naps(log);
   // MT_TEST_JOIN_SILENT (non-empty): connect and never prove the secret (the handshake's deadline, tested).
   const char* silent = std::getenv("MT_TEST_JOIN_SILENT");
-  const MPI_Comm ps = connect_to_parameter_server(file, join_secret_path(c).string(), !silent || !*silent);
+  MPI_Comm ps = parent;
+  if (parent != MPI_COMM_NULL)
+    MT_MPI(MPI_Comm_set_errhandler(ps, MPI_ERRORS_RETURN));
+  else
+    ps = connect_to_parameter_server(file, join_secret_path(c).string(), !silent || !*silent);
   if (ps == MPI_COMM_NULL) {
     log << "mpi_trainer join: " << signal_name(notice_signal()) << " before joining the job: leaving; exit "
         << kExitOk << '\n'
         << std::flush;
     return TrainResult{};
   }
-  if (!c.quiet) log << "mpi_trainer join: connected to the parameter server (" << file << ")\n" << std::flush;
+  if (!c.quiet)
+    log << "mpi_trainer join: connected to the parameter server ("
+        << (parent != MPI_COMM_NULL ? "it started this replacement worker" : file) << ")\n"
+        << std::flush;
   const TrainResult r = worker_role(c, setup, ps, -1, std::move(plan), emulation, pacer_seed(c.seed, self), false, log);
   if (r.exit_code != kExitOk && r.exit_code != kExitPsLost)  // a lost one: the worker said so
     log << "mpi_trainer join: the job's parameter server failed (exit " << r.exit_code << ", see its log) after "

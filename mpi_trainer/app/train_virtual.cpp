@@ -48,6 +48,9 @@ Clock::time_point check_flags_and_catch_notices(const TrainConfig& cfg) {
   if (!cfg.ckpt_dir.empty()) throw UsageError("--virtual-workers runs keep no checkpoints: leave out --ckpt-dir");
   if (cfg.num_ps != 1) throw UsageError("--virtual-workers runs have one parameter-server shard: leave out --num-ps");
   if (cfg.max_workers > 0) throw UsageError("--virtual-workers: joins are --virtual-joins, not --max-workers");
+  if (cfg.replace_workers)
+    throw UsageError("--virtual-workers does not simulate --replace-workers (replacements are real processes): "
+                     "give the joins it would make as --virtual-joins");
   if (cfg.synthetic_gradients) throw UsageError("--virtual-workers computes real gradients: no --synthetic-gradients");
   install_notice_handlers();
   install_interrupt_handler();

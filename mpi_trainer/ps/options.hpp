@@ -82,6 +82,12 @@ struct PsOptions {
   // job, instead of failing with exit 10.
   bool takeover = false;
   int max_workers = 0;  // elastic joins: data slots (0: the launched workers only)
+  // --replace-workers (shard 0): each dropped worker replaced by a process it spawns running
+  // `replacement_program replacement_args...`, at most replacement_limit in all (ps/elastic/replacements.hpp).
+  bool replace_workers = false;
+  std::string replacement_program;
+  std::vector<std::string> replacement_args;
+  int replacement_limit = 0;
   // The update: SGD with momentum, the learning rate scaled by the policy (ps/exchange/update_policy.hpp).
   LrScaling lr_scaling = LrScaling::kStaleness;  // the trainer's defaults (app/config.hpp)
   MomentumCorrection momentum_correction = MomentumCorrection::kDana;

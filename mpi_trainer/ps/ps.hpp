@@ -85,4 +85,11 @@ std::optional<std::vector<int>> max_over_ranks(const std::vector<int>& values, M
 // 0): the worker leaves before joining.
 MPI_Comm connect_to_parameter_server(const std::string& port_file, const std::string& secret_file, bool prove = true);
 
+// --replace-workers (ps/elastic/replacements.hpp): a replacement's command line, the training
+// command's arguments with `train` turned into `join` and --revoke (which names ranks of the
+// launched job) left out; and, in a spawned replacement, the parameter server that started it
+// (MPI_COMM_NULL in any other process).
+std::vector<std::string> replacement_arguments(const std::vector<std::string>& train_args);
+MPI_Comm spawning_parameter_server();
+
 }  // namespace mt

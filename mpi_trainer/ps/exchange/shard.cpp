@@ -147,7 +147,15 @@ PsResult Shard::run() {
           opts_.join_secret, opts_.join_auth_seconds);
       events_.joins_open(opts_.max_workers, opts_.port_file, ulfm_available());
     }
+    if (lead() && opts_.replace_workers) {
+      spawner_.emplace(opts_.replacement_program, opts_.replacement_args, opts_.replacement_limit);
+      refill();  // after a takeover: the slots of the standby that took over and of the workers lost with it
+    }
     serve();
+    if (spawner_) {  // a replacement still starting is told to stop
+      spawner_->finish();
+      take_joins();
+    }
     if (handed_over_) {
       PsResult gone;
       gone.global_step = step_;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ps/elastic/joins.hpp"
+#include "ps/elastic/replacements.hpp"
 #include "ps/events.hpp"
 #include "ps/exchange/coordinator.hpp"
 #include "ps/exchange/membership.hpp"
@@ -135,7 +136,16 @@ class Shard {
   void begin_stop(const std::string& why);
   void wait_for_successor();  // every worker silent at once: a takeover of this one may be under way
   void take_joins();
+  // The connections of joiners and of spawned replacements taken in as late members (or answered
+  // with a stop when the job is full or stopping). (elastic/shard_joins.cpp)
+  void admit_connections(const std::vector<MPI_Comm>& comms, bool replacements);
   void admit_late(const Member& m);
+  // --replace-workers: a replacement for `gone` requested from the spawner (shard 0).
+  void replace(const Member& gone);
+  // --replace-workers at the start: a replacement for each data slot no member holds (a takeover's).
+  void refill();
+  // No worker is left, but some may come: joins (--max-workers) or replacements under way.
+  bool awaiting_workers() const;
   // After a step (applied, or dropped as stale): shard 0's coordinator, the standbys' replica.
   void after_step(double lr);
   Coordinator::Part part() const { return Coordinator::Part{step_, current(), velocity_, stats_}; }
@@ -188,6 +198,7 @@ class Shard {
 
   Membership members_;
   std::optional<JoinListener> joins_;     // shard 0 with --max-workers
+  std::optional<WorkerSpawner> spawner_;  // shard 0 with --replace-workers
   int connected_ = 0;                     // connections the listener handed over (their ranks)
   int joined_ = 0;                        // of them, workers whose join was answered
   int shm_workers_ = 0;                   // workers whose pushes travel through shared memory

@@ -73,6 +73,11 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
     h.replica_step = standbys_ ? standbys_->settled_step() : -1;
     h.push_id = handled_[static_cast<std::size_t>(m.slot)];  // the push it answers
     h.epoch = static_cast<std::int32_t>(epoch_);
+  } else if (kind == MsgKind::kParams && m.late) {
+    // A joiner's (a replacement's) pushes are numbered on from here: past its slot's previous
+    // worker's, and past any number an earlier epoch gave (a replacement orphaned by a takeover
+    // may have had pushes acknowledged that no replica holds): each push one (slot, number).
+    h.push_id = std::max(handled_[static_cast<std::size_t>(m.slot)], epoch_ << 32);
   }
   reply_.reset();
   if (kind == MsgKind::kParams) {

@@ -42,10 +42,10 @@ struct Shard::ServeLoop {
 void Shard::serve() {
   ServeLoop loop;
   // With --max-workers the parameter server also waits, with no worker at all, for joins.
-  while (members_.live() > 0 ||
-         (opts_.max_workers > 0 && !stop_at_ && failure_code_ == 0 && step_ < opts_.train_steps)) {
+  // With --replace-workers it waits for the replacements under way.
+  while (members_.live() > 0 || awaiting_workers()) {
     check_superseded();  // woken after a pause: before any MPI call, whether another took its place
-    if (joins_ && joins_->pending()) take_joins();
+    if ((joins_ && joins_->pending()) || (spawner_ && spawner_->pending())) take_joins();
     test_requests(loop);
     drop_failed(loop);
     const int pushes = handle_completed(loop);
@@ -63,6 +63,9 @@ void Shard::serve() {
       loop.bells.sleep(loop.backoff);
     }
   }
+  // No worker left and none coming: the replacements could not start, or the last one was refused.
+  if (lead() && !stop_at_ && !handed_over_ && failure_code_ == 0 && step_ < opts_.train_steps)
+    begin_stop("every worker was revoked");
 }
 
 // One MPI_Testsome over every request of this pass. With an ULFM MPI (cmake/ULFMProbe.cmake) a

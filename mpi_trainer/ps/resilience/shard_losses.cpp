@@ -35,6 +35,11 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
     m.bells = PairBells{};
   }
   if (!lead()) return;
+  // --replace-workers: whatever took it away, a new process takes its slot (ps/elastic/replacements.hpp).
+  // Not when the notice it left on reached the whole job (Slurm's preemption, a signal to mpirun):
+  // this process has it too, and stops.
+  if (spawner_ && !lost && !stop_at_) check_notice();
+  if (spawner_ && !stop_at_ && failure_code_ == 0 && step_ < opts_.train_steps) replace(m);
   const int live = members_.live();
   // A lost worker was computing on the parameters of its last reply: that step is lost.
   const bool computing = lost && was_joined;
@@ -62,7 +67,11 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
       events_.waiting_for_joins(step_);
     } else {
       if (lost && detail != kUlfmReported) wait_for_successor();  // may end this process (PsSuperseded)
-      begin_stop("every worker was revoked");
+      if (awaiting_workers()) {
+        events_.waiting_for_joins(step_);  // the replacements under way
+      } else {
+        begin_stop("every worker was revoked");
+      }
     }
   }
 }

@@ -72,7 +72,7 @@ class Worker {
       if (computer_) st = computer_->step(client_->params(), grads_, batch_stats_);
       if (agent_->left()) break;  // at --drain-deadline, while this step computed: its gradient is dropped
       const PushFault fault = corrupt(res_.pushes + 1);
-      client_->prepare_push(st, grads_, batch_stats_, !computer_, res_.pushes + 1);
+      client_->prepare_push(st, grads_, batch_stats_, !computer_, push_base_ + res_.pushes + 1);
       if (fault == PushFault::kDiscard) client_->mark_discard();
       ++res_.pushes;
       journal_push();
@@ -209,6 +209,9 @@ class Worker {
     const MsgHeader h = client_->first_reply();
     my_slot_ = h.slot;
     data_slots_ = std::max(1, h.slots);
+    // A joiner (or a replacement) numbers its pushes on from the last its data slot's previous
+    // worker made (the reply's push_id): a push is its slot's and number's, once (the history).
+    if (rank_ < 0) push_base_ = h.push_id;
     if (computer_) {
       computer_->start(h.slot, data_slots_, LoaderCursor{h.cursor_epoch, h.cursor_position});
     } else {
@@ -221,7 +224,7 @@ class Worker {
   // The push journal (ps/resilience/push_journal.hpp): the push about to be sent, then each shard's reply to it.
   void journal_push() {
     if (!journal_) return;
-    journal_->record(my_slot_, res_.pushes);
+    journal_->record(my_slot_, push_base_ + res_.pushes);
     for (int s = 0; s < shards_; ++s)
       journal_->part(s, client_->prepared(s), client_->push_payload(s), client_->pulled(s));
   }
@@ -284,6 +287,7 @@ class Worker {
   // replica may not hold.
   std::optional<PushJournal> journal_;
   int my_slot_ = rank_ - shards_, data_slots_ = 0;  // shard 0's answer to the first join says
+  std::int64_t push_base_ = 0;                       // a joiner's: its slot's last push number before it
   WorkerResult res_;
 };
 

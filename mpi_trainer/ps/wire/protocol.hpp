@@ -130,7 +130,8 @@ struct MsgHeader {
   // The push journal (ps/resilience/push_journal.hpp): what a takeover needs to replay a push exactly once.
   std::int32_t applied = 0;        // reply to a push: 1 applied, 0 counted as a step but not applied (stale, rejected)
   std::int64_t push_id = 0;        // push: this worker's push number (1, 2, ...; kept across takeovers);
-                                   // its reply: the push it answers
+                                   // its reply: the push it answers (to a joiner's join: where it
+                                   // numbers its pushes on from, Shard::reply)
   std::int64_t replica_step = -1;  // reply to a push: the step of this shard's newest replica that has
                                    // left for every standby (-1: none); older pushes need no log
   float lr = 0;                    // reply to an applied push: the rate and momentum it was applied

@@ -1,0 +1,152 @@
+#include "ps/elastic/replacements.hpp"
+#include "ps/ps.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace mt {
+
+struct WorkerSpawner::State {
+  std::mutex mutex;
+  std::condition_variable wake, idle;
+  std::string program;
+  std::vector<std::string> args;
+  int limit = 0;
+  int queued = 0;       // requested, not yet being spawned
+  int outstanding = 0;  // requested, not yet taken
+  int spawned = 0;      // spawns begun, in all
+  bool busy = false;    // MPI_Comm_spawn under way
+  bool stop = false;
+  bool failed = false;
+  std::string error;
+  std::vector<MPI_Comm> comms;
+  std::atomic<int> pending{0};
+};
+
+namespace {
+
+std::string mpi_error_text(int rc) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "error " + std::to_string(rc);
+  return std::string(text, static_cast<std::size_t>(len));
+}
+
+// The thread: one MPI_Comm_spawn per request, one process each, its result queued for the shard.
+void spawn_loop(std::shared_ptr<WorkerSpawner::State> s) {
+  std::vector<char*> argv;
+  for (std::string& a : s->args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::unique_lock<std::mutex> lock(s->mutex);
+  for (;;) {
+    s->wake.wait(lock, [&] { return s->stop || s->queued > 0; });
+    if (s->stop) break;
+    --s->queued;
+    s->busy = true;
+    lock.unlock();
+    MPI_Comm inter = MPI_COMM_NULL;
+    int code = MPI_SUCCESS;
+    int rc = MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);  // a refusal is an error, not an abort
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Comm_spawn(s->program.c_str(), argv.data(), 1, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter, &code);
+    if (rc == MPI_SUCCESS && code != MPI_SUCCESS) rc = code;
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
+    lock.lock();
+    s->busy = false;
+    if (rc == MPI_SUCCESS) {
+      s->comms.push_back(inter);
+    } else {
+      s->failed = true;
+      s->error = "MPI_Comm_spawn could not start a replacement worker (" + mpi_error_text(rc) +
+                 "): no more replacements in this run (docs/fault-model.md, \"Replacement workers\")";
+      s->outstanding -= 1 + s->queued;  // this one and those queued behind it will not come
+      s->queued = 0;
+    }
+    s->pending += 1;
+    s->idle.notify_all();
+  }
+  s->idle.notify_all();
+}
+
+}  // namespace
+
+WorkerSpawner::WorkerSpawner(std::string program, std::vector<std::string> args, int limit)
+    : state_(std::make_shared<State>()) {
+  state_->program = std::move(program);
+  state_->args = std::move(args);
+  state_->limit = limit;
+  std::thread(spawn_loop, state_).detach();  // see the destructor
+}
+
+void WorkerSpawner::finish() {
+  // The thread may be inside MPI_Comm_spawn, which cannot be interrupted: wait for it (a spawn
+  // takes about a second), so that MPI_Finalize does not meet it; one that hangs is left behind.
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->stop = true;
+  state_->wake.notify_all();
+  state_->outstanding -= state_->queued;
+  state_->queued = 0;
+  state_->idle.wait_for(lock, std::chrono::seconds(15), [this] { return !state_->busy; });
+}
+
+bool WorkerSpawner::request(std::string* why_not) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (state_->failed) {
+    if (why_not) *why_not = "spawning failed before in this run";
+    return false;
+  }
+  if (state_->spawned >= state_->limit) {
+    if (why_not) *why_not = std::to_string(state_->limit) + " replacements started already (the limit)";
+    return false;
+  }
+  ++state_->spawned;
+  ++state_->queued;
+  ++state_->outstanding;
+  state_->wake.notify_all();
+  return true;
+}
+
+bool WorkerSpawner::pending() const { return state_->pending.load() > 0; }
+
+int WorkerSpawner::outstanding() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->outstanding;
+}
+
+std::vector<MPI_Comm> WorkerSpawner::take(std::string* error) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::vector<MPI_Comm> comms;
+  comms.swap(state_->comms);
+  state_->outstanding -= static_cast<int>(comms.size());
+  if (error && !state_->error.empty()) error->swap(state_->error);
+  state_->pending = 0;
+  return comms;
+}
+
+std::vector<std::string> replacement_arguments(const std::vector<std::string>& train_args) {
+  std::vector<std::string> out;
+  bool command = false;
+  for (std::size_t i = 0; i < train_args.size(); ++i) {
+    const std::string& a = train_args[i];
+    if (!command && a == "train") {
+      out.emplace_back("join");
+      command = true;
+    } else if (a == "--revoke") {
+      ++i;  // and its value
+    } else if (a.rfind("--revoke=", 0) != 0) {
+      out.push_back(a);
+    }
+  }
+  return out;
+}
+
+MPI_Comm spawning_parameter_server() {
+  MPI_Comm parent = MPI_COMM_NULL;
+  if (MPI_Comm_get_parent(&parent) != MPI_SUCCESS) return MPI_COMM_NULL;
+  return parent;
+}
+
+}  // namespace mt
