@@ -246,6 +246,14 @@ void Shard::handle_worker(Member& m) {
         Membership::finished(m, Clock::now());
         return;  // no new receive
       }
+      // A push this shard handled already (its number is not past its slot's last): sent again
+      // by a worker that took an error for its parameter server's loss (under ULFM the late report
+      // of a deposed one, found by nemesis.sh `ps-throttle`: push 40 of a slot applied at steps 107
+      // and 109). Answered with the parameters; neither applied nor counted again.
+      if (h.push_id > 0 && h.push_id <= handled_[static_cast<std::size_t>(m.slot)]) {
+        if (!reply(m, MsgKind::kParams)) return;
+        break;
+      }
       // A diverged push ends the run (the failure path: workers stopped, exit 3) before it is
       // applied, so no checkpoint holds its state.
       if (lead()) check_divergence(h.loss, opts_.max_loss, step_ + 1);

@@ -164,8 +164,13 @@ class Worker {
     agent_.reset();
   }
   // The longest this process went unscheduled, as either thread saw it (seconds): longer than
-  // --failure-timeout, the silence the parameter server heard was this process's own.
-  double suspended() const { return std::max(client_->longest_gap(), agent_gap_); }
+  // --failure-timeout, the silence the parameter server heard was this process's own. The running
+  // heartbeat thread's gaps count too: a worker stopped while it computed (no wait of its own
+  // polling) sees its pause there alone (before, it then took the parameter server that had
+  // dropped it for hung and reported it failed under ULFM: nemesis.sh `pause`, 2026-12-06).
+  double suspended() const {
+    return std::max({client_->longest_gap(), agent_gap_, agent_ ? agent_->longest_gap() : 0.0});
+  }
   // The MPI library (ULFM) reported shard `s` failed (with the MPI lock held, on either thread):
   // flagged for the main thread, which at its next exchange ends this worker or (a takeover
   // ahead) takes the parameter server over.
