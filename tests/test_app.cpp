@@ -235,13 +235,15 @@ TEST_CASE("a checkpoint records its job and input; a resume of another job is re
   JobIdentity bigger = job;
   bigger.batch_size = 32;
   MetricsWriter none;
-  const auto found = find_resume_checkpoint(cfg, model, bigger, none, log);
+  const LrSchedule schedule = parse_schedule(cfg.lr_schedule, model.spec().kind == BlockKind::kPreActivation, cfg.lr,
+                                             cfg.lr_warmup_steps, cfg.train_steps);
+  const auto found = find_resume_checkpoint(cfg, model, bigger, schedule, none, log);
   REQUIRE(found);
   CHECK(found->state.progress.position == 5);
   CHECK(found->state.progress.worker_cursors == std::vector<std::array<std::int64_t, 2>>{{0, 3}, {1, 1}});
   CHECK(found->state.job.batch_size == 32);
   cfg.resume_override.clear();
-  CHECK_THROWS_AS(find_resume_checkpoint(cfg, model, bigger, none, log), CheckpointError);
+  CHECK_THROWS_AS(find_resume_checkpoint(cfg, model, bigger, schedule, none, log), CheckpointError);
 }
 
 TEST_CASE("revocation entries of --revoke: times, steps, checkpoint writes, signals, bad ones named", "[unit][fault]") {

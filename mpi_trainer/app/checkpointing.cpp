@@ -272,7 +272,8 @@ void check_checkpoint_dir(const TrainConfig& cfg) {
 }
 
 std::optional<LoadedState> find_resume_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
-                                                  MetricsWriter& metrics, std::ostream& log) {
+                                                  const LrSchedule& schedule, MetricsWriter& metrics,
+                                                  std::ostream& log) {
   namespace fs = std::filesystem;
   // The checkpoint found is of this job, its data cursors in batches of this run's size.
   const auto of_this_job = [&](ckpt::Checkpoint&& c, const fs::path& file) {
@@ -280,7 +281,6 @@ std::optional<LoadedState> find_resume_checkpoint(const TrainConfig& cfg, const 
     check_compatible(found.state, model);
     JobIdentity now = job;
     const bool t2t = model.spec().kind == BlockKind::kPreActivation;
-    const LrSchedule schedule = parse_schedule(cfg.lr_schedule, t2t, cfg.lr, cfg.lr_warmup_steps, cfg.train_steps);
     // Written before schedules scaled with the run, by a run of this length: the same schedule.
     if (schedule.scaled && found.state.job.lr_schedule == schedule.describe()) now.lr_schedule = schedule.describe();
     check_same_job(found.state, file.string(), now, parse_resume_override(cfg.resume_override), log);

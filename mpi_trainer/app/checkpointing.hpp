@@ -14,6 +14,7 @@
 
 #include "app/config.hpp"
 #include "app/metrics.hpp"
+#include "optim/schedule.hpp"
 #include "ckpt/async_writer.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/state.hpp"
@@ -58,9 +59,11 @@ std::vector<LoaderCursor> start_cursors(const TrainProgress& p, int workers);
 // `log` and as a checkpoint_skipped event); never refuses a directory that already holds
 // checkpoints; a PATH is read and checked. Empty: start fresh. Throws CheckpointError.
 // The checkpoint found must be of this job (check_same_job against `job`, --resume-override).
-// Its data cursors are in batches of this run's size (--resume-override batch_size).
+// Its data cursors are in batches of this run's size (--resume-override batch_size). `schedule`:
+// this run's learning-rate schedule (RunSetup::schedule), which the checkpoint's must match.
 std::optional<LoadedState> find_resume_checkpoint(const TrainConfig& cfg, const Model& model, const JobIdentity& job,
-                                                  MetricsWriter& metrics, std::ostream& log);
+                                                  const LrSchedule& schedule, MetricsWriter& metrics,
+                                                  std::ostream& log);
 
 // A checkpoint named on the command line: a file (read and verified), or a directory (its newest
 // valid checkpoint). Throws CheckpointError ("not found", damaged, none valid).

@@ -93,7 +93,7 @@ PsStart PsReport::restore(FlatTensors& params, std::span<FlatTensors> momenta, F
   if (takeover_) {
     found = load_named_state(takeover_->file);  // checked against the model as it is restored
   } else {
-    found = find_resume_checkpoint(cfg_, model_, setup_.job, metrics_, log_);
+    found = find_resume_checkpoint(cfg_, model_, setup_.job, setup_.schedule, metrics_, log_);
   }
   if (found) {
     prev_ = restore_checkpoint(found->state, model_, params, momentum, bn_stats);

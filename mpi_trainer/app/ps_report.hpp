@@ -31,6 +31,9 @@ std::string run_status_path(const TrainConfig& cfg);
 // Writes `fields` (state, exit_code, ...) plus pid, host and unix_time, replacing the file
 // atomically; nothing for an empty path.
 void write_run_status(const std::string& path, nlohmann::ordered_json fields);
+// The state the status file at `path` says (running, done, requeue, lost, failed); "" when there
+// is none or it cannot be read.
+std::string read_run_state(const std::string& path);
 // The status `failed` of a run that ended before training (a bad command line, a rank not
 // ready): launchers do not retry 2, 3 or 4. Best effort: the error may be that the directory
 // cannot take a file. train_steps 0: not known (written as null).

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "app/ps_report.hpp"
@@ -27,6 +28,14 @@ void write_run_status(const std::string& path, nlohmann::ordered_json fields) {
   fields["host"] = host;
   fields["unix_time"] = unix_now();
   write_file_atomically(path, fields.dump() + '\n');
+}
+
+std::string read_run_state(const std::string& path) {
+  if (path.empty()) return {};
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("state") || !j["state"].is_string()) return {};
+  return j["state"].get<std::string>();
 }
 
 void write_failed_status(const TrainConfig& cfg, int exit_code, const std::string& what) {

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iomanip>
 #include <iostream>
@@ -234,9 +233,7 @@ TrainResult worker_role(const TrainConfig& cfg, const RunSetup& setup, MPI_Comm 
       // replica (docs/fault-model.md, "Exit codes and the status file").
       // Only over a status that says the run goes on: a final one (done, requeue) stands.
       const std::string status = run_status_path(cfg);
-      std::ifstream current(status);
-      const nlohmann::json now = nlohmann::json::parse(current, nullptr, /*allow_exceptions=*/false);
-      if (!now.is_discarded() && now.is_object() && now.value("state", "running") != "running") return;
+      if (const std::string state = read_run_state(status); !state.empty() && state != "running") return;
       write_run_status(status,
                        nlohmann::ordered_json{{"state", "lost"},
                                               {"exit_code", kExitPsLost},
