@@ -171,7 +171,7 @@ int train_command(TrainConfig& cfg, int* argc, char*** argv, std::ostream& out, 
       err << "mpi_trainer: error (" + std::string(mpi.rank() < cfg.num_ps ? "parameter server" : "worker") +
                  ", rank " + std::to_string(mpi.rank()) + "): " + e.what + '\n'
           << std::flush;
-      return mpi.finalize(e.exit_code, kShortFinalizeSeconds);
+      return mpi.finalize(e.exit_code, short_finalize_seconds());
     }
   }
   if (!cfg.revoke.empty() || !cfg.revocation_model.empty())

@@ -2,6 +2,7 @@
 #include "app/train.hpp"
 
 #include <csignal>
+#include <cstdlib>
 #include <functional>
 #include <iomanip>
 #include <map>
@@ -31,6 +32,15 @@
 #include "ps/ps.hpp"
 
 namespace mt {
+
+double short_finalize_seconds() {
+  if (const char* v = std::getenv("MT_SHORT_FINALIZE_SECONDS"); v && *v) {
+    char* end = nullptr;
+    const double s = std::strtod(v, &end);
+    if (end && *end == '\0' && s > 0 && s <= 600) return s;
+  }
+  return kShortFinalizeSeconds;
+}
 
 namespace {
 
@@ -201,7 +211,7 @@ void SingleRun::write_config() {
 // The newest valid checkpoint of this model, falling back past damaged ones; then the data
 // loader from its cursor, the checkpoint writer and the first batch.
 void SingleRun::resume() {
-  if (auto found = find_resume_checkpoint(cfg_, model_, setup_.job, metrics_, log_)) {
+  if (auto found = find_resume_checkpoint(cfg_, model_, setup_.job, setup_.schedule, metrics_, log_)) {
     prev_ = restore_checkpoint(found->state, model_, params_, sgd_.velocity(), stats_);
     prev_.attempts += 1;
     const std::string resumed_from = found->file.string();
