@@ -15,6 +15,8 @@
 # default build, or no worker left) starts every rank again. Prints, per build, both times, the
 # faults and what they did, the goodput and the checker's verdict.
 #   bench/faults/goodput.sh [--seconds 120] [--every 20] [--workers 4] [--builds "default ulfm"] [--seed 1] [--replace yes|no]
+#                           [--keep DIR]
+# --keep DIR: each faulty run's directory (output, metrics, history, status) is copied there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/lib.sh
@@ -24,16 +26,17 @@ bench_opt --workers workers 4
 bench_opt --builds builds "default ulfm"
 bench_opt --seed seed 1
 bench_opt --replace replace yes
-bench_parse "[--seconds S] [--every S] [--workers N] [--builds B..] [--seed S] [--replace yes|no]" "$@"
+bench_opt --keep keep ""
+bench_parse "[--seconds S] [--every S] [--workers N] [--builds B..] [--seed S] [--replace yes|no] [--keep DIR]" "$@"
 [[ $replace == yes || $replace == no ]] || { echo "goodput.sh: --replace yes or no, not '$replace'" >&2; exit 2; }
 bench_env
 [[ $builds != *ulfm* || -x build/ulfm/mpi_trainer ]] ||
   { echo "goodput.sh: no ULFM build (launch/setup.sh --mpi ulfm; cmake --build --preset ulfm)" >&2; exit 1; }
 "$trainer" gen-data "$dir/data" --train 2048 --test 256 --seed 3 >/dev/null
-/usr/bin/python3 - "$trainer" build/ulfm/mpi_trainer "$dir" "$seconds" "$every" "$workers" "$builds" "$seed" "$replace" <<'PY'
-import json, os, random, signal, subprocess, sys, time
+/usr/bin/python3 - "$trainer" build/ulfm/mpi_trainer "$dir" "$seconds" "$every" "$workers" "$builds" "$seed" "$replace" "$keep" <<'PY'
+import json, os, random, shutil, signal, subprocess, sys, time
 
-trainer, ulfm, d, seconds, every, workers, builds, seed, replace = sys.argv[1:]
+trainer, ulfm, d, seconds, every, workers, builds, seed, replace, keep = sys.argv[1:]
 seconds, every, workers, seed = float(seconds), float(every), int(workers), int(seed)
 
 
@@ -41,7 +44,7 @@ def cmd(build, tag, steps):
     run = f"{d}/{tag}"
     os.makedirs(run, exist_ok=True)
     return run, ["launch/mpirun.sh", "--np", str(workers + 1), "--oversubscribe", "--allow-root", "--loopback",
-                 "--grace", "3", "--trainer", ulfm if build == "ulfm" else trainer, "--",
+                 "--grace", "3", "--attempts", "100", "--trainer", ulfm if build == "ulfm" else trainer, "--",
                  "--data", f"{d}/data", "--model", "resnet8", "--batch-size", "32", "--lr-schedule", "constant",
                  "--lr", "0.05", "--augment", "off", "--train-steps", str(steps), "--ckpt-dir", f"{run}/ck",
                  "--ckpt-every-steps", "100", "--log-every-steps", "20", "--failure-timeout", "1.5",
@@ -56,11 +59,13 @@ def ranks(run):
     out = []
     for p in subprocess.run(["pgrep", "-f", "mpi_trainer (train|join)"], capture_output=True, text=True).stdout.split():
         try:
-            line = open(f"/proc/{p}/cmdline", "rb").read()
+            argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
             state = open(f"/proc/{p}/stat").read().split(")")[-1].split()[0]
         except OSError:
             continue
-        if run.encode() in line and state not in ("Z", "T"):
+        # The trainer itself: not the restart loop or mpirun, whose command lines name it too.
+        trainer_process = len(argv) > 1 and argv[0].endswith(b"mpi_trainer") and argv[1] in (b"train", b"join")
+        if trainer_process and run.encode() in b" ".join(argv) and state not in ("Z", "T"):
             out.append(int(p))
     return sorted(out)
 
@@ -142,6 +147,10 @@ for build in builds.split():
     revoked = sum(e["event"] == "revocation" for e in ev)
     replaced = sum(e["event"] == "join" for e in ev)
     goodput = clean / faulty if finished else 0.0
+    if keep:
+        with open(f"{run}/faults.txt", "w") as f:
+            f.write("\n".join(done) + "\n")
+        shutil.copytree(run, os.path.join(keep, os.path.basename(run)), dirs_exist_ok=True)
     results.append((build, goodput))
     print(f"{build:>7}: {steps} steps; clean {clean:.1f} s, with faults {faulty:.1f} s "
           f"({'finished' if finished else f'NOT FINISHED, exit {rc}'}, {len(done)} faults: {', '.join(done)}; "

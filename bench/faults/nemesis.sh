@@ -18,6 +18,10 @@
 #   ps-crash         the parameter server's node crashed; its link up --hold s later
 #   pause            a worker stopped (SIGSTOP) for --hold s, then continued
 #   random           two faults of the above, at random steps (the seed replays it)
+# With --replace yes (the default) the job runs with --replace-workers on a cluster of 5 nodes, n5
+# a spare that takes no rank at the start (`launch/mpirun.sh --np 4`, n5 with 8 slots): the
+# parameter server's replacements for the workers it dropped start there, as a cloud would give
+# new VMs; --replace no: 4 nodes, nothing replaces a lost worker within an attempt.
 # Per run: the launcher's exit code (0 exactly when the job finished), finished (the summary at the
 # last step, exit 0), attempts, the
 # checker's verdict and counts (acknowledged pushes lost, applied twice), whether a live parameter
@@ -27,7 +31,7 @@
 # run and the table; --json FILE keeps the records. Needs root (network namespaces).
 #   bench/faults/nemesis.sh [--scenarios LIST] [--runs 1] [--builds "default ulfm"] [--seed 1]
 #                           [--rate 200mbit] [--hold 4] [--trickle 64kbit] [--steps 300] [--json FILE]
-#                           [--keep DIR] [--timeout 180]
+#                           [--keep DIR] [--timeout 180] [--replace yes|no]
 # --keep DIR: each run that did not pass leaves its directory there (output, metrics, history);
 # --timeout: the seconds a run may take before it is ended (counted as not finished).
 set -euo pipefail
@@ -45,21 +49,23 @@ bench_opt --steps steps 300
 bench_opt --json json ""
 bench_opt --keep keep ""
 bench_opt --timeout timeout 180
-bench_parse "[--scenarios LIST] [--runs R] [--builds B..] [--seed S] [--rate R] [--hold S] [--trickle R] [--steps N] [--json FILE] [--keep DIR] [--timeout S]" "$@"
+bench_opt --replace replace yes
+bench_parse "[--scenarios LIST] [--runs R] [--builds B..] [--seed S] [--rate R] [--hold S] [--trickle R] [--steps N] [--json FILE] [--keep DIR] [--timeout S] [--replace yes|no]" "$@"
+[[ $replace == yes || $replace == no ]] || { echo "nemesis.sh: --replace yes or no, not '$replace'" >&2; exit 2; }
 bench_env
 unset OMPI_MCA_oob_tcp_if_include OMPI_MCA_btl_tcp_if_include  # the nodes' eth0, not loopback
 [[ $builds != *ulfm* || -x build/ulfm/mpi_trainer ]] ||
   { echo "nemesis.sh: no ULFM build (launch/setup.sh --mpi ulfm; cmake --build --preset ulfm)" >&2; exit 1; }
 name=nm$(($$ % 100000))
-msg=$(launch/netns-cluster/cluster.sh up --name "$name" --nodes 4 --rate "$rate" 2>&1) || {
+msg=$(launch/netns-cluster/cluster.sh up --name "$name" --nodes $([[ $replace == yes ]] && echo 5 || echo 4) --rate "$rate" 2>&1) || {
   echo "nemesis.sh: cannot make the cluster: $msg" >&2; exit 4; }
 trap 'launch/netns-cluster/cluster.sh down --name "$name" >/dev/null 2>&1; rm -rf "$dir"' EXIT
 "$trainer" gen-data "$dir/data" --train 2048 --test 256 --seed 3 >/dev/null
 /usr/bin/python3 - "$trainer" build/ulfm/mpi_trainer "$dir" "$name" "$scenarios" "$runs" "$builds" "$seed" "$hold" \
-  "$trickle" "$steps" "$json" "$all" "$keep" "$timeout" <<'PY'
+  "$trickle" "$steps" "$json" "$all" "$keep" "$timeout" "$replace" <<'PY'
 import json, os, random, re, shutil, signal, subprocess, sys, time
 
-trainer, ulfm, d, name, scenarios, runs, builds, seed, hold, trickle, steps, json_out, known, keep, timeout = sys.argv[1:]
+trainer, ulfm, d, name, scenarios, runs, builds, seed, hold, trickle, steps, json_out, known, keep, timeout, replace = sys.argv[1:]
 timeout = float(timeout)
 runs, seed, hold, steps = int(runs), int(seed), float(hold), int(steps)
 scenarios = [s for s in scenarios.split(",") if s]
@@ -150,13 +156,13 @@ def one_run(build, scenario, k, rng):
     os.makedirs(run_dir)
     metrics, push = f"{run_dir}/m.jsonl", f"{run_dir}/push.csv"
     env = dict(os.environ, MT_MPI="ulfm" if build == "ulfm" else "")
-    cmd = [cluster, "exec", "login", "--name", name, "--", "launch/mpirun.sh", "--hostfile", f"{state}/hostfile",
-           "--launch-agent", f"{state}/agent", "--iface", "eth0", "--allow-root", "--grace", "3",
+    cmd = [cluster, "exec", "login", "--name", name, "--", "launch/mpirun.sh", "--hostfile", hostfile,
+           "--launch-agent", f"{state}/agent", "--iface", "eth0", "--allow-root", "--grace", "3", "--np", "4",
            "--trainer", ulfm if build == "ulfm" else trainer, "--", "--data", f"{d}/data", "--model", "resnet8",
            "--batch-size", "32", "--lr-schedule", "constant", "--lr", "0.05", "--augment", "off",
            "--train-steps", str(steps), "--ckpt-dir", f"{run_dir}/ck", "--ckpt-every-steps", "50",
            "--log-every-steps", "10", "--failure-timeout", "1.5", "--emulate-device", "k80", "--emulate-scale", "0.5",
-           "--metrics", metrics, "--push-log", push]
+           "--metrics", metrics, "--push-log", push] + (["--replace-workers"] if replace == "yes" else [])
     faults = faults_of(scenario, rng)
     at = sorted(rng.randrange(40, steps - 120) for _ in faults)
     t0 = time.time()
@@ -188,6 +194,7 @@ def one_run(build, scenario, k, rng):
     s = summ[-1] if summ else {}
     attempts = sum(e["event"] == "config" for e in ev)
     takeovers = sum(e["event"] == "ps_takeover" for e in ev)
+    replaced = sum(e["event"] == "join" for e in ev)
     h = subprocess.run(["/usr/bin/python3", "bench/faults/history_check.py", push, "--metrics", metrics,
                         "--json", f"{run_dir}/history.json"], capture_output=True, text=True)
     hist = json.load(open(f"{run_dir}/history.json")) if h.returncode in (0, 1) else None
@@ -198,7 +205,7 @@ def one_run(build, scenario, k, rng):
     ps_ended = (takeovers > 0 or attempts > 1) and scenario in WORKER_ONLY
     rec = {"build": build, "scenario": scenario, "run": k, "faults": done, "exit": rc, "finished": finished,
            "attempts": attempts, "takeovers": takeovers, "summaries": len(summ),
-           "workers_end": s.get("workers_end"), "revocations": s.get("revocations"), "history": verdict,
+           "workers_end": s.get("workers_end"), "replacements": replaced, "revocations": s.get("revocations"), "history": verdict,
            "acknowledged": hist["counts"]["acknowledged"] if hist else None,
            "acknowledged_lost": hist["counts"]["acknowledged_lost"] if hist else None,
            "applied_twice": hist["counts"]["applied_twice"] if hist else None,
@@ -211,10 +218,18 @@ def one_run(build, scenario, k, rng):
     return rec
 
 
+# With replacements n5, the spare, has room for several (Open MPI 5's runtime does not give a dead
+# rank's slot to a spawned process: "All nodes which are allocated for this job are already filled").
+hostfile = f"{state}/hostfile"
+if replace == "yes":
+    hostfile = f"{d}/hostfile"
+    with open(hostfile, "w") as f:
+        f.write("".join(f"n{i} slots=1\n" for i in range(1, 5)) + "n5 slots=8\n")
 rng = random.Random(seed)
 records = []
 print(f"1 PS (n1) + 3 workers (n2 standby, n3, n4) on namespace nodes, resnet8 at an emulated K80 x0.5, "
-      f"{steps} steps; faults held {hold:g} s; seed {seed}")
+      f"{steps} steps; faults held {hold:g} s; seed {seed}; "
+      f"{'--replace-workers, n5 spare' if replace == 'yes' else 'no replacements'}")
 for build in builds.split():
     for scenario in scenarios:
         for k in range(1, runs + 1):
@@ -222,13 +237,14 @@ for build in builds.split():
             records.append(r)
             print(f"{build:>7} {scenario:<16} {'; '.join(r['faults']) or '(job ended first)'}: exit {r['exit']}, "
                   f"{'finished' if r['finished'] else 'NOT FINISHED'}, {r['attempts']} attempt(s), "
-                  f"{r['takeovers']} takeover(s), {r['workers_end']} worker(s) at the end, {r['summaries']} summary(ies), history {r['history']} "
+                  f"{r['takeovers']} takeover(s), {r['replacements']} replacement(s), {r['workers_end']} worker(s) at the end, "
+                  f"{r['summaries']} summary(ies), history {r['history']} "
                   f"(acked {r['acknowledged']}, lost {r['acknowledged_lost']}, twice {r['applied_twice']}, "
                   f"rolled back {r['rolled_back_by_restart']})"
                   f"{', LIVE PS ENDED' if r['live_ps_ended'] else ''}, {r['seconds']} s", flush=True)
 print()
-print("| build | scenario | runs | finished | exit 0 | exit 0 iff finished | history ok | acked lost | applied twice | live PS ended by one worker's fault | workers at the end |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| build | scenario | runs | finished | exit 0 | exit 0 iff finished | history ok | acked lost | applied twice | live PS ended by one worker's fault | replacements | workers at the end |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for build in builds.split():
     for scenario in scenarios:
         rs = [r for r in records if r["build"] == build and r["scenario"] == scenario]
@@ -238,7 +254,8 @@ for build in builds.split():
               f"{sum(r['exit'] == 0 for r in rs)} | {sum(r['exit_truthful'] for r in rs)} | "
               f"{sum(r['history'] == 'ok' for r in rs)} | "
               f"{sum(r['acknowledged_lost'] or 0 for r in rs)} | {sum(r['applied_twice'] or 0 for r in rs)} | "
-              f"{sum(r['live_ps_ended'] for r in rs)} | {', '.join(str(r['workers_end']) for r in rs)} |")
+              f"{sum(r['live_ps_ended'] for r in rs)} | {', '.join(str(r['replacements']) for r in rs)} | "
+              f"{', '.join(str(r['workers_end']) for r in rs)} |")
 if json_out:
     with open(json_out, "w") as f:
         json.dump(records, f, indent=1)

@@ -20,7 +20,8 @@ struct WorkerSpawner::State {
   int spawned = 0;      // spawns begun, in all
   bool busy = false;    // MPI_Comm_spawn under way
   bool stop = false;
-  bool failed = false;
+  int failures = 0;  // in a row: after kMaxFailures no more spawns
+  static constexpr int kMaxFailures = 3;
   std::string error;
   std::vector<MPI_Comm> comms;
   std::atomic<int> pending{0};
@@ -57,13 +58,22 @@ void spawn_loop(std::shared_ptr<WorkerSpawner::State> s) {
     lock.lock();
     s->busy = false;
     if (rc == MPI_SUCCESS) {
+      s->failures = 0;
       s->comms.push_back(inter);
     } else {
-      s->failed = true;
-      s->error = "MPI_Comm_spawn could not start a replacement worker (" + mpi_error_text(rc) +
-                 "): no more replacements in this run (docs/fault-model.md, \"Replacement workers\")";
-      s->outstanding -= 1 + s->queued;  // this one and those queued behind it will not come
-      s->queued = 0;
+      // A launcher without spawn (srun's PMI) or no slot free for it: said each time; after a few
+      // in a row, no more tries in this run.
+      ++s->failures;
+      s->error = "MPI_Comm_spawn could not start a replacement worker (" + mpi_error_text(rc) + ")" +
+                 (s->failures >= WorkerSpawner::State::kMaxFailures
+                      ? ": " + std::to_string(s->failures) + " failures in a row, no more replacements in this run"
+                      : std::string()) +
+                 " (docs/fault-model.md, \"Replacement workers\")";
+      --s->outstanding;
+      if (s->failures >= WorkerSpawner::State::kMaxFailures) {
+        s->outstanding -= s->queued;  // those queued behind it will not come either
+        s->queued = 0;
+      }
     }
     s->pending += 1;
     s->idle.notify_all();
@@ -94,8 +104,8 @@ void WorkerSpawner::finish() {
 
 bool WorkerSpawner::request(std::string* why_not) {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  if (state_->failed) {
-    if (why_not) *why_not = "spawning failed before in this run";
+  if (state_->failures >= WorkerSpawner::State::kMaxFailures) {
+    if (why_not) *why_not = "spawning failed " + std::to_string(state_->failures) + " times in a row before in this run";
     return false;
   }
   if (state_->spawned >= state_->limit) {

@@ -29,14 +29,14 @@ class WorkerSpawner {
   WorkerSpawner& operator=(const WorkerSpawner&) = delete;
 
   // One more replacement, started on the thread. False: the limit is reached or spawning failed
-  // before (`why_not` says which), nothing requested.
+  // 3 times in a row (`why_not` says which), nothing requested.
   bool request(std::string* why_not);
   // Spawned connections (or a failure) wait to be taken. Cheap: an atomic load.
   bool pending() const;
   // Requested and not yet taken: the shard waits for them before it calls the job over.
   int outstanding() const;
-  // The connections spawned since the last call; `error` is set when a spawn failed (no more
-  // replacements: MPI_Comm_spawn is not supported by every launcher, e.g. srun's PMI).
+  // The connections spawned since the last call; `error` is set when a spawn failed
+  // (MPI_Comm_spawn is not supported by every launcher, e.g. srun's PMI; or no slot was free).
   std::vector<MPI_Comm> take(std::string* error);
 
   struct State;
