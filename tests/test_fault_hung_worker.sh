@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Hung workers (SIGSTOP: a debugger, a stuck process, a frozen VM) are dropped by the parameter
 # server after --failure-timeout and the job goes on. When one wakes (SIGCONT) it finds the silence
-# was its own and exits 0 with one line saying so, not "the parameter server is lost; exit 10":
-# mpirun --enable-recovery (launch/mpirun.sh) then reports the job's outcome, 0 (issue 43). One job
-# of 1 PS + 3 workers, two wakings: worker 2 while the job still trains, worker 3 after it has
-# finished (under ULFM that one learns of the parameter server's end from the MPI library). Open
+# was its own, says so, and asks to rejoin (never "the parameter server is lost; exit 10"): woken
+# while the job trains it is taken back in its data slot (a join event, 2 workers at the end);
+# woken after the end it is not, and exits 0: mpirun --enable-recovery (launch/mpirun.sh) then
+# reports the job's outcome, 0 (issues 43, 61). One job of 1 PS + 3 workers, two wakings: worker 2
+# while the job still trains, worker 3 after it has finished. Open
 # MPI 4.1's mpirun without --enable-recovery ends the whole job when any rank leaves without
 # MPI_Finalize, as a dropped or killed rank must (docs/fault-model.md, "Ending after a loss").
 # Each step is padded to 44 ms (an emulated K80 at scale 0.2): the 120 steps left to worker 1 alone
@@ -33,9 +34,13 @@ wait $job || rc=$?
 cat "$dir/out.txt"
 [[ $rc == 0 ]] || { echo "FAIL: mpirun exit $rc, expected 0"; exit 1; }
 for r in 2 3; do
-  grep -q "worker rank $r: this process was suspended for .* longer than --failure-timeout 1 s: the parameter server dropped it and the job went on without it; exit 0" "$dir/out.txt" ||
+  grep -q "worker rank $r: this process was suspended for .* longer than --failure-timeout 1 s: the parameter server dropped it; it asks to rejoin" "$dir/out.txt" ||
     { echo "FAIL: the woken worker $r did not say it was dropped"; exit 1; }
 done
+grep -q "worker rank 2, dropped at --failure-timeout, asks to rejoin at global step [0-9]*: taken back in data slot 1" "$dir/out.txt" ||
+  { echo "FAIL: the parameter server did not take worker 2 back"; exit 1; }
+grep -q "worker rank 3: the parameter server did not take it back (.*): the job goes on without it; exit 0" "$dir/out.txt" ||
+  { echo "FAIL: worker 3, woken after the end, did not say it was not taken back"; exit 1; }
 if grep -q "the parameter server is lost" "$dir/out.txt"; then echo "FAIL: a worker called the PS lost"; exit 1; fi
 /usr/bin/python3 - "$dir/m.jsonl" "$steps" <<'PY'
 import json, sys
@@ -43,8 +48,10 @@ events = [json.loads(l) for l in open(sys.argv[1])]
 steps = int(sys.argv[2])
 s = events[-1]
 assert s["event"] == "summary" and s["global_step"] == steps and s["exit_code"] == 0, s
-assert s["lost_workers"] == 2 and s["workers_end"] == 1, s
+assert s["lost_workers"] == 2 and s["workers_end"] == 2, s
 rev = sorted(e["rank"] for e in events if e["event"] == "revocation" and e["detected_by"] == "heartbeat")
 assert rev == [2, 3], rev
+back = [e for e in events if e["event"] == "join"]
+assert len(back) == 1 and back[0]["rank"] == 2 and back[0]["slot"] == 1 and back[0]["rejoined"], back
 PY
-echo "ok: workers 2 and 3 dropped, woke (one while training, one after the end), exit 0; mpirun exit 0"
+echo "ok: workers 2 and 3 dropped; 2 woke while training and was taken back, 3 after the end and exited 0; mpirun exit 0"

@@ -183,3 +183,25 @@ TEST_CASE("push journal: a surviving shard's part travels whole, a cut one is an
   for (std::size_t cut = 1; cut < bytes.size(); cut += 7)
     CHECK_THROWS_AS(parse_part_states(std::string_view(bytes).substr(0, cut)), Error);
 }
+
+TEST_CASE("push journal: a dropped worker's last push, never acknowledged, is forgotten when it rejoins",
+          "[ps][journal]") {
+  PushJournal j(1);
+  record(j, 1, 2, 1, 0, 1.f);
+  j.acknowledge(0, reply(1, 5, 0));  // acknowledged, no replica holds it yet: kept for a takeover
+  record(j, 1, 2, 2, 5, 2.f);        // sent while the shard was dropping this worker: never answered
+  REQUIRE(j.entries() == 2);
+  const std::size_t before = j.bytes();
+  j.forget_unacknowledged();
+  CHECK(j.entries() == 1);
+  CHECK(j.bytes() < before);
+  j.forget_unacknowledged();  // the acknowledged one stays
+  CHECK(j.entries() == 1);
+  const std::vector<LoggedPush> left = parse_push_journal(j.take());
+  REQUIRE(left.size() == 1);
+  CHECK(left[0].push_id == 1);
+  CHECK(left[0].acked);
+  PushJournal empty(1);
+  empty.forget_unacknowledged();
+  CHECK(empty.entries() == 0);
+}

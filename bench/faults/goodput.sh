@@ -145,7 +145,8 @@ for build in builds.split():
     attempts = sum(e["event"] == "config" for e in ev)
     takeovers = sum(e["event"] == "ps_takeover" for e in ev)
     revoked = sum(e["event"] == "revocation" for e in ev)
-    replaced = sum(e["event"] == "join" for e in ev)
+    replaced = sum(e["event"] == "join" and not e.get("rejoined") for e in ev)
+    rejoined = sum(e["event"] == "join" and bool(e.get("rejoined")) for e in ev)
     goodput = clean / faulty if finished else 0.0
     if keep:
         with open(f"{run}/faults.txt", "w") as f:
@@ -155,7 +156,7 @@ for build in builds.split():
     print(f"{build:>7}: {steps} steps; clean {clean:.1f} s, with faults {faulty:.1f} s "
           f"({'finished' if finished else f'NOT FINISHED, exit {rc}'}, {len(done)} faults: {', '.join(done)}; "
           f"{attempts} attempt(s), {takeovers} takeover(s), {revoked} worker(s) dropped, {replaced} replacement(s) "
-          f"joined); goodput {goodput:.3f}; "
+          f"joined, {rejoined} dropped worker(s) rejoined); goodput {goodput:.3f}; "
           f"{verdict}", flush=True)
 print("goodput: " + ", ".join(f"{b} {g:.3f}" for b, g in results))
 PY

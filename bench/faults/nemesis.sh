@@ -194,7 +194,8 @@ def one_run(build, scenario, k, rng):
     s = summ[-1] if summ else {}
     attempts = sum(e["event"] == "config" for e in ev)
     takeovers = sum(e["event"] == "ps_takeover" for e in ev)
-    replaced = sum(e["event"] == "join" for e in ev)
+    replaced = sum(e["event"] == "join" and not e.get("rejoined") for e in ev)
+    rejoined = sum(e["event"] == "join" and bool(e.get("rejoined")) for e in ev)
     h = subprocess.run(["/usr/bin/python3", "bench/faults/history_check.py", push, "--metrics", metrics,
                         "--json", f"{run_dir}/history.json"], capture_output=True, text=True)
     hist = json.load(open(f"{run_dir}/history.json")) if h.returncode in (0, 1) else None
@@ -205,7 +206,7 @@ def one_run(build, scenario, k, rng):
     ps_ended = (takeovers > 0 or attempts > 1) and scenario in WORKER_ONLY
     rec = {"build": build, "scenario": scenario, "run": k, "faults": done, "exit": rc, "finished": finished,
            "attempts": attempts, "takeovers": takeovers, "summaries": len(summ),
-           "workers_end": s.get("workers_end"), "replacements": replaced, "revocations": s.get("revocations"), "history": verdict,
+           "workers_end": s.get("workers_end"), "replacements": replaced, "rejoined": rejoined, "revocations": s.get("revocations"), "history": verdict,
            "acknowledged": hist["counts"]["acknowledged"] if hist else None,
            "acknowledged_lost": hist["counts"]["acknowledged_lost"] if hist else None,
            "applied_twice": hist["counts"]["applied_twice"] if hist else None,
@@ -237,14 +238,15 @@ for build in builds.split():
             records.append(r)
             print(f"{build:>7} {scenario:<16} {'; '.join(r['faults']) or '(job ended first)'}: exit {r['exit']}, "
                   f"{'finished' if r['finished'] else 'NOT FINISHED'}, {r['attempts']} attempt(s), "
-                  f"{r['takeovers']} takeover(s), {r['replacements']} replacement(s), {r['workers_end']} worker(s) at the end, "
+                  f"{r['takeovers']} takeover(s), {r['replacements']} replacement(s), {r['rejoined']} rejoined, "
+                  f"{r['workers_end']} worker(s) at the end, "
                   f"{r['summaries']} summary(ies), history {r['history']} "
                   f"(acked {r['acknowledged']}, lost {r['acknowledged_lost']}, twice {r['applied_twice']}, "
                   f"rolled back {r['rolled_back_by_restart']})"
                   f"{', LIVE PS ENDED' if r['live_ps_ended'] else ''}, {r['seconds']} s", flush=True)
 print()
-print("| build | scenario | runs | finished | exit 0 | exit 0 iff finished | history ok | acked lost | applied twice | live PS ended by one worker's fault | replacements | workers at the end |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| build | scenario | runs | finished | exit 0 | exit 0 iff finished | history ok | acked lost | applied twice | live PS ended by one worker's fault | replacements | workers back (rejoined) | workers at the end |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for build in builds.split():
     for scenario in scenarios:
         rs = [r for r in records if r["build"] == build and r["scenario"] == scenario]
@@ -255,6 +257,7 @@ for build in builds.split():
               f"{sum(r['history'] == 'ok' for r in rs)} | "
               f"{sum(r['acknowledged_lost'] or 0 for r in rs)} | {sum(r['applied_twice'] or 0 for r in rs)} | "
               f"{sum(r['live_ps_ended'] for r in rs)} | {', '.join(str(r['replacements']) for r in rs)} | "
+              f"{', '.join(str(r['rejoined']) for r in rs)} | "
               f"{', '.join(str(r['workers_end']) for r in rs)} |")
 if json_out:
     with open(json_out, "w") as f:

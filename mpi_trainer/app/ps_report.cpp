@@ -235,9 +235,11 @@ void PsReport::join(const Join& e) {
                                         {"active_workers", e.active_workers},
                                         {"lr_divisor", e.lr_divisor},
                                         {"momentum", e.momentum},
+                                        {"rejoined", e.rejoined},
                                         {"unix_time", unix_now()}});
   if (!cfg_.quiet)
-    log_ << "join: worker rank " << e.rank << " (" << e.type << ") joined at global step " << e.global_step
+    log_ << "join: worker rank " << e.rank << " (" << e.type << ") " << (e.rejoined ? "rejoined" : "joined")
+         << " at global step " << e.global_step
          << " in data slot " << e.slot << "; " << e.active_workers << " worker(s)"
          << policy_note(cfg_, e.active_workers, e.momentum) << '\n'
          << std::flush;
@@ -454,7 +456,7 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
       {"cost_usd", cost_usd_},
       {"revocations", revocations},
       {"workers_start", e.workers_start},
-      {"workers_end", e.workers_start + e.joined - e.lost - e.left},
+      {"workers_end", e.workers_start + e.joined + e.rejoined - e.lost - e.left - e.retired},
       {"images_per_second", e.images_per_second},
       {"test_loss", ev ? nlohmann::ordered_json(ev->loss) : nlohmann::ordered_json()},
       {"max_staleness", e.max_staleness},
@@ -472,6 +474,8 @@ std::optional<PsEvents::Evaluated> PsReport::finished(const Finished& e) {
       {"lost_workers", e.lost},
       {"left_workers", e.left},
       {"joined_workers", e.joined},
+      {"rejoined_workers", e.rejoined},
+      {"retired_replacements", e.retired},
       {"shared_memory_workers", e.shm_workers},
       {"stopped_by", or_null(e.stop_reason)},
       {"checkpoint_failures", tally_.failures},

@@ -164,6 +164,7 @@ class NetworkStep final : public StepComputer {
     LoaderOptions lo = setup_.loader;
     lo.shard = slot;
     lo.num_shards = slots;
+    ahead_.reset();  // a rejoin starts again: the batch ahead reads the loader it replaces
     loader_.emplace(setup_.data.train, lo, from);
     ahead_.emplace(*loader_, net_);
     ahead_->advance();

@@ -153,6 +153,7 @@ class PsEvents {
     std::string type;
     int active_workers = 0;
     double lr_divisor = 1, momentum = 0;
+    bool rejoined = false;  // a worker dropped while alive, taken back (not a new process)
   };
   virtual void join(const Join& e) = 0;
   // Shard 0: a push that made global step `step` (--push-log: the run's history, which
@@ -259,6 +260,7 @@ class PsEvents {
     bool stopped_early = false;
     std::string stop_reason;
     int exit_code = 0;
+    int rejoined = 0, retired = 0;  // dropped workers taken back; replacements that gave their slot back
     std::int64_t lr_cuts = 0;          // the spike guard's (shard 0's)
     std::int64_t rejected_pushes = 0;  // by shard 0's push check
     // Shard 0's replicas to its standbys (--ps-standby): how many, the mean updates between two,

@@ -9,8 +9,11 @@
 //      +----------------+---------------------+--> lost     (silent past the deadline, or failed)
 //
 // finished, left and lost are final: a lost worker never comes back as the same member (a
-// replacement joins as a new member and takes the free data slot). The failure detector is a
-// pure function of the member, the clock and the deadlines, so it is tested on a fake clock.
+// replacement joins as a new member and takes the free data slot; a worker dropped while it was
+// alive, suspended past --failure-timeout, that asks to rejoin comes back as a new member too:
+// `rejoined`). A lost member that may be alive keeps its push receive posted, to hear that ask.
+// The failure detector is a pure function of the member, the clock and the deadlines, so it is
+// tested on a fake clock.
 #pragma once
 
 #include <mpi.h>
@@ -46,6 +49,8 @@ struct Member {
   bool owes_reply = false;    // its last message was taken and not answered yet
   bool clean_stop = false;    // told to stop with kCleanEnd: it is owed the kEnd that confirms or withdraws it
   bool late = false;          // connected to a running job through the join listener
+  bool rejoined = false;      // a dropped worker taken back (Shard::take_back): numbered on like a joiner
+  bool retired = false;       // a replacement that gave its slot back to the worker it stood in for
   double active_seconds = 0;  // billed seconds, fixed once it is no longer live
   LoaderCursor cursor;        // after its last applied push
   std::int64_t pushes = 0, dropped = 0;

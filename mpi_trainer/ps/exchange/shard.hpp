@@ -140,6 +140,11 @@ class Shard {
   // with a stop when the job is full or stopping). (elastic/shard_joins.cpp)
   void admit_connections(const std::vector<MPI_Comm>& comms, bool replacements);
   void admit_late(const Member& m);
+  // A member no longer live spoke: a worker dropped while alive (its join taken back: take_back,
+  // in the slot slot_on_return gives) or a retired replacement (stopped). (elastic/shard_joins.cpp)
+  void heard_from_dropped(Member& m);
+  std::optional<int> slot_on_return(const Member& gone);
+  void take_back(Member& gone, const MsgHeader& join);
   // --replace-workers: a replacement for `gone` requested from the spawner (shard 0).
   void replace(const Member& gone);
   // --replace-workers at the start: a replacement for each data slot no member holds (a takeover's).
@@ -201,6 +206,7 @@ class Shard {
   std::optional<WorkerSpawner> spawner_;  // shard 0 with --replace-workers
   int connected_ = 0;                     // connections the listener handed over (their ranks)
   int joined_ = 0;                        // of them, workers whose join was answered
+  int rejoined_ = 0, retired_ = 0;        // dropped workers taken back; replacements retired for them
   int shm_workers_ = 0;                   // workers whose pushes travel through shared memory
   std::optional<Coordinator> coord_;      // shard 0
   std::optional<SnapshotAnswer> answer_;  // shards > 0: shard 0's requests answered

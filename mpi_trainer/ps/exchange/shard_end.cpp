@@ -126,6 +126,8 @@ PsResult Shard::finish() {
                           stop_at_.has_value(),
                           stop_reason_,
                           exit_code_};
+  done.rejoined = rejoined_;
+  done.retired = retired_;
   done.lr_cuts = policy_.guard().cuts();
   done.rejected_pushes = members_.rejected();
   if (standbys_) {

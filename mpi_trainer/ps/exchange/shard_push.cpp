@@ -73,10 +73,10 @@ bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
     h.replica_step = standbys_ ? standbys_->settled_step() : -1;
     h.push_id = handled_[static_cast<std::size_t>(m.slot)];  // the push it answers
     h.epoch = static_cast<std::int32_t>(epoch_);
-  } else if (kind == MsgKind::kParams && m.late) {
-    // A joiner's (a replacement's) pushes are numbered on from here: past its slot's previous
-    // worker's, and past any number an earlier epoch gave (a replacement orphaned by a takeover
-    // may have had pushes acknowledged that no replica holds): each push one (slot, number).
+  } else if (kind == MsgKind::kParams && (m.late || m.rejoined)) {
+    // A joiner's (a replacement's, a rejoined worker's) pushes are numbered on from here: past its
+    // slot's previous worker's, and past any number an earlier epoch gave (a replacement orphaned
+    // by a takeover may have had pushes acknowledged that no replica holds): each push one (slot, number).
     h.push_id = std::max(handled_[static_cast<std::size_t>(m.slot)], epoch_ << 32);
   }
   reply_.reset();
@@ -211,6 +211,7 @@ void Shard::handle_worker(Member& m) {
   const MsgHeader h = m.recv.header();
   if (const auto bad = check_header(h, push_slots_); !bad.empty())
     throw Error(kExitInternal, "parameter server: malformed message from rank " + std::to_string(m.rank) + ": " + bad);
+  if (!m.live()) return heard_from_dropped(m);  // dropped while alive, or a replacement retired
   const auto now = Clock::now();
   Membership::heard(m, now);
   m.owes_reply = h.kind == MsgKind::kJoin || h.kind == MsgKind::kPush;
@@ -221,6 +222,12 @@ void Shard::handle_worker(Member& m) {
   }
   switch (h.kind) {
     case MsgKind::kJoin:
+      if (m.joined_at) {
+        // A worker suspended past --failure-timeout rejoins, but this shard had not dropped it yet
+        // (it looks every 10 ms): dropped now, then taken back as any other.
+        drop(m, /*lost=*/true, "it was suspended past --failure-timeout and asks to rejoin");
+        return take_back(m, h);
+      }
       if (h.param_count != model_.param_count() || h.batch != opts_.batch_size ||
           h.precision != static_cast<std::int32_t>(opts_.push_precision)) {
         // A worker started with another model, batch size or push precision (a `join` with other flags).
@@ -237,7 +244,7 @@ void Shard::handle_worker(Member& m) {
       if (h.shm == kShmOffer && h.payload > 0 && shm_transport_enabled()) accept_segment(m, h);
       if (!reply(m, MsgKind::kParams)) return;
       Membership::joined(m, Clock::now(), stop_at_.has_value());
-      if (m.late) admit_late(m);
+      if (m.late || m.rejoined) admit_late(m);
       break;
     case MsgKind::kPush:
       if (step_ >= opts_.train_steps || stop_at_) {

@@ -107,6 +107,8 @@ void Shard::test_requests(ServeLoop& loop) {
         ready[static_cast<std::size_t>(kept++)] = static_cast<int>(i);
       } else if (ulfm_is_proc_failed(err) && (i < nw || i >= nw + nc)) {
         loop.failed.push_back(i);
+      } else if (i < nw && !ms[i].live()) {
+        rreqs[i] = MPI_REQUEST_NULL;  // a dropped worker's receive, kept posted to hear it again, failed: it stays dropped
       } else {
         MT_MPI(err);  // shard 0's control channel failed, or another error: the shard fails
       }

@@ -65,7 +65,10 @@ void WorkerAgent::run() {
           cv_.wait_for(lock, std::chrono::duration_cast<std::chrono::microseconds>(interval), [this] { return stop_; });
     }
     const auto now = Clock::now();
-    longest_gap_ = std::max(longest_gap_.load(), seconds_between(last, now));
+    if (reset_.exchange(false))
+      longest_gap_ = 0;
+    else
+      longest_gap_ = std::max(longest_gap_.load(), seconds_between(last, now));
     last = now;
     last_tick_ = now.time_since_epoch().count();
     if (stopping) return;

@@ -56,6 +56,12 @@ class WorkerAgent {
     const auto last = Clock::time_point(Clock::duration(last_tick_.load()));
     return std::max(longest_gap_.load(), seconds_between(last, Clock::now()));
   }
+  // A rejoin (Worker::rejoin): the suspension it was dropped for is over; gaps count from now.
+  void reset_gap() {
+    reset_ = true;
+    longest_gap_ = 0;
+    last_tick_ = Clock::now().time_since_epoch().count();
+  }
   // Stops the heartbeat thread (its last gap, to now, counted) and returns longest_gap().
   double stop();
 
@@ -80,6 +86,7 @@ class WorkerAgent {
   std::atomic<bool> leaving_{false};
   std::atomic<bool> ps_lost_{false};
   std::atomic<double> longest_gap_{0};
+  std::atomic<bool> reset_{false};  // reset_gap(): the next tick measures from itself
   std::atomic<Clock::rep> last_tick_{Clock::now().time_since_epoch().count()};
   Clock::time_point notice_at_{};
   std::mutex stop_mutex_;

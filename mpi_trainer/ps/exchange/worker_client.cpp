@@ -123,9 +123,10 @@ void WorkerClient::mark_discard() {
     b.header().end = kDiscardPush;
 }
 
-WorkerClient::Reply WorkerClient::push_pull(MsgKind kind) {
+WorkerClient::Reply WorkerClient::push_pull(MsgKind kind, double deadline) {
   // The first exchange waits for the parameter server to start (it may load a checkpoint).
-  const double deadline = kind == MsgKind::kJoin ? std::max(60.0, 10 * opts_.failure_timeout) : opts_.failure_timeout;
+  if (deadline <= 0)
+    deadline = kind == MsgKind::kJoin ? std::max(60.0, 10 * opts_.failure_timeout) : opts_.failure_timeout;
   if (ps_failed_) return Reply::kFailed;  // reported while a step computed: nothing more is sent
   post(kind);
   if (ps_failed_) return Reply::kFailed;
@@ -139,6 +140,7 @@ WorkerClient::Reply WorkerClient::push_pull(MsgKind kind) {
     if (h.kind == MsgKind::kStop) clean_end_ = clean_end_ && h.end == kCleanEnd;
     if (h.kind == MsgKind::kStop && h.end == kFailedEnd) failed_code_ = h.exit_code;
     if (h.kind == MsgKind::kStop && h.end == kRejectedEnd) rejected_ = true;
+    if (h.kind == MsgKind::kStop && h.end == kRetiredEnd) retired_ = true;
     if (h.kind == MsgKind::kStop && h.end == kMismatchEnd)
       job_shape_ = JobShape{h.param_count, h.batch, static_cast<PushPrecision>(h.precision)};
   }
@@ -370,6 +372,15 @@ void WorkerClient::abandon_in_flight() {
     if (reqs_[2 * k] != MPI_REQUEST_NULL) abandon(std::move(recv_[k]));
     if (reqs_[2 * k + 1] != MPI_REQUEST_NULL) abandon(std::move(send_[k]));
   }
+}
+
+void WorkerClient::cancel_in_flight() {
+  for (int s = 0; s < shards_; ++s) {
+    MPI_Request& r = reqs_[2 * static_cast<std::size_t>(s)];
+    // Cancelling a receive is local; had the reply come meanwhile, it completes (and is not used).
+    if (r != MPI_REQUEST_NULL && MPI_Cancel(&r) == MPI_SUCCESS) wait_for(&r, opts_.failure_timeout);
+  }
+  renew();  // what is still in flight keeps its buffer to the end
 }
 
 }  // namespace mt

@@ -62,7 +62,9 @@ class WorkerClient {
   // --corrupt-push discard: the push prepared is marked not to be applied (kDiscardPush).
   void mark_discard();
   // One exchange with every shard (`kind`: kJoin or kPush); on kOk the parameters are in params().
-  Reply push_pull(MsgKind kind);
+  // The replies are awaited `deadline` seconds (0: --failure-timeout for a push, for a join at
+  // least a minute: the parameter server may load a checkpoint first).
+  Reply push_pull(MsgKind kind, double deadline = 0);
 
   MsgHeader& first_reply() { return recv_.front().header(); }
   // For the push journal (ps/resilience/push_journal.hpp): shard s's message as prepared (header, payload), the
@@ -86,6 +88,7 @@ class WorkerClient {
   bool clean_end() const { return clean_end_ && failed_code_ == 0; }  // every stop said no rank was lost
   int failed_code() const { return failed_code_; }                    // a shard said it failed, with this exit code
   bool rejected() const { return rejected_; }  // a shard stopped it: its pushes kept being rejected
+  bool retired() const { return retired_; }    // a replacement whose slot its worker took back (kRetiredEnd)
   // A shard refused its join: the job's model size, batch size or push precision differ from this worker's.
   const std::optional<JobShape>& job_shape() const { return job_shape_; }
   const PsLoss& loss() const { return loss_; }
@@ -96,6 +99,7 @@ class WorkerClient {
   // than --failure-timeout, it was suspended (SIGSTOP, a debugger, a frozen VM) and the parameter
   // server has dropped it, not the other way round.
   double longest_gap() const { return longest_gap_; }
+  void reset_gap() { longest_gap_ = 0; }  // a rejoin: the suspension it was dropped for is over
 
   // After a clean stop (clean_end()): waits up to `deadline` seconds for every shard that said so to
   // confirm it once it has no live worker left (kEnd). kLost: a rank was found lost after the stop
@@ -114,6 +118,10 @@ class WorkerClient {
   // The parameter server is lost: buffers with a request in flight are kept to the end of the
   // process (requests to the dead never complete), with no MPI call.
   void abandon_in_flight();
+  // This worker was dropped while it was suspended and rejoins (Worker::rejoin): a reply receive
+  // still posted is cancelled (the shard answers the join, not the push before it), a push in flight
+  // left to complete (the shard drops it); then renew(). With the MPI lock held.
+  void cancel_in_flight();
 
  private:
   std::int64_t send_floats(int s) const;   // float slots of a push to shard s
@@ -148,7 +156,7 @@ class WorkerClient {
   std::int64_t global_step_ = 0;
   bool clean_end_ = true;
   int failed_code_ = 0;
-  bool rejected_ = false;
+  bool rejected_ = false, retired_ = false;
   std::optional<JobShape> job_shape_;
   bool packed_ = false;  // a synthetic gradient in the send buffers
   PsLoss loss_;

@@ -125,6 +125,16 @@ void PushJournal::acknowledge(int s, const MsgHeader& reply) {
   if (spare_.size() > 2) spare_.resize(2);  // enough to reuse; the rest is freed
 }
 
+void PushJournal::forget_unacknowledged() {
+  if (entries_.empty()) return;
+  const auto& last = entries_.back();
+  if (std::any_of(last.begin(), last.end(), [](const LoggedPush& p) { return p.acked; })) return;
+  for (const auto& p : last)
+    bytes_ -= entry_bytes(p);
+  spare_.push_back(std::move(entries_.back()));
+  entries_.pop_back();
+}
+
 void PushJournal::pop_front() {
   for (const auto& p : entries_.front())
     bytes_ -= entry_bytes(p);

@@ -57,6 +57,9 @@ class PushJournal {
   // Shard s's reply to the push recorded last (a kParams reply to a push; one that names another
   // push is not its reply and is ignored). Entries every shard's replica holds are dropped.
   void acknowledge(int s, const MsgHeader& reply);
+  // The push recorded last, when no shard acknowledged it: its worker was dropped (suspended) and
+  // rejoins; the shard that dropped it did not apply it, so no takeover may replay it.
+  void forget_unacknowledged();
   // Every entry, serialized for the takeover (parse_push_journal reads it); the log is emptied.
   std::string take();
   std::size_t entries() const { return entries_.size(); }

@@ -28,10 +28,16 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
       std::copy_n(current_, mine_, params_.data());
       current_ = params_.data();
     }
-    abandon(std::move(m.recv));
+    // One dropped for its silence may be alive (stopped, its link slow): its push receive stays
+    // posted, so that when it speaks again it is heard (heard_from_dropped: its join taken back,
+    // a push it computed before it found out dropped). One the MPI library reported failed is gone.
+    if (detail == kUlfmReported || m.rreq == MPI_REQUEST_NULL) {
+      abandon(std::move(m.recv));
+      m.rreq = MPI_REQUEST_NULL;  // never waited for, never cancelled
+    }
     abandon(std::move(m.send));
     abandon(std::move(m.hb));
-    m.rreq = m.sreq = m.hbreq = MPI_REQUEST_NULL;  // never waited for, never cancelled
+    m.sreq = m.hbreq = MPI_REQUEST_NULL;
     m.bells = PairBells{};
   }
   if (!lead()) return;

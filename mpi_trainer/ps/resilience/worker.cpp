@@ -69,7 +69,7 @@ bool Worker::leave_if_noticed() {
 // the survivors' parameter server (lost too: again). kLost: lost_ says how.
 Worker::Exchange Worker::exchange(MsgKind kind) {
   for (;;) {
-    const WorkerClient::Reply reply = client_->push_pull(kind);
+    const WorkerClient::Reply reply = client_->push_pull(kind, rejoining_);
     if (kind == MsgKind::kPush && (reply == WorkerClient::Reply::kOk || reply == WorkerClient::Reply::kFailed)) {
       journal_replies(reply == WorkerClient::Reply::kOk);
       if (reply == WorkerClient::Reply::kOk || client_->replied(0)) acknowledged();
@@ -79,12 +79,16 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
       case WorkerClient::Reply::kStop: return Exchange::kStopped;
       case WorkerClient::Reply::kLost:
         lost_ = client_->loss();
+        if (rejoining_ > 0) return Exchange::kLost;
+        if (suspended() > opts_.failure_timeout) return Exchange::kDropped;
         if (cut_off()) return Exchange::kCutOff;
         if (!takeover_ || !end_hung_shard()) return Exchange::kLost;
         break;  // the MPI library reports it failed now: taken over below
       case WorkerClient::Reply::kFailed: break;
     }
-    if (!takeover_) {
+    // kFailed. A worker asking to rejoin was dropped: it starts no takeover (the survivors'
+    // agreement is theirs) and is not taken back.
+    if (!takeover_ || rejoining_ > 0) {
       const std::lock_guard<std::mutex> lock(mpi_lock_);
       lost_ = reported_;
       return Exchange::kLost;
@@ -116,7 +120,14 @@ WorkerResult Worker::end_lost() {
   const std::lock_guard<std::mutex> lock(mpi_lock_);
   unlink_pending_segments();
   std::cout << std::flush;
-  if (suspended > opts_.failure_timeout) return end_dropped(suspended);
+  if (suspended > opts_.failure_timeout) {
+    std::ostringstream line;
+    line << "mpi_trainer: " << worker_label(rank_) << ": this process was suspended for " << std::fixed
+         << std::setprecision(1) << suspended << " s, longer than --failure-timeout " << std::defaultfloat
+         << std::setprecision(3) << opts_.failure_timeout
+         << " s: the parameter server dropped it and the job went on without it; exit 0\n";
+    return end_dropped(line.str());
+  }
   std::cerr << loss_line(rank_, *lost_, witnessed_) << std::flush;
   if (opts_.on_ps_lost) {
     try {
@@ -139,6 +150,67 @@ WorkerResult Worker::end_lost() {
   res_.ps_silent = lost_->waited >= 0;
   res_.standby = replicas_->any();
   return std::move(res_);
+}
+
+// This process was suspended past --failure-timeout (SIGSTOP, a debugger, a frozen VM), or its
+// link to the parameter server broke while the others still hear it (cut_off): the parameter
+// server dropped it for its silence, and the job may still train. With one shard it asks to rejoin
+// (docs/fault-model.md, "A dropped worker rejoins"): a join on the same communicator, answered at
+// once by a parameter server that still serves (a cut-off worker's once its link is back: TCP
+// holds what it sent meanwhile). Taken back, it computes on from its slot's cursor (its last
+// gradient, computed on parameters as old as its silence, is not pushed); refused or unanswered
+// (training over, no slot for it, the link still down), it ends as before (exit 0). A cut-off
+// worker under ULFM leaves at once: were the parameter server lost meanwhile, the survivors'
+// takeover agreement would wait for it.
+std::optional<WorkerResult> Worker::come_back(bool cut_off) {
+  if (shards_ != 1 || !agent_ || agent_->left() || (cut_off && takeover_))
+    return cut_off ? end_cut_off() : end_lost();
+  const Exchange back = rejoin(cut_off);
+  if (back == Exchange::kGoOn) {
+    start_computing(/*rejoined=*/true);
+    if (leave_if_noticed()) return std::move(res_);
+    return std::nullopt;
+  }
+  if (back == Exchange::kBecamePs) return std::move(res_);
+  const char* why = back == Exchange::kStopped      ? "training is over, or no data slot for it"
+                    : lost_ && lost_->waited < 0 ? "it has ended, or failed (reported by the MPI library)"
+                                                 : "no answer";
+  stop_serving();
+  const std::lock_guard<std::mutex> lock(mpi_lock_);
+  unlink_pending_segments();
+  return end_dropped("mpi_trainer: " + worker_label(rank_) + ": the parameter server did not take it back (" + why +
+                     "): the job goes on without it; exit 0\n");
+}
+
+Worker::Exchange Worker::rejoin(bool cut_off) {
+  // A parameter server that serves answers within a few polls (a checkpoint's write may delay it a
+  // little); a cut-off worker's link may take a while to come back.
+  const double wait = cut_off ? std::max(60.0, 10 * opts_.failure_timeout) : 2 * opts_.failure_timeout + 1;
+  std::ostringstream line;
+  line << "mpi_trainer: " << worker_label(rank_) << ": ";
+  if (cut_off)
+    line << "parameter-server shard " << lost_->shard << " did not answer within " << std::setprecision(3)
+         << lost_->waited << " s (--failure-timeout), but " << witnessed_->describe(lost_->shard)
+         << ": its link is broken, not the parameter server; it asks to rejoin once the link is back (up to "
+         << wait << " s)\n";
+  else
+    line << "this process was suspended for " << std::fixed << std::setprecision(1) << suspended()
+         << " s, longer than --failure-timeout " << std::defaultfloat << std::setprecision(3) << opts_.failure_timeout
+         << " s: the parameter server dropped it; it asks to rejoin\n";
+  std::cerr << line.str() << std::flush;
+  {
+    const std::lock_guard<std::mutex> lock(mpi_lock_);
+    client_->cancel_in_flight();
+  }
+  if (journal_) journal_->forget_unacknowledged();
+  client_->reset_gap();
+  if (agent_) agent_->reset_gap();
+  agent_gap_ = 0;
+  client_->prepare_join(false);  // no segment: the shard's receive for it takes a header alone
+  rejoining_ = wait;
+  const Exchange e = exchange(MsgKind::kJoin);
+  rejoining_ = 0;
+  return e;
 }
 
 // A shard silent past --failure-timeout: before this worker calls the parameter server lost
@@ -195,15 +267,11 @@ WorkerResult Worker::end_cut_off() {
 
 // This process was suspended longer than --failure-timeout (SIGSTOP, a debugger, a frozen VM):
 // the silence was its own, the parameter server dropped it and the job went on without it (or
-// has finished). It exits 0, so that plain mpirun reports the job's outcome, not this worker's
-// absence; a standby's replica is as old as the suspension and is not written. With the MPI lock.
-WorkerResult Worker::end_dropped(double suspended) {
-  std::ostringstream line;
-  line << "mpi_trainer: " << worker_label(rank_) << ": this process was suspended for " << std::fixed
-       << std::setprecision(1) << suspended << " s, longer than --failure-timeout " << std::defaultfloat
-       << std::setprecision(3) << opts_.failure_timeout
-       << " s: the parameter server dropped it and the job went on without it; exit 0\n";
-  std::cerr << line.str() << std::flush;
+// has finished), and did not take it back (come_back). It exits 0, so that plain mpirun reports
+// the job's outcome, not this worker's absence; a standby's replica is as old as the suspension
+// and is not written. `line` says so. With the MPI lock.
+WorkerResult Worker::end_dropped(const std::string& line) {
+  std::cerr << line << std::flush;
   replicas_->abandon_receives();
   client_->abandon_in_flight();
   res_.exit_code = kExitOk;

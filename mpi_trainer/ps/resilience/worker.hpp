@@ -71,6 +71,13 @@ class Worker {
       StepComputer::Step st;
       if (computer_) st = computer_->step(client_->params(), grads_, batch_stats_);
       if (agent_->left()) break;  // at --drain-deadline, while this step computed: its gradient is dropped
+      // Stopped while it computed, past --failure-timeout since shard 0 last answered (a heartbeat
+      // thread merely starved is no drop: the pushes went on): dropped meanwhile, so this step's
+      // gradient is not pushed.
+      if (suspended() > opts_.failure_timeout && client_->heard_ago(0) > opts_.failure_timeout) {
+        if (auto end = come_back(false)) return std::move(*end);
+        continue;
+      }
       const PushFault fault = corrupt(res_.pushes + 1);
       client_->prepare_push(st, grads_, batch_stats_, !computer_, push_base_ + res_.pushes + 1);
       if (fault == PushFault::kDiscard) client_->mark_discard();
@@ -78,14 +85,21 @@ class Worker {
       journal_push();
       const Exchange more = exchange(MsgKind::kPush);
       if (more == Exchange::kLost) return end_lost();
-      if (more == Exchange::kCutOff) return end_cut_off();
+      if (more == Exchange::kCutOff || more == Exchange::kDropped) {
+        if (auto end = come_back(more == Exchange::kCutOff)) return std::move(*end);
+        continue;
+      }
       if (more == Exchange::kBecamePs) return std::move(res_);
       if (more == Exchange::kStopped) {
         // The end: a clean one may wait for shard 0's final checkpoint and evaluation in MPI_Finalize.
         res_.clean_end = client_->clean_end();
         res_.exit_code = client_->failed_code();
-        res_.peer_lost = !res_.clean_end && res_.exit_code == 0;
+        // A retired replacement (a process spawned for the job, not launched with it) ends with
+        // MPI_Finalize: without it PRRTE counts its exit 0 an abnormal one and the launcher's exit
+        // turns 1 (Open MPI 5); its finalize waits for no rank of the job.
+        res_.peer_lost = !res_.clean_end && res_.exit_code == 0 && !client_->retired();
         if (res_.clean_end) confirm_end();
+        if (client_->retired()) std::cerr << retired_line() << std::flush;
         if (client_->rejected())
           std::cerr << "mpi_trainer: " + worker_label(rank_) +
                            ": the parameter server rejected its last pushes (values not finite, or too large for "
@@ -100,7 +114,8 @@ class Worker {
 
  private:
   // kCutOff: the parameter server is silent to this worker alone (witnessed_ says how it knows).
-  enum class Exchange { kGoOn, kStopped, kBecamePs, kLost, kCutOff };
+  // kDropped: this process was suspended past --failure-timeout: the silence was its own.
+  enum class Exchange { kGoOn, kStopped, kBecamePs, kLost, kCutOff, kDropped };
 
   // The stops said no rank was lost; a worker that died just before the end may be found only
   // after them (--failure-timeout): the shards confirm or withdraw it once they are settled. The
@@ -192,6 +207,11 @@ class Worker {
                 << std::flush;
     }
   }
+  std::string retired_line() const {
+    return "mpi_trainer: " + worker_label(rank_) +
+           ": the worker whose data slot this replacement took was dropped while alive and came back: "
+           "it takes the slot again, this replacement stops; exit 0\n";
+  }
   // The join was answered with a stop.
   WorkerResult refused() {
     res_.exit_code = client_->failed_code();
@@ -199,6 +219,10 @@ class Worker {
       const JobShape mine{model_.param_count(), opts_.batch_size, opts_.push_precision};
       res_.refused = "the parameter server refused this worker: the job trains " + job->describe() + ", this worker " +
                      mine.describe() + " (give `join` the job's --model, --batch-size and --push-precision)";
+      return std::move(res_);
+    }
+    if (client_->retired()) {
+      std::cerr << retired_line() << std::flush;
       return std::move(res_);
     }
     // The parameter server's own message says what failed; a worker of the job adds nothing.
@@ -210,13 +234,14 @@ class Worker {
   }
   // Shard 0 says which data slot of how many this worker trains (the launched workers, or the
   // --max-workers slots) and where it continues (a resume) or starts.
-  void start_computing() {
+  void start_computing(bool rejoined = false) {
     const MsgHeader h = client_->first_reply();
     my_slot_ = h.slot;
     data_slots_ = std::max(1, h.slots);
-    // A joiner (or a replacement) numbers its pushes on from the last its data slot's previous
-    // worker made (the reply's push_id): a push is its slot's and number's, once (the history).
-    if (rank_ < 0) push_base_ = h.push_id;
+    // A joiner (a replacement, a rejoined worker) numbers its pushes on from the last its data
+    // slot's previous worker made (the reply's push_id): a push is its slot's and number's, once
+    // (the history).
+    if (rank_ < 0 || rejoined) push_base_ = h.push_id - (rejoined ? res_.pushes : 0);
     if (computer_) {
       computer_->start(h.slot, data_slots_, LoaderCursor{h.cursor_epoch, h.cursor_position});
     } else {
@@ -249,6 +274,10 @@ class Worker {
     opts_.on_acknowledged(WorkerOptions::Ack{my_slot_, r.push_id, r.step, r.applied != 0, r.epoch});
   }
   bool end_hung_shard();
+  // Dropped while suspended, or cut off from the parameter server: rejoins the job (rejoin) and
+  // computes on from what shard 0 answers; nothing when it did, else how this worker ends (worker.cpp).
+  std::optional<WorkerResult> come_back(bool cut_off);
+  Exchange rejoin(bool cut_off);
   bool cut_off();
   void stop_serving();
   WorkerResult end_cut_off();
@@ -256,7 +285,7 @@ class Worker {
   Exchange exchange(MsgKind kind);
   Recovered recover();
   WorkerResult end_lost();
-  WorkerResult end_dropped(double suspended);
+  WorkerResult end_dropped(const std::string& line);
 
   const WorkerOptions& opts_;
   const Model& model_;
@@ -276,6 +305,7 @@ class Worker {
   std::optional<WitnessDesk> desk_;           // with the MPI lock held
   std::optional<WitnessVerdict> witnessed_;  // the other workers' word on the last silence
   double agent_gap_ = 0;  // the longest gap of the heartbeat threads stopped so far
+  double rejoining_ = 0;  // in rejoin's exchange, how long it waits: no answer ends this worker (no witnesses, no takeover)
   // Declared after the agent: destroyed before it, so the replicas are closed first (as before).
   struct CloseReplicas {
     std::mutex& lock;

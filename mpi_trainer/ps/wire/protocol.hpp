@@ -20,7 +20,11 @@
 //                            ps/wire/precision.hpp; `payload` counts slots)
 //   shard -> worker  kStop   (no payload) training is over; end = kCleanEnd when no rank is
 //                            known lost, kFailedEnd when the parameter server failed (an error
-//                            it cannot recover from): exit_code is the job's exit code
+//                            it cannot recover from): exit_code is the job's exit code;
+//                            kRetiredEnd to a replacement whose slot its worker took back
+//   worker -> shard  kJoin   also from a worker the shard dropped while it was alive (suspended
+//                            past --failure-timeout): it rejoins (never with a segment offer: a
+//                            rejoined pair's messages go through MPI)
 //   shard -> worker  kEnd    on kTagEnd (no payload), to every worker told a kCleanEnd stop, once
 //                            the shard has no live member left: end = kCleanEnd when no rank was
 //                            lost after all, else 0 (a worker died just before the end and was
@@ -58,7 +62,7 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 11;
+inline constexpr std::uint16_t kProtocolVersion = 12;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
@@ -87,6 +91,9 @@ inline constexpr std::int32_t kDiscardPush = 0x50534944;  // "DISP"
 // In `end` of a kStop answering a join from a worker with another model, batch size or push
 // precision; its `param_count`, `batch` and `precision` are the job's.
 inline constexpr std::int32_t kMismatchEnd = 0x4d53494d;  // "MISM"
+// In `end` of a kStop to a replacement whose data slot the worker it stood in for took back (that
+// worker was dropped while alive and rejoined): it leaves, exit 0.
+inline constexpr std::int32_t kRetiredEnd = 0x44525452;  // "RTRD"
 
 enum class MsgKind : std::uint16_t {
   kJoin = 1,
