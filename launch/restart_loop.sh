@@ -24,6 +24,8 @@
 #   state lost            -> the same, said by its standby once the replica was written: rerun
 #   exit 2, 3 or 4 from COMMAND with no status (usage, config, checkpoint error) -> no rerun
 #   the status file's directory cannot take a file (read-only) -> exit 3, no (further) attempt
+# --delay S (default 1): the pause before rerunning an attempt that ended within 10 s of its
+# start; one that ran longer is rerun at once.
 # Each attempt gets MT_RESTART_ATTEMPT=1,2,... in its environment (counting on across Slurm
 # requeues: SLURM_RESTART_COUNT * N + attempt). Once the status is final and
 # COMMAND still runs after --grace seconds (mpirun can hang when a node's daemon died), COMMAND
@@ -47,7 +49,7 @@
 set -uo pipefail
 
 attempts=3 status="" delay=1 grace=30 start_timeout=300 report_dir=${MT_REPORT_DIR:-}
-usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --attempts) attempts="${2:?}"; shift 2 ;;
@@ -262,7 +264,10 @@ for ((attempt = 1; attempt <= attempts; attempt++)); do
     exit 75
   fi
   log "attempt $attempt ended: $why"
-  if ((attempt < attempts)); then sleep "$delay"; fi
+  # An attempt that trained a while (a lost parameter server, a notice) is rerun at once: every
+  # second here is a second the job does not train (bench/faults/goodput.sh). One that ended within
+  # 10 s of its start (a launch that fails at once) waits --delay first.
+  if ((attempt < attempts && SECONDS - began < 10)); then sleep "$delay"; fi
 done
 log "gave up after $attempts attempt(s); rerun to continue from the newest checkpoint"
 exit 75

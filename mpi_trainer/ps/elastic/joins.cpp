@@ -158,11 +158,8 @@ MPI_Comm connect_to_parameter_server(const std::string& file, const std::string&
   };
   if (rc != MPI_SUCCESS) {
     unlock();
-    char text[MPI_MAX_ERROR_STRING] = {};
-    int len = 0;
-    MPI_Error_string(rc, text, &len);
     throw Error(kExitPsLost, "cannot connect to the parameter server at the port in " + file + " (" +
-                                 std::string(text, static_cast<std::size_t>(len)) +
+                                 mpi_error_text(rc) +
                                  "): is the job running, and were both started with the same --ompi-server?");
   }
   try {  // the handshake under the lock too: the accept thread serves one joiner at a time

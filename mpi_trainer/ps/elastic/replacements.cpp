@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "ps/wire/mpi_env.hpp"
+
 namespace mt {
 
 struct WorkerSpawner::State {
@@ -18,7 +20,7 @@ struct WorkerSpawner::State {
   int queued = 0;       // requested, not yet being spawned
   int outstanding = 0;  // requested, not yet taken
   int spawned = 0;      // spawns begun, in all
-  bool busy = false;    // MPI_Comm_spawn under way
+  int busy = 0;         // MPI_Comm_spawn calls under way
   bool stop = false;
   int failures = 0;  // in a row: after kMaxFailures no more spawns
   static constexpr int kMaxFailures = 3;
@@ -29,15 +31,12 @@ struct WorkerSpawner::State {
 
 namespace {
 
-std::string mpi_error_text(int rc) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "error " + std::to_string(rc);
-  return std::string(text, static_cast<std::size_t>(len));
-}
-
-// The thread: one MPI_Comm_spawn per request, one process each, its result queued for the shard.
-void spawn_loop(std::shared_ptr<WorkerSpawner::State> s) {
+// One of the threads: one MPI_Comm_spawn per request, one process each (a job of its own, whose
+// MPI_Finalize waits for no other replacement), its result queued for the shard. `self` is this
+// thread's own copy of MPI_COMM_SELF: the threads spawn at once (a takeover's refill of several
+// slots takes one spawn's time, not one per slot), and concurrent collectives need distinct
+// communicators.
+void spawn_loop(std::shared_ptr<WorkerSpawner::State> s, MPI_Comm self) {
   std::vector<char*> argv;
   for (std::string& a : s->args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -46,17 +45,15 @@ void spawn_loop(std::shared_ptr<WorkerSpawner::State> s) {
     s->wake.wait(lock, [&] { return s->stop || s->queued > 0; });
     if (s->stop) break;
     --s->queued;
-    s->busy = true;
+    ++s->busy;
     lock.unlock();
     MPI_Comm inter = MPI_COMM_NULL;
     int code = MPI_SUCCESS;
-    int rc = MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);  // a refusal is an error, not an abort
-    if (rc == MPI_SUCCESS)
-      rc = MPI_Comm_spawn(s->program.c_str(), argv.data(), 1, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter, &code);
+    int rc = MPI_Comm_spawn(s->program.c_str(), argv.data(), 1, MPI_INFO_NULL, 0, self, &inter, &code);
     if (rc == MPI_SUCCESS && code != MPI_SUCCESS) rc = code;
     if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
     lock.lock();
-    s->busy = false;
+    --s->busy;
     if (rc == MPI_SUCCESS) {
       s->failures = 0;
       s->comms.push_back(inter);
@@ -88,7 +85,12 @@ WorkerSpawner::WorkerSpawner(std::string program, std::vector<std::string> args,
   state_->program = std::move(program);
   state_->args = std::move(args);
   state_->limit = limit;
-  std::thread(spawn_loop, state_).detach();  // see the destructor
+  for (int i = 0; i < kThreads; ++i) {
+    MPI_Comm self = MPI_COMM_NULL;
+    MT_MPI(MPI_Comm_dup(MPI_COMM_SELF, &self));
+    MT_MPI(MPI_Comm_set_errhandler(self, MPI_ERRORS_RETURN));  // a refusal is an error, not an abort
+    std::thread(spawn_loop, state_, self).detach();  // see the destructor
+  }
 }
 
 void WorkerSpawner::finish() {
@@ -99,7 +101,7 @@ void WorkerSpawner::finish() {
   state_->wake.notify_all();
   state_->outstanding -= state_->queued;
   state_->queued = 0;
-  state_->idle.wait_for(lock, std::chrono::seconds(15), [this] { return !state_->busy; });
+  state_->idle.wait_for(lock, std::chrono::seconds(15), [this] { return state_->busy == 0; });
 }
 
 bool WorkerSpawner::request(std::string* why_not) {

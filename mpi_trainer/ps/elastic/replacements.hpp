@@ -5,7 +5,8 @@
 // MPI_Comm_get_parent instead of a port (no ompi-server: both MPI builds), and the shard takes its
 // intercommunicator in as a late member exactly like an accepted joiner (shard_joins.cpp): it takes
 // the free data slot, its cursor and the learning-rate policy's new count. MPI_Comm_spawn blocks
-// (0.25 s with Open MPI 4.1, 1.1 s with 5.0 here): it runs on a thread, the update loop only polls.
+// (0.25 s with Open MPI 4.1, 1.1 s with 5.0 here): it runs on threads (kThreads, each spawning one
+// process at a time, so that several slots are refilled at once), the update loop only polls.
 #pragma once
 
 #include <mpi.h>
@@ -22,8 +23,9 @@ class WorkerSpawner {
   // all (a replacement that keeps failing must not become a fork loop).
   WorkerSpawner(std::string program, std::vector<std::string> args, int limit);
   ~WorkerSpawner() { finish(); }
-  // No more spawns; waits for one under way (about a second; one that hangs is left behind), whose
-  // connection take() then returns, for its caller to answer.
+  static constexpr int kThreads = 4;  // spawns at once at most
+  // No more spawns; waits for those under way (about a second; one that hangs is left behind),
+  // whose connections take() then returns, for its caller to answer.
   void finish();
   WorkerSpawner(const WorkerSpawner&) = delete;
   WorkerSpawner& operator=(const WorkerSpawner&) = delete;

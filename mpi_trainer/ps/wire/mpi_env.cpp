@@ -15,14 +15,17 @@
 
 namespace mt {
 
-void check_mpi(int rc, const char* call, const char* file, int line) {
-  if (rc == MPI_SUCCESS) return;
+std::string mpi_error_text(int rc) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
-  MPI_Error_string(rc, text, &len);
-  if (ulfm_is_proc_failed(rc))
-    throw ProcessFailed("MPI", std::string(text, static_cast<std::size_t>(len)), call, file, line);
-  throw LibraryError("MPI", std::string(text, static_cast<std::size_t>(len)), call, file, line);
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "error " + std::to_string(rc);
+  return std::string(text, static_cast<std::size_t>(len));
+}
+
+void check_mpi(int rc, const char* call, const char* file, int line) {
+  if (rc == MPI_SUCCESS) return;
+  if (ulfm_is_proc_failed(rc)) throw ProcessFailed("MPI", mpi_error_text(rc), call, file, line);
+  throw LibraryError("MPI", mpi_error_text(rc), call, file, line);
 }
 
 int launcher_world_size() {

@@ -19,6 +19,8 @@ class ProcessFailed : public LibraryError {
   using LibraryError::LibraryError;
 };
 
+// The MPI library's text for error code `rc` ("error N" when it has none).
+std::string mpi_error_text(int rc);
 // Throws ProcessFailed for a peer's failure, LibraryError for any other error code.
 void check_mpi(int rc, const char* call, const char* file, int line);
 #define MT_MPI(call) ::mt::check_mpi((call), #call, __FILE__, __LINE__)
