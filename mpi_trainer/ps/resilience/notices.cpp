@@ -23,8 +23,10 @@ extern "C" void on_notice(int signo) {
 }
 
 // The steady clock in nanoseconds, as a ticker thread last saw it (every 100 ms while the process
-// runs; a stopped process does not tick).
+// runs; a stopped process does not tick), and when that thread last found itself behind by more
+// than a second (a resume it saw before the SIGCONT's handler ran).
 std::atomic<std::int64_t> g_tick_ns{0};
+std::atomic<std::int64_t> g_resumed_ns{0};
 
 std::int64_t steady_ns() {
   timespec ts{};
@@ -34,9 +36,13 @@ std::int64_t steady_ns() {
 
 // SIGCONT to a process that was not stopped: Open MPI's mpirun ending the job (its SIGTERM follows
 // --mca odls_base_sigkill_timeout seconds later, and SIGKILL as long again). After a real stop
-// (Slurm's suspend, Ctrl-Z) the ticker is behind by the stopped time: a resume, not a notice.
+// (Slurm's suspend, Ctrl-Z, a debugger) the ticker is behind by the stopped time, or it ran first
+// after the resume and saw its own gap: a resume, not a notice (the ticker first was seen on a
+// loaded machine: a woken worker that rejoined then left on the "notice").
 extern "C" void on_continue(int) {
-  if (g_notice == 0 && steady_ns() - g_tick_ns.load() < 1000000000) g_notice = SIGCONT;
+  const std::int64_t now = steady_ns();
+  if (g_notice == 0 && now - g_tick_ns.load() < 1000000000 && now - g_resumed_ns.load() > 1000000000)
+    g_notice = SIGCONT;
 }
 
 }  // namespace
@@ -76,7 +82,9 @@ void install_job_end_handler() {
   g_tick_ns = steady_ns();
   std::thread([] {
     for (;;) {
-      g_tick_ns = steady_ns();
+      const std::int64_t now = steady_ns();
+      if (now - g_tick_ns.load() > 1000000000) g_resumed_ns = now;
+      g_tick_ns = now;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }).detach();
