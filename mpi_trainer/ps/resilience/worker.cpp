@@ -120,14 +120,8 @@ WorkerResult Worker::end_lost() {
   const std::lock_guard<std::mutex> lock(mpi_lock_);
   unlink_pending_segments();
   std::cout << std::flush;
-  if (suspended > opts_.failure_timeout) {
-    std::ostringstream line;
-    line << "mpi_trainer: " << worker_label(rank_) << ": this process was suspended for " << std::fixed
-         << std::setprecision(1) << suspended << " s, longer than --failure-timeout " << std::defaultfloat
-         << std::setprecision(3) << opts_.failure_timeout
-         << " s: the parameter server dropped it and the job went on without it; exit 0\n";
-    return end_dropped(line.str());
-  }
+  if (suspended > opts_.failure_timeout)
+    return end_dropped(suspended_line(suspended, "the parameter server dropped it and the job went on without it; exit 0"));
   std::cerr << loss_line(rank_, *lost_, witnessed_) << std::flush;
   if (opts_.on_ps_lost) {
     try {
@@ -186,18 +180,17 @@ Worker::Exchange Worker::rejoin(bool cut_off) {
   // A parameter server that serves answers within a few polls (a checkpoint's write may delay it a
   // little); a cut-off worker's link may take a while to come back.
   const double wait = cut_off ? std::max(60.0, 10 * opts_.failure_timeout) : 2 * opts_.failure_timeout + 1;
-  std::ostringstream line;
-  line << "mpi_trainer: " << worker_label(rank_) << ": ";
-  if (cut_off)
-    line << "parameter-server shard " << lost_->shard << " did not answer within " << std::setprecision(3)
-         << lost_->waited << " s (--failure-timeout), but " << witnessed_->describe(lost_->shard)
-         << ": its link is broken, not the parameter server; it asks to rejoin once the link is back (up to "
-         << wait << " s)\n";
-  else
-    line << "this process was suspended for " << std::fixed << std::setprecision(1) << suspended()
-         << " s, longer than --failure-timeout " << std::defaultfloat << std::setprecision(3) << opts_.failure_timeout
-         << " s: the parameter server dropped it; it asks to rejoin\n";
-  std::cerr << line.str() << std::flush;
+  if (cut_off) {
+    std::ostringstream line;
+    line << "mpi_trainer: " << worker_label(rank_) << ": parameter-server shard " << lost_->shard
+         << " did not answer within " << std::setprecision(3) << lost_->waited << " s (--failure-timeout), but "
+         << witnessed_->describe(lost_->shard)
+         << ": its link is broken, not the parameter server; it asks to rejoin once the link is back (up to " << wait
+         << " s)\n";
+    std::cerr << line.str() << std::flush;
+  } else {
+    std::cerr << suspended_line(suspended(), "the parameter server dropped it; it asks to rejoin") << std::flush;
+  }
   {
     const std::lock_guard<std::mutex> lock(mpi_lock_);
     client_->cancel_in_flight();
@@ -263,6 +256,15 @@ WorkerResult Worker::end_cut_off() {
   res_.exit_code = kExitOk;
   res_.peer_lost = true;
   return std::move(res_);
+}
+
+// "this process was suspended for S s, longer than --failure-timeout T s: <what follows>", one line.
+std::string Worker::suspended_line(double seconds, const std::string& then) const {
+  std::ostringstream line;
+  line << "mpi_trainer: " << worker_label(rank_) << ": this process was suspended for " << std::fixed
+       << std::setprecision(1) << seconds << " s, longer than --failure-timeout " << std::defaultfloat
+       << std::setprecision(3) << opts_.failure_timeout << " s: " << then << '\n';
+  return line.str();
 }
 
 // This process was suspended longer than --failure-timeout (SIGSTOP, a debugger, a frozen VM):

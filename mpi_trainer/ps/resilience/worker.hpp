@@ -286,6 +286,7 @@ class Worker {
   Recovered recover();
   WorkerResult end_lost();
   WorkerResult end_dropped(const std::string& line);
+  std::string suspended_line(double seconds, const std::string& then) const;
 
   const WorkerOptions& opts_;
   const Model& model_;
