@@ -63,11 +63,30 @@ std::string WitnessVerdict::describe(int shard) const {
 WitnessDesk::WitnessDesk(MPI_Comm comm, int shards) : comm_(comm), shards_(shards), peers_(other_workers(comm, shards)) {
   asks_.resize(peers_.size());
   reqs_.assign(peers_.size(), MPI_REQUEST_NULL);
+  int me = 0;
+  MT_MPI(MPI_Comm_rank(comm_, &me));
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     try {
       irecv(asks_[i], peers_[i], kTagWitnessAsk, &reqs_[i], comm_);
     } catch (const ProcessFailed&) {  // ULFM: that worker is known dead already
       reqs_[i] = MPI_REQUEST_NULL;
+      continue;
+    }
+    // The pair's connection made now, while every link is up: Open MPI 4.1's TCP transport
+    // connects on a pair's first message, and a connect that fails ("Network is unreachable": this
+    // worker's own link is down) ends the process (pml_ob1_sendreq.c, FATAL) instead of failing the
+    // send; over a connection that exists, an ask waits in the socket. One per pair: the lower rank
+    // says hello, the higher one's desk takes it as it takes an ask (serve: no answer).
+    if (peers_[i] < me) continue;
+    Buffer hello(0);
+    hello.header() = MsgHeader{};
+    hello.header().kind = MsgKind::kWitnessHello;
+    MPI_Request req = MPI_REQUEST_NULL;
+    try {
+      isend(hello, 0, peers_[i], kTagWitnessAsk, &req, comm_);
+      answers_.push_back(std::move(hello));
+      answer_reqs_.push_back(req);
+    } catch (const std::exception&) {  // that worker is gone: no ask will go to it either
     }
   }
 }
@@ -93,7 +112,7 @@ void WitnessDesk::serve(const std::function<double(int)>& heard_ago, std::int64_
       continue;
     }
     if (!done) continue;
-    const MsgHeader ask = asks_[i].header();
+    const MsgHeader ask = asks_[i].header();  // a kWitnessHello is taken and not answered
     if (check_header(ask, 0).empty() && ask.kind == MsgKind::kWitnessAsk && answers_.size() < 4 * peers_.size() + 4) {
       Buffer a(shards_);
       a.header() = MsgHeader{};

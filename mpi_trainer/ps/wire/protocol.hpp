@@ -44,6 +44,9 @@
 //   worker -> worker kWitnessAsk on kTagWitnessAsk (no payload): request_id, model_version = the shard
 //   worker -> worker kWitnessAnswer on kTagWitnessAnswer: request_id, step; payload: per shard the
 //                    seconds since the answerer last heard from it
+//   worker -> worker kWitnessHello on kTagWitnessAsk (no payload; no answer): to each higher-ranked
+//                    worker when the desk opens, so that every pair's connection exists before a
+//                    link goes down (an ask that opens one then kills its sender in Open MPI 4.1)
 //
 // Between shards (shard 0 coordinates checkpoints, evaluation and the end):
 //   shard 0 -> shard k  kSnapshotRequest (no payload; request_id)
@@ -62,7 +65,7 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 12;
+inline constexpr std::uint16_t kProtocolVersion = 13;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
@@ -108,7 +111,8 @@ enum class MsgKind : std::uint16_t {
   kReplica = 10,
   kEnd = 11,
   kWitnessAsk = 12,
-  kWitnessAnswer = 13
+  kWitnessAnswer = 13,
+  kWitnessHello = 14
 };
 
 struct MsgHeader {
