@@ -153,11 +153,15 @@ WorkerResult Worker::end_lost() {
 // once by a parameter server that still serves (a cut-off worker's once its link is back: TCP
 // holds what it sent meanwhile). Taken back, it computes on from its slot's cursor (its last
 // gradient, computed on parameters as old as its silence, is not pushed); refused or unanswered
-// (training over, no slot for it, the link still down), it ends as before (exit 0). A cut-off
-// worker under ULFM leaves at once: were the parameter server lost meanwhile, the survivors'
-// takeover agreement would wait for it.
+// (training over, no slot for it, the link still down), it ends as before (exit 0). Under ULFM
+// (a takeover possible) a worker that reaches no one (its own link is down) leaves at once: were
+// the parameter server lost meanwhile, the survivors' takeover agreement would wait for it until
+// its link returned. One that another worker answered (a pair cut) waits to rejoin as in the
+// default build: a takeover meanwhile revokes the communicator, which reaches it through the
+// others, and it leaves then (kFailed while rejoining: no agreement waits on it).
 std::optional<WorkerResult> Worker::come_back(bool cut_off) {
-  if (shards_ != 1 || !agent_ || agent_->left() || (cut_off && takeover_))
+  const bool isolated = cut_off && witnessed_ && witnessed_->kind != WitnessVerdict::Kind::kAlive;
+  if (shards_ != 1 || !agent_ || agent_->left() || (isolated && takeover_))
     return cut_off ? end_cut_off() : end_lost();
   const Exchange back = rejoin(cut_off);
   if (back == Exchange::kGoOn) {
