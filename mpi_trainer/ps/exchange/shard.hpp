@@ -37,6 +37,8 @@ struct ShardTakeover {};
 // The detail of a worker dropped because the MPI library (ULFM) reported it failed: its departure
 // event says "detected_by":"mpi".
 inline constexpr const char* kUlfmReported = "the MPI library (ULFM) reported the process failed";
+// Why the job stops when no worker is left and none is coming (the summary's stop reason).
+inline constexpr const char* kNoWorkerLeft = "every worker was revoked";
 
 class Shard {
  public:
@@ -130,7 +132,9 @@ class Shard {
   bool reply(Member& m, MsgKind kind, std::int32_t end = 0);  // end: a kStop's, when not the usual
   // A stop after this shard failed carries the failure (end = kFailedEnd, the exit code).
   void stamp_failure(MsgHeader& stop) const;
-  void drop(Member& m, bool lost, const std::string& detail, int signo = 0);
+  // `back`: a worker that speaks again as it is dropped (its join to rejoin came first): neither
+  // replaced nor, were it the last, the end of the job (take_back follows at once).
+  void drop(Member& m, bool lost, const std::string& detail, int signo = 0, bool back = false);
   void detect_failures();
   void check_notice();
   void begin_stop(const std::string& why);

@@ -224,8 +224,8 @@ void Shard::handle_worker(Member& m) {
     case MsgKind::kJoin:
       if (m.joined_at) {
         // A worker suspended past --failure-timeout rejoins, but this shard had not dropped it yet
-        // (it looks every 10 ms): dropped now, then taken back as any other.
-        drop(m, /*lost=*/true, "it was suspended past --failure-timeout and asks to rejoin");
+        // (it looks every 10 ms): dropped now (not replaced: it is back), then taken back as any other.
+        drop(m, /*lost=*/true, "it was suspended past --failure-timeout and asks to rejoin", 0, /*back=*/true);
         return take_back(m, h);
       }
       if (h.param_count != model_.param_count() || h.batch != opts_.batch_size ||

@@ -65,7 +65,7 @@ void Shard::serve() {
   }
   // No worker left and none coming: the replacements could not start, or the last one was refused.
   if (lead() && !stop_at_ && !handed_over_ && failure_code_ == 0 && step_ < opts_.train_steps)
-    begin_stop("every worker was revoked");
+    begin_stop(kNoWorkerLeft);
 }
 
 // One MPI_Testsome over every request of this pass. With an ULFM MPI (cmake/ULFMProbe.cmake) a

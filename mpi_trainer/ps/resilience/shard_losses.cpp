@@ -18,7 +18,7 @@ namespace mt {
 
 // A worker is gone: lost (silent past --failure-timeout: revoked, killed, or cut off) or left on a
 // notice. The learning-rate policy and the momentum correction follow the new worker count.
-void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
+void Shard::drop(Member& m, bool lost, const std::string& detail, int signo, bool back) {
   const auto now = Clock::now();
   const bool was_joined = m.joined_at.has_value();
   Membership::departed(m, lost, now);
@@ -45,7 +45,7 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
   // Not when the notice it left on reached the whole job (Slurm's preemption, a signal to mpirun):
   // this process has it too, and stops.
   if (spawner_ && !lost && !stop_at_) check_notice();
-  if (spawner_ && !stop_at_ && failure_code_ == 0 && step_ < opts_.train_steps) replace(m);
+  if (spawner_ && !back && !stop_at_ && failure_code_ == 0 && step_ < opts_.train_steps) replace(m);
   const int live = members_.live();
   // A lost worker was computing on the parameters of its last reply: that step is lost.
   const bool computing = lost && was_joined;
@@ -67,6 +67,7 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
   e.momentum = policy_.momentum(live);
   events_.departure(e);
   // The workers may have left on a notice that reached this process too: that is the reason.
+  if (back) return;
   if (live == 0 && !stop_at_) check_notice();
   if (live == 0 && step_ < opts_.train_steps && !stop_at_) {
     if (opts_.max_workers > 0) {
@@ -76,7 +77,7 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo) {
       if (awaiting_workers()) {
         events_.waiting_for_joins(step_);  // the replacements under way
       } else {
-        begin_stop("every worker was revoked");
+        begin_stop(kNoWorkerLeft);
       }
     }
   }
