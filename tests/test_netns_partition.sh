@@ -68,7 +68,7 @@ echo "ok: $(grep -o 'worker rank 2: parameter-server shard 0 did not answer.*bef
 ! grep -q "the parameter server is lost" "$dir/out" || fail "a worker called the live parameter server lost"
 ! grep -q "MPI_Abort" "$dir/out" || fail "the job was ended by MPI_Abort"
 ! grep -q "reported failed to the runtime" "$dir/out" || fail "the live parameter server was reported failed"
-/usr/bin/python3 - "$dir/m.jsonl" "$dir/ck/run-status.json" "$steps" <<'PY' || fail "metrics"
+/usr/bin/python3 - "$dir/m.jsonl" "$dir/ck/run-status.json" "$steps" "$dir/push.csv" <<'PY' || fail "metrics"
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 s = [e for e in ev if e["event"] == "summary"]
@@ -78,6 +78,13 @@ steps = int(sys.argv[3])
 assert s["global_step"] == steps and s["exit_code"] == 0 and s["attempts"] == 1 and s["workers_end"] == 2, s
 rejoined = [e for e in ev if e["event"] == "join" and e["rejoined"]]
 assert len(rejoined) == 1 and all(e["rank"] == 2 and e["slot"] == 1 for e in rejoined), rejoined
+# Taken back, it computes on the parameters of the join's reply: no push of its after the rejoin
+# was computed on older ones (a reply to its last push before the cut, delivered once the cut
+# healed, is not taken for the join's).
+back_at = rejoined[0]["global_step"]
+rows = [l.rstrip("\n").split(",") for l in open(sys.argv[4])][1:]
+old = [r for r in rows if r[1] == "2" and int(r[0]) > back_at and int(r[2]) < back_at]
+assert not old, f"rank 2 pushed gradients of parameters older than its rejoin (step {back_at}): {old[:3]}"
 assert not [e for e in ev if e["event"] == "ps_takeover"], "a takeover of a live parameter server"
 st = json.load(open(sys.argv[2]))
 assert st["state"] == "done" and st.get("host") == "n1", st

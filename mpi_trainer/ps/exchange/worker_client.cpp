@@ -130,7 +130,13 @@ WorkerClient::Reply WorkerClient::push_pull(MsgKind kind, double deadline) {
   if (ps_failed_) return Reply::kFailed;  // reported while a step computed: nothing more is sent
   post(kind);
   if (ps_failed_) return Reply::kFailed;
+  const auto t0 = Clock::now();
   if (const Reply r = wait_replies(deadline); r != Reply::kOk) return r;
+  // A join's receive may take the reply to a push whose receive was cancelled (a rejoin:
+  // cancel_in_flight), sent before the link broke and delivered once it healed: not a join's
+  // reply (it names no data slots), it is dropped and the receive posted again.
+  while (kind == MsgKind::kJoin && repost_stale_join_replies())
+    if (const Reply r = wait_replies(std::max(0.0, deadline - since(t0))); r != Reply::kOk) return r;
   bool stop = false;
   for (int s = 0; s < shards_; ++s) {
     const MsgHeader& h = recv_[static_cast<std::size_t>(s)].header();
@@ -147,6 +153,24 @@ WorkerClient::Reply WorkerClient::push_pull(MsgKind kind, double deadline) {
   if (stop) return tell_others_stop();
   take_replies(kind);
   return Reply::kOk;
+}
+
+bool WorkerClient::repost_stale_join_replies() {
+  std::lock_guard<std::mutex> lock(mpi_);
+  bool stale = false;
+  for (int s = 0; s < shards_; ++s) {
+    auto& r = recv_[static_cast<std::size_t>(s)];
+    if (!check_header(r.header(), reply_floats(s)).empty() || r.header().kind != MsgKind::kParams ||
+        r.header().slots > 0)
+      continue;
+    stale = true;
+    try {
+      irecv(r, s, kTagToWorker, &reqs_[static_cast<std::size_t>(2 * s)], comm_);
+    } catch (const ProcessFailed&) {  // ULFM: the shard died since: the wait says so
+      on_failed_(s);
+    }
+  }
+  return stale;
 }
 
 void WorkerClient::post(MsgKind kind) {

@@ -128,6 +128,9 @@ class WorkerClient {
   std::int64_t reply_floats(int s) const;  // of its reply
   void post(MsgKind kind);                 // irecv + isend to every shard
   Reply wait_replies(double deadline);     // until every request completes
+  // After a join's replies: a shard's that is a push's (stale: kParams naming no slots) is dropped
+  // and its receive posted again. True: one was.
+  bool repost_stale_join_replies();
   Reply tell_others_stop();                // shards that did not say stop are told this worker leaves
   void take_replies(MsgKind kind);         // segments accepted, parameters unpacked, versions
 
