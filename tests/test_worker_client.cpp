@@ -57,14 +57,17 @@ struct Fixture {
 
   // The shard's receive of the worker's next message.
   void shard_receives() { irecv(push, 0, kTagToPs, &push_req, MPI_COMM_SELF); }
-  // The shard's answer, sent ahead: `kind` with `payload` floats of `value`.
-  void shard_replies(MsgKind kind, std::int64_t step, float value, std::int32_t end = 0, int exit_code = 0) {
+  // The shard's answer, sent ahead: `kind` with `payload` floats of `value`; to a join (`slots`
+  // > 0), its data slot 0 of `slots`, as Shard::reply says.
+  void shard_replies(MsgKind kind, std::int64_t step, float value, std::int32_t end = 0, int exit_code = 0,
+                     std::int32_t slots = 0) {
     reply.header() = MsgHeader{};
     reply.header().kind = kind;
     reply.header().step = step;
     reply.header().model_version = step;
     reply.header().end = end;
     reply.header().exit_code = exit_code;
+    reply.header().slots = slots;
     const std::int64_t payload = kind == MsgKind::kParams ? reply_floats : 0;
     reply.header().payload = payload;
     if (payload > 0) {
@@ -81,7 +84,7 @@ struct Fixture {
   void join(float value) {
     client.prepare_join(false);
     shard_receives();
-    shard_replies(MsgKind::kParams, 0, value);
+    shard_replies(MsgKind::kParams, 0, value, 0, 0, /*slots=*/1);
     REQUIRE(client.push_pull(MsgKind::kJoin) == WorkerClient::Reply::kOk);
     settle();
   }
@@ -127,6 +130,33 @@ TEST_CASE("worker client: a join and a push answered with parameters are ok", "[
   CHECK(f.client.pulled(0)[0] == 0.25f);
   CHECK(h.push_id == 1);
   CHECK(f.reported.empty());
+}
+
+TEST_CASE("worker client: a push's reply that comes after its receive was cancelled is not the join's", "[mpi][ps][fault][client]") {
+  // A rejoin after a cut: the reply to the last push before it, delivered once the cut healed,
+  // reaches the join's receive first. It names no data slots: dropped, the join's own is taken.
+  Fixture f;
+  f.join(0.5f);
+  f.client.cancel_in_flight();
+  f.client.prepare_join(false);
+  f.shard_receives();
+  f.shard_replies(MsgKind::kParams, 62, 0.25f);  // the stale one: a push's reply
+  Buffer join_reply{f.reply_floats};
+  join_reply.header() = MsgHeader{};
+  join_reply.header().kind = MsgKind::kParams;
+  join_reply.header().step = join_reply.header().model_version = 104;
+  join_reply.header().payload = f.reply_floats;
+  join_reply.header().slots = 2;
+  join_reply.header().slot = 1;
+  const std::vector<float> params(static_cast<std::size_t>(f.model.param_count()), 0.75f);
+  encode_values(f.opts.push_precision, params, join_reply.payload());
+  MPI_Request join_req = MPI_REQUEST_NULL;
+  isend(join_reply, f.reply_floats, 0, kTagToWorker, &join_req, MPI_COMM_SELF);
+  REQUIRE(f.client.push_pull(MsgKind::kJoin) == WorkerClient::Reply::kOk);
+  f.settle();
+  REQUIRE(wait_for(&join_req, 5.0));
+  CHECK(f.client.global_step() == 104);
+  CHECK(f.client.params().flat().data()[0] == 0.75f);  // the join's parameters, not the stale reply's
 }
 
 TEST_CASE("worker client: a stop ends the exchange, clean or with the parameter server's exit code", "[mpi][ps][client]") {
