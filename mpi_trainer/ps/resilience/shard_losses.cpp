@@ -66,8 +66,8 @@ void Shard::drop(Member& m, bool lost, const std::string& detail, int signo, boo
   e.lr_divisor = policy_.lr_divisor(live);
   e.momentum = policy_.momentum(live);
   events_.departure(e);
-  // The workers may have left on a notice that reached this process too: that is the reason.
   if (back) return;
+  // The workers may have left on a notice that reached this process too: that is the reason.
   if (live == 0 && !stop_at_) check_notice();
   if (live == 0 && step_ < opts_.train_steps && !stop_at_) {
     if (opts_.max_workers > 0) {
