@@ -256,6 +256,7 @@ TEST_CASE("mpi_trainer plan: the report, --json and its errors", "[unit][plan]")
   REQUIRE(r.code == 0);
   CHECK(contains(r.output, "4 x k80 worker(s) (transient) + 1 parameter server (ps, on-demand)"));
   CHECK(contains(r.output, "evidence S"));
+  CHECK(contains(r.output, "its link (8 Gbit/s each way per shard)"));  // the default shard link
   const auto j = run("plan --workers 4 --steps 64000 --draws 20 --json");
   REQUIRE(j.code == 0);
   const auto p = Json::parse(j.output);
@@ -436,4 +437,14 @@ TEST_CASE("plan --target-accuracy: each shape runs the shortest measured schedul
   CHECK(contains(never.output, "no measured schedule of resnet8 is predicted to reach 99.0%; measured: resnet8 on "
                                "fashion-mnist, 92.56% at most (one worker, 20 epochs)"));
   CHECK(run("plan --target-accuracy 0").code == mt::kExitUsage);
+}
+
+TEST_CASE("plan writes its shard link's rate as given: Mbit/s below 1 Gbit/s, not a rounded 0", "[unit][plan]") {
+  const auto slow = run("plan --model resnet8 --workers 5 --ps-link 2.2/0.05 --push-precision bf16 --draws 3");
+  REQUIRE(slow.code == 0);
+  CHECK(contains(slow.output, "its link (50 Mbit/s each way per shard, bf16 pushes)"));
+  CHECK(contains(slow.output, "the link first (the updates at about"));
+  const auto odd = run("plan --model resnet8 --workers 2 --ps-link 2.5 --draws 3");
+  REQUIRE(odd.code == 0);
+  CHECK(contains(odd.output, "its link (2.5 Gbit/s each way per shard)"));
 }

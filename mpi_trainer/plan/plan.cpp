@@ -316,6 +316,13 @@ nlohmann::ordered_json finite_or_null(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
 }
 
+// A link's rate as people write it: "8 Gbit/s", "2.5 Gbit/s", "50 Mbit/s" (below 1 Gbit/s).
+std::string link_rate(double gbit) {
+  std::ostringstream s;
+  s << std::setprecision(3) << (gbit < 1 ? gbit * 1000 : gbit) << (gbit < 1 ? " Mbit/s" : " Gbit/s");
+  return s.str();
+}
+
 // "  parameter server: busy 12.3% of the time (its link 4.5%) without revocations; ..."
 std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
   const auto count = [](double n) {
@@ -330,14 +337,14 @@ std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(1) << "  parameter server: busy " << 100 * r.ps_utilisation << "% of the time";
   if (r.ps_link_gbit > 0)
-    s << ", its link (" << std::setprecision(0) << r.ps_link_gbit << " Gbit/s each way per shard"
+    s << ", its link (" << link_rate(r.ps_link_gbit) << " each way per shard"
       << (c.push_precision == "bf16" ? ", bf16 pushes" : "") << ") " << std::setprecision(1)
       << 100 * r.ps_link_utilisation << "%";
   s << ", without revocations\n  " << shards << " saturate" << (c.num_ps > 1 ? "" : "s") << " at "
     << count(r.ps_saturation_workers) << " workers like these";
   if (std::isfinite(r.ps_saturation_workers)) {
     if (r.ps_limit == "link")
-      s << ": the link first (updates at " << count(r.ps_compute_saturation_workers) << ")";
+      s << ": the link first (the updates at " << count(r.ps_compute_saturation_workers) << ")";
     else
       s << ": updates first"
         << (r.ps_link_gbit > 0 ? " (the link at " + count(r.ps_link_saturation_workers) + ")" : std::string());
