@@ -448,3 +448,23 @@ TEST_CASE("plan writes its shard link's rate as given: Mbit/s below 1 Gbit/s, no
   REQUIRE(odd.code == 0);
   CHECK(contains(odd.output, "its link (2.5 Gbit/s each way per shard)"));
 }
+
+TEST_CASE("plan says how far a slow shard link spaces the standby replicas out", "[unit][plan]") {
+  // 8 workers, bf16 pushes, 50 Mbit/s: the link is full, each replica (the parameters, 8 momenta and
+  // the gap buffer, 3 MB) waits for the last to leave.
+  const auto slow = run("plan --model resnet8 --workers 8 --ps-link 2.2/0.05 --push-precision bf16 --draws 3 --json");
+  REQUIRE(slow.code == 0);
+  const double spaced = Json::parse(slow.output)["replica_interval_updates"].get<double>();
+  CHECK(spaced > 12);
+  const auto text = run("plan --model resnet8 --workers 8 --ps-link 2.2/0.05 --push-precision bf16 --draws 3");
+  CHECK(contains(text.output, "(standby replicas every " + std::to_string(std::lround(spaced)) +
+                                  " updates on it, not 10: each waits for the last to leave)"));
+  // The default 8 Gbit/s link: every --replica-interval updates, nothing said.
+  const auto fast = run("plan --model resnet8 --workers 8 --replica-interval 20 --draws 3 --json");
+  REQUIRE(fast.code == 0);
+  CHECK(Json::parse(fast.output)["replica_interval_updates"].get<double>() == Approx(20).margin(0.01));
+  CHECK_FALSE(contains(run("plan --model resnet8 --workers 8 --draws 3").output, "standby replicas every"));
+  // No standby (one worker): no replicas, null.
+  CHECK(Json::parse(run("plan --model resnet8 --workers 1 --draws 3 --json").output)["replica_interval_updates"]
+            .is_null());
+}

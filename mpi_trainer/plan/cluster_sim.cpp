@@ -286,6 +286,7 @@ void ClusterSim::send_replica() {
   if (opt_.replica_bytes.empty() || !opt_.ps_link) return;
   if (replica_step_ >= 0 && (step_ - replica_step_ < opt_.replica_interval || !replica_gone())) return;
   replica_step_ = step_;
+  if (replicas_++ == 0) first_replica_step_ = step_;
   for (std::size_t s = 0; s < replica_left_bytes_.size() && s < opt_.replica_bytes.size(); ++s) {
     replica_left_bytes_[s] = opt_.replica_bytes[s];
     out_busy_[s] += opt_.ps_link->wire_seconds(opt_.replica_bytes[s]);

@@ -191,6 +191,12 @@ class ClusterSim {
   std::int64_t left() const { return left_; }
   std::int64_t joined() const { return joined_; }
   double ps_busy_seconds() const { return ps_busy_; }
+  // Standby replicas sent (each shard one after the same update); the updates between two, on
+  // average (0 before the second).
+  std::int64_t replicas_sent() const { return replicas_; }
+  double replica_interval() const {
+    return replicas_ > 1 ? double(replica_step_ - first_replica_step_) / double(replicas_ - 1) : 0.0;
+  }
   // The busiest shard link's busiest direction: seconds it carried bytes.
   double ps_link_busy_seconds() const;
   // Worker-seconds billed so far to `type`-priced workers is the caller's: each worker from
@@ -227,7 +233,7 @@ class ClusterSim {
   // Per shard link: the last replica's bytes still to go, and when its last byte left. The last
   // replica's update.
   std::vector<double> replica_left_bytes_, replica_done_;
-  std::int64_t replica_step_ = -1;
+  std::int64_t replica_step_ = -1, first_replica_step_ = -1, replicas_ = 0;
 };
 
 }  // namespace mt

@@ -132,6 +132,8 @@ Cluster prepare(const PlanConfig& c) {
 struct Draw {
   double seconds = 0, cost = 0, revocations = 0, restarts = 0, lost_steps = 0, ps_busy = 0, takeovers = 0;
   double ps_link_busy = 0;
+  // The first attempt's updates between two standby replicas, on average (0: fewer than two).
+  double replica_interval = 0;
   bool finished = true;
   // The first attempt's: each initial worker's end (its revocation, or the attempt's end) and the
   // attempt's length, for the revocation timelines (the paper's Figs. 1 and 4).
@@ -249,6 +251,7 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
     d.revocations += double(sim.revocations()) + (end == End::kPsLost ? 1 : 0);
     if (attempt == 0) {
       d.first_attempt_seconds = t;
+      d.replica_interval = sim.replica_interval();
       for (int i = 0; i < n; ++i) {
         const SimWorker& w = sim.worker(static_cast<std::size_t>(i));
         d.worker_ends.push_back(w.ended >= 0 ? std::min(w.ended, t) : t);
@@ -340,6 +343,10 @@ std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
     s << ", its link (" << link_rate(r.ps_link_gbit) << " each way per shard"
       << (c.push_precision == "bf16" ? ", bf16 pushes" : "") << ") " << std::setprecision(1)
       << 100 * r.ps_link_utilisation << "%";
+  // A slow link spaces the replicas out: each waits for the last to leave (ReplicaSender::ready).
+  if (r.replica_interval > 1.05 * double(c.replica_interval))
+    s << " (standby replicas every " << std::setprecision(0) << r.replica_interval << " updates on it, not "
+      << c.replica_interval << ": each waits for the last to leave)";
   s << ", without revocations\n  " << shards << " saturate" << (c.num_ps > 1 ? "" : "s") << " at "
     << count(r.ps_saturation_workers) << " workers like these";
   if (std::isfinite(r.ps_saturation_workers)) {
@@ -398,6 +405,7 @@ PlanResult run_plan(const PlanConfig& c) {
   r.ps_utilisation = ideal.seconds > 0 ? ideal.ps_busy / ideal.seconds : 0;
   r.ps_link_utilisation = ideal.seconds > 0 ? ideal.ps_link_busy / ideal.seconds : 0;
   r.ps_link_gbit = k.ps_link ? k.ps_link->gbit_per_s : 0;
+  r.replica_interval = ideal.replica_interval;
   // The parameter servers are always busy when the workers' pushes per second reach 1 / (a
   // shard's time per update), or 1 / (the busiest shard link's time per update in its busier
   // direction: outbound, the reply and a standby replica's share, as the run without revocations
@@ -489,6 +497,8 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"ps_compute_saturation_workers", finite_or_null(r.ps_compute_saturation_workers)},
       {"ps_link_saturation_workers", finite_or_null(r.ps_link_saturation_workers)},
       {"ps_link_update_bytes", r.ps_link_update_bytes},
+      {"replica_interval_updates", r.replica_interval > 0 ? nlohmann::ordered_json(r.replica_interval)
+                                                          : nlohmann::ordered_json()},
       {"ps_limit", c.num_ps > 0 ? nlohmann::ordered_json(r.ps_limit) : nlohmann::ordered_json()},
       {"unfinished_draws", r.unfinished},
       {"accuracy", accuracy_json(c, r)},

@@ -107,6 +107,10 @@ struct PlanResult {
   // without revocations (outbound: its part of the reply and of a standby replica's share; 0
   // without a shard link).
   double ps_link_update_bytes = 0;
+  // The updates between two standby replicas in that run, on average: --replica-interval, or more
+  // where the shard's link is slow (a replica waits for the last one to leave; 0: no standby, or
+  // no shard link: replicas are not modelled then).
+  double replica_interval = 0;
   std::string ps_limit;  // "compute" or "link": which saturates first
   int unfinished = 0;    // draws that needed more than the restart limit
 };
