@@ -16,7 +16,9 @@
 # utilisation of that link ("saturated" from 0.85: the link is shared fairly, so it nears full
 # use only gradually as workers are added). Per shape it then prints the knee (the
 # fewest workers within 5% of the most steps/s), measured and predicted, and `cores`: the machine's
-# busy cores during the run (near all of them: the cores, not the link alone, set the pace). What a
+# busy cores during the run (near all of them: the cores, not the link alone, set the pace), and
+# `replica every`: the updates between two standby replicas, shard 0's measured (its summary) over
+# the model's (plan's replica_interval_updates). What a
 # message costs besides its bytes (MPI's rendezvous and the polling naps) is measured first, apart
 # from the compared runs, with one worker on unshaped links, and given to plan as the link's
 # latency. Nothing is calibrated from the compared runs: the prediction uses only the shape and
@@ -162,7 +164,9 @@ def run(n, s, precision, steps):
     seen = 3 in at and len(prog) in at
     steady = (at[len(prog)][0] - at[3][0]) / between if seen else float("nan")
     again = (at[len(prog)][1] - at[3][1]) / between if seen else float("nan")
-    return (between / (b["elapsed_seconds"] - a["elapsed_seconds"]), sent / steps, steady, again, cores)
+    standby = summ[-1].get("ps_standby") or {}
+    return (between / (b["elapsed_seconds"] - a["elapsed_seconds"]), sent / steps, steady, again, cores,
+            standby.get("mean_interval_updates", float("nan")))
 
 # What a message costs besides its bytes, measured apart from the runs compared below (calibrating
 # nothing from them): 1 PS and 1 worker on unshaped links, each shape's shard count and push
@@ -206,20 +210,23 @@ for rate in rates:
                 p = plan(n, s, precision, step, 5000, rate, overhead[(s, precision)] * 1000)
                 predicted = 5000 / p["seconds_without_revocations"]
                 steps = max(60, int(predicted * seconds))
-                measured, sent, steady, again, cores = run(n, s, precision, steps)
+                measured, sent, steady, again, cores, every = run(n, s, precision, steps)
                 modelled = p["ps_link_update_bytes"]  # what one update puts on shard 0's outbound link
+                # The updates between two replicas: shard 0's, measured (its summary), and the model's.
+                every_plan = p["replica_interval_updates"] or float("nan")
                 bound = rate * 1e6 / 8 / modelled
                 row = dict(rate=rate, shards=s, push=precision, workers=n, step_ms=step * 1000, measured=measured,
                            plan=predicted, error=measured / predicted - 1, sent_per_step=sent, steady_per_step=steady,
                            retransmitted_per_step=again, link_used=measured * steady / (rate * 1e6 / 8),
                            modelled_per_step=modelled,
                            efficiency=measured / bound, utilisation=p["ps_link_utilisation"], cores=cores,
+                           replica_every=every, replica_every_plan=every_plan,
                            saturated=p["ps_link_utilisation"] >= 0.85)
                 rows.append(row)
                 curve.append((n, measured, predicted))
                 print(f"{rate:6g} {s:6d} {precision:>5} {n:7d} {step * 1000:7.1f} {measured:9.2f} {predicted:7.2f} "
                       f"{row['error'] * 100:+6.1f}% {sent:11,.0f} {steady:9,.0f} {again:6.1f} {modelled:9,.0f} {row['efficiency']:9.2f} "
-                      f"{row['link_used']:5.2f} {row['utilisation']:10.2f} {cores:5.2f}"
+                      f"{row['link_used']:5.2f} {row['utilisation']:10.2f} {cores:5.2f} {every:6.1f}/{every_plan:<6.1f}"
                       f"{'  saturated' if row['saturated'] else ''}"
                       f"{'  cores busy: not the link alone' if cores > 0.9 * os.cpu_count() else ''}", flush=True)
             knee = lambda k: min(n for n, *v in curve if v[k] >= 0.95 * max(c[k + 1] for c in curve))
