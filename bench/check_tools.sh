@@ -8,8 +8,8 @@
 #     bench/README.md, "Which test runs which tool"): bench/fuzz.sh builds every fuzz target with
 #     clang and fuzzes each for --fuzz-seconds; bench/perf/ab_trajectory.sh and bench/perf/ps_ab.sh
 #     compare the build with itself on a tiny run (both must say identical / print their table);
-#     bench/perf/link_plan.sh and bench/faults/cross_node.sh on a namespace cluster, at their
-#     smallest (skipped where namespaces cannot be made: their exit 4).
+#     bench/perf/link_plan.sh (and link_plan_median.py over its output) and bench/faults/cross_node.sh
+#     on a namespace cluster, at their smallest (skipped where namespaces cannot be made: their exit 4).
 # Needs the release build (launch/build.sh release). Prints one line per tool and "tools: N
 # passed, M failed"; exit 1 when one failed.
 #   bench/check_tools.sh [--fuzz-seconds 3] [--build build/release] [--help-only]
@@ -68,10 +68,16 @@ if ((!help_only)); then
   result bench/perf/ps_ab.sh "$rc" "ps_bench against itself, 2 workers, 200 steps"
   rc=0
   bench/perf/link_plan.sh --rates 50 --shards 1 --workers 1 --precisions fp32 --seconds 2 \
-    >"$log/link_plan.sh.log" 2>&1 || rc=$?
+    --out "$log/link_plan.json" >"$log/link_plan.sh.log" 2>&1 || rc=$?
   ((rc != 0)) || grep -q '^worst error' "$log/link_plan.sh.log" || rc=99
   if ((rc == 4)); then echo "skip  bench/perf/link_plan.sh             no network namespaces here"; else
-    result bench/perf/link_plan.sh "$rc" "50 Mbit/s, 1 shard, 1 worker"; fi
+    result bench/perf/link_plan.sh "$rc" "50 Mbit/s, 1 shard, 1 worker"
+    # Its medians over runs, here over the same run twice.
+    rc=0
+    /usr/bin/python3 bench/perf/link_plan_median.py "$log/link_plan.json" "$log/link_plan.json" \
+      >"$log/link_plan_median.py.log" 2>&1 || rc=$?
+    ((rc != 0)) || grep -q '^2 run(s); within 15%: [01] of 1 points' "$log/link_plan_median.py.log" || rc=99
+    result bench/perf/link_plan_median.py "$rc" "the medians of link_plan.sh's run"; fi
   rc=0
   bench/faults/cross_node.sh --builds default --kills 0 --runs 0 >"$log/cross_node.sh.log" 2>&1 || rc=$?
   ((rc != 0)) || grep -q 'default: exit 0, 200 steps' "$log/cross_node.sh.log" || rc=99
