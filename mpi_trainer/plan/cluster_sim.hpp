@@ -191,9 +191,8 @@ class ClusterSim {
   std::int64_t left() const { return left_; }
   std::int64_t joined() const { return joined_; }
   double ps_busy_seconds() const { return ps_busy_; }
-  // Standby replicas sent (each shard one after the same update); the updates between two, on
-  // average (0 before the second).
-  std::int64_t replicas_sent() const { return replicas_; }
+  // The updates between two standby replicas (each shard one after the same update), on average
+  // (0 before the second).
   double replica_interval() const {
     return replicas_ > 1 ? double(replica_step_ - first_replica_step_) / double(replicas_ - 1) : 0.0;
   }
