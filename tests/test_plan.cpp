@@ -447,6 +447,9 @@ TEST_CASE("plan writes its shard link's rate as given: Mbit/s below 1 Gbit/s, no
   const auto odd = run("plan --model resnet8 --workers 2 --ps-link 2.5 --draws 3");
   REQUIRE(odd.code == 0);
   CHECK(contains(odd.output, "its link (2.5 Gbit/s each way per shard)"));
+  const auto wide = run("plan --model resnet8 --workers 2 --ps-link 1600 --draws 3");
+  REQUIRE(wide.code == 0);
+  CHECK(contains(wide.output, "its link (1600 Gbit/s each way per shard)"));  // not 1.6e+03
 }
 
 TEST_CASE("plan says how far a slow shard link spaces the standby replicas out", "[unit][plan]") {

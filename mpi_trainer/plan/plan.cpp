@@ -322,7 +322,8 @@ nlohmann::ordered_json finite_or_null(double v) {
 // A link's rate as people write it: "8 Gbit/s", "2.5 Gbit/s", "50 Mbit/s" (below 1 Gbit/s).
 std::string link_rate(double gbit) {
   std::ostringstream s;
-  s << std::setprecision(3) << (gbit < 1 ? gbit * 1000 : gbit) << (gbit < 1 ? " Mbit/s" : " Gbit/s");
+  // Six digits: no exponent up to 999,999 Gbit/s, and 0.05 * 1000's rounding error not shown.
+  s << std::setprecision(6) << (gbit < 1 ? gbit * 1000 : gbit) << (gbit < 1 ? " Mbit/s" : " Gbit/s");
   return s.str();
 }
 
