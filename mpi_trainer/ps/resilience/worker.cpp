@@ -84,7 +84,16 @@ Worker::Exchange Worker::exchange(MsgKind kind) {
         if (cut_off()) return Exchange::kCutOff;
         if (!takeover_ || !end_hung_shard()) return Exchange::kLost;
         break;  // the MPI library reports it failed now: taken over below
-      case WorkerClient::Reply::kFailed: break;
+      case WorkerClient::Reply::kFailed:
+        // Suspended past --failure-timeout, this worker was dropped before the failure it hears
+        // of now (the parameter server may well have ended meanwhile): it asks to rejoin as from
+        // the silence above, and starts no takeover; which it hears first is a race.
+        if (rejoining_ == 0 && suspended() > opts_.failure_timeout) {
+          const std::lock_guard<std::mutex> lock(mpi_lock_);
+          lost_ = reported_;
+          return Exchange::kDropped;
+        }
+        break;
     }
     // kFailed. A worker asking to rejoin was dropped: it starts no takeover (the survivors'
     // agreement is theirs) and is not taken back.
