@@ -413,8 +413,11 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
       "MT_PS_STANDBY");
   env(cmd.add_option("--replica-interval", c.replica_interval,
                      "Fault tolerance: updates between two replicas a shard sends its standbys, at "
-                     "least (a replica still in flight is not overtaken: the next one waits): about "
-                     "the most updates a parameter server's loss costs with a standby")
+                     "least (a replica still in flight is not overtaken: the next one waits). Each goes "
+                     "in slices of 60 KB, a few after each update over the interval and never more bytes "
+                     "than the update's reply, so that replicas take at most half the shard's link (a larger "
+                     "one is spread further): a parameter server's loss with a standby costs up to about "
+                     "2 x this - 2 updates (plan prints the bound)")
           ->capture_default_str()
           ->check(CLI::Range(1, 1000000)),
       "MT_REPLICA_INTERVAL");

@@ -56,7 +56,7 @@ void Shard::stamp_failure(MsgHeader& stop) const {
 bool Shard::reply(Member& m, MsgKind kind, std::int32_t end) {
   if (!settle_send(m)) return false;
   // A standby's last replica is taken before it stops (it receives while it waits for this reply).
-  if (kind == MsgKind::kStop && standbys_) standbys_->settle(m.rank);
+  if (kind == MsgKind::kStop && standbys_) standbys_->settle(m.rank, members_);
   MsgHeader& h = m.send.header();
   h = MsgHeader{};
   h.kind = kind;

@@ -4,12 +4,16 @@
 // Every --replica-interval updates each shard copies its state (its parameters, its optimizer
 // state buffers, the push number it handled last per data slot (ps/resilience/push_journal.hpp); shard 0 also
 // the BatchNorm statistics and the app's progress record: data
-// cursors, time and cost so far, the job's configuration) into a send buffer and sends it to the
-// standby workers without waiting: while a replica is still in flight the next one waits for the
-// next update, so the update loop never blocks on a standby. A standby keeps the newest replica
-// that arrived whole (a receive cut by the shard's death leaves the previous one untouched). When
+// cursors, time and cost so far, the job's configuration) into send buffers and sends it to the
+// standby workers without waiting, paced: in slices, a few after each update, so that a replica
+// spreads over the interval beside the replies instead of bursting onto the shard's link ahead of
+// them (a replica is several messages' worth: with `dana`, the parameters, one momentum per worker
+// and the gap buffer; measured on a 50 Mbit/s link, bench/README.md "`plan` against a real link").
+// While a replica is still in flight the next one waits for the next update, so the update loop
+// never blocks on a standby. A standby keeps the newest replica that arrived whole (a receive cut
+// by the shard's death, or a replica given up midway, leaves the previous one untouched). When
 // the parameter server is lost, the standby hands that replica to the app, which writes it as a
-// checkpoint before the worker exits 10: the restart resumes at most an interval or so behind.
+// checkpoint before the worker exits 10: the restart resumes at most two intervals or so behind.
 #pragma once
 
 #include <mpi.h>
@@ -51,10 +55,21 @@ class ReplicaSender {
   // longer in `dests` (it was lost, or another took its place) are given up: their buffer is
   // abandoned and a fresh one taken.
   bool ready(const std::vector<Dest>& dests);
-  // Packs `pieces` and the record (bytes after them) into the buffer and sends it to `dests`.
-  // `handover`: the last replica; each standby acknowledges it once it holds it whole.
+  // Packs `pieces` and the record (bytes after them) into the slices (replica_slices) and sends
+  // the first few to `dests`; pace() sends the others (replica_slices_per_update: `reply_floats`
+  // is the shard's reply as floats' worth). `handover`: the last replica, every slice at once;
+  // each standby acknowledges it once it holds it whole.
   void send(std::int64_t step, int state_buffers, std::span<const std::span<const float>> pieces,
-            const std::string& record, const std::vector<Dest>& dests, bool handover = false);
+            const std::string& record, const std::vector<Dest>& dests, std::int64_t reply_floats,
+            bool handover = false);
+  // Whether slices of the replica in flight are still to be sent.
+  bool pacing() const { return next_slice_ < slices_.size(); }
+  // After an update: the next slices of the replica in flight (replica_slices_per_update), if
+  // any, to those of its destinations still among the standbys `now`.
+  void pace(const std::vector<Dest>& now);
+  // Every slice of the replica in flight that pace() has not sent yet, now (before a handover or
+  // a standby's stop).
+  void flush(const std::vector<Dest>& now);
   // The standby `d`'s answer to the handover replica of `step`, within `seconds`: taken; refused
   // (it has a notice too, `signo`: the whole job is being stopped); or none (it is gone, or slow).
   enum class Answer { kTaken, kRefused, kNone };
@@ -73,12 +88,16 @@ class ReplicaSender {
   double mean_cost_seconds() const { return sent_ > 0 ? cost_sum_ / double(sent_) : 0.0; }
 
  private:
-  void give_up();  // abandon the buffer that unfinished sends still read
-  void settled();  // every send in flight has completed
+  void give_up();  // abandon the buffers that unfinished sends still read
+  void settled();  // every slice was sent, and every send has completed
+  void send_slice(std::size_t i, const std::vector<Dest>& now);
   const std::int64_t interval_;
   const double budget_;
-  Buffer buf_{0};
-  std::vector<std::pair<int, MPI_Request>> inflight_;  // (dest id, request)
+  std::vector<Buffer> slices_;                         // the replica in flight, slice by slice
+  std::size_t next_slice_ = 0;                         // the next slice to send
+  std::int64_t per_update_ = 1;                        // slices sent after each update
+  std::vector<Dest> dests_;                            // where it goes
+  std::vector<std::pair<int, MPI_Request>> inflight_;  // (dest id, request), a slice each
   std::int64_t first_step_ = -1, last_step_ = -1, sent_ = 0, settled_step_ = -1;
   Clock::time_point last_at_{};
   double cost_ = 0, cost_sum_ = 0;  // the last replica's copy and send (s); their sum
@@ -106,10 +125,14 @@ class ReplicaHost {
 
  private:
   struct Part {
-    Buffer incoming{0}, newest{0};
+    Buffer slice{0};               // the slice being received
+    Buffer incoming{0}, newest{0};  // the replica being assembled; the newest whole one
+    std::int64_t filled = -1;      // the payload floats `incoming` holds so far (-1: none being assembled)
     MPI_Request req = MPI_REQUEST_NULL;
     bool has = false;
   };
+  // A slice of shard `s` arrived in `p.slice`: into the replica it belongs to.
+  void take_slice(Part& p, std::size_t s, MPI_Comm comm);
   std::vector<Part> parts_;
   bool closed_ = false;
   mutable std::mutex mu_;  // guards `newest` and `has` against assemble() from another thread

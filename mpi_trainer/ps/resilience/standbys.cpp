@@ -16,6 +16,11 @@ std::vector<ReplicaSender::Dest> choose_standbys(const Membership& members, int 
   return out;
 }
 
+void Standbys::settle(int rank, const Membership& members) {
+  sender_.flush(choose_standbys(members, opts_.ps_standby));
+  sender_.settle(rank, opts_.failure_timeout);
+}
+
 StandbyChange standby_change(const std::vector<int>& before, const std::vector<int>& now, const Membership& members) {
   if (before == now) return StandbyChange::kNone;
   if (before.empty()) return StandbyChange::kFirst;
@@ -36,6 +41,7 @@ Standbys::Standbys(const PsOptions& opts, bool lead, int state_buffers, PsEvents
       sender_(std::max<std::int64_t>(1, opts.replica_interval), opts.replica_budget) {}
 
 bool Standbys::after_update(std::int64_t step, const Membership& members, const ContentFn& content) {
+  if (sender_.pacing()) sender_.pace(choose_standbys(members, opts_.ps_standby));  // the next slice
   if (!sender_.due(step)) {
     sender_.progress();
     return false;
@@ -56,7 +62,10 @@ bool Standbys::after_update(std::int64_t step, const Membership& members, const 
 void Standbys::send(std::int64_t step, const std::vector<ReplicaSender::Dest>& dests, const ContentFn& content,
                     bool handover) {
   const Content c = content();
-  sender_.send(step, state_buffers_, c.pieces, c.record, dests, handover);
+  // The reply an update makes: the shard's part of the parameters, half of it as floats for bf16.
+  const auto part = static_cast<std::int64_t>(c.pieces.empty() ? 0 : c.pieces.front().size());
+  const std::int64_t reply = opts_.push_precision == PushPrecision::kBf16 ? part / 2 : part;
+  sender_.send(step, state_buffers_, c.pieces, c.record, dests, reply, handover);
   plan_.at_replica(self_, sender_.sent(), step);
 }
 
@@ -71,8 +80,9 @@ bool Standbys::hand_over(std::int64_t step, int signo, const Membership& members
   why->standby = dests.front().id;
   why->why = Why::kLate;  // unless it answers in time below
   try {
+    sender_.flush(dests);  // the replica in flight: its slices not sent yet
     for (const auto& d : dests)
-      if (!sender_.settle(d.id, opts_.failure_timeout)) return false;  // the replica in flight
+      if (!sender_.settle(d.id, opts_.failure_timeout)) return false;
     if (!sender_.ready(dests)) return false;
     send(step, dests, content, true);
     for (const auto& d : dests) {

@@ -47,8 +47,8 @@ class Standbys {
   // not (no standby; it did not take the replica in time; it refused, having a notice too).
   bool hand_over(std::int64_t step, int signo, const Membership& members, const ContentFn& content,
                  PsEvents::NoHandover* why);
-  // Before `rank` is told to stop: the replica in flight to it has left (or is given up).
-  void settle(int rank) { sender_.settle(rank, opts_.failure_timeout); }
+  // Before `rank` is told to stop: the replica in flight to it has left, every slice (or is given up).
+  void settle(int rank, const Membership& members);
 
   std::int64_t sent() const { return sender_.sent(); }
   std::int64_t settled_step() const { return sender_.settled_step(); }

@@ -37,7 +37,10 @@
 //                            shard's parameters, then its optimizer state buffers (`slots` of them),
 //                            then on shard 0 the BN statistics and the app's progress record
 //                            (`request_id` bytes); step = model_version = the shard's global step;
-//                            end = kHandover: the last, the shard hands over (a notice, ULFM)
+//                            end = kHandover: the last, the shard hands over (a notice, ULFM).
+//                            In slices (protocol 14), a few after each update (replica_slices):
+//                            param_count = the replica's floats, cursor_position = where this
+//                            slice's go, payload = the slice's; a handover's all at once
 //   standby -> shard kReplica on kTagReplica (no payload; step): a kHandover replica is held whole
 //
 // Between workers (a silent shard's witnesses, ps/resilience/witness.hpp):
@@ -65,7 +68,7 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 13;
+inline constexpr std::uint16_t kProtocolVersion = 14;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
