@@ -74,6 +74,7 @@ PS_OUTSIDE = {
     "ps/exchange/update_policy.hpp": "the virtual simulator, calibrate and the report use the very "
                                      "formulas the shards apply (UpdatePolicy, GapPenalty)",
     "ps/wire/partition.hpp": "the simulator and plan size each shard's part of a push as the shards do",
+    "ps/resilience/replica_pacing.hpp": "the simulator and plan pace the standby replicas' slices as the shards do",
     "ps/wire/ulfm.hpp": "train_dist.cpp ends the hung processes a takeover reported, once this "
                         "process is done, and --version names the failure detection",
     "ps/resilience/notices.hpp": "every rank and the single process install the same notice handlers "

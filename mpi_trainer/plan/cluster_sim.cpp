@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "nn/resnet.hpp"
 #include "ps/wire/partition.hpp"
+#include "ps/resilience/replica_pacing.hpp"
 
 namespace mt {
 
@@ -147,8 +148,9 @@ ClusterSim::ClusterSim(SimOptions options, std::vector<SimWorker> workers, int i
   out_free_.assign(links, 0);
   in_busy_.assign(links, 0);
   out_busy_.assign(links, 0);
-  replica_left_bytes_.assign(links, 0);
-  replica_done_.assign(links, 0);
+  replica_slice_bytes_.assign(links, 0);
+  replica_slices_left_.assign(links, 0);
+  replica_per_update_.assign(links, 1);
   join_at_.assign(joins_.size(), kNeverSeconds);
   for (std::size_t j = 0; j < joins_.size(); ++j)
     join_at_[j] = joins_[j].seconds >= 0 ? joins_[j].seconds : kNeverSeconds;
@@ -171,7 +173,7 @@ void ClusterSim::next_step(SimWorker& w, double at) {
     return;
   }
   // Each shard sends its part when its link is free (replies leave in the order they are made).
-  w.send_at = through_shard_links(w, at, out_free_, out_busy_, true) + w.last_step_seconds;
+  w.send_at = through_shard_links(w, at, out_free_, out_busy_) + w.last_step_seconds;
   w.arrival = kNeverSeconds;
 }
 
@@ -181,76 +183,28 @@ void ClusterSim::next_step(SimWorker& w, double at) {
 // header: fair sharing); it is through once every part came through, plus the latency and the
 // time by which the worker's own link is slower than the slowest shard's (a message streams at
 // its path's slowest rate: alone on the links it takes the slower link's time, on average).
-// Outbound (`replies`), a replica in flight shares the link with the replies as one flow more.
+// Outbound, the replicas' slices queued before it go first (pace_replica).
 double ClusterSim::through_shard_links(const SimWorker& w, double at, std::vector<double>& free,
-                                       std::vector<double>& busy, bool replies) {
+                                       std::vector<double>& busy) {
   double slowest = 0;
   for (std::size_t s = 0; s < free.size(); ++s)
     slowest = std::max(slowest, opt_.ps_link->seconds(opt_.shard_bytes[s]));
   const double excess = std::max(0.0, w.link.seconds(opt_.message_bytes) - slowest);
   const double share = link_draw_(link_rng_);
   double done = at;
-  const bool standby = replies && is_standby(w);
   for (std::size_t s = 0; s < free.size(); ++s) {
     const double wire = share * opt_.ps_link->wire_seconds(opt_.shard_bytes[s]);
-    double replica_until = -1;
-    free[s] = std::max(at, free[s]) + (replies ? beside_replica(s, at, wire, &replica_until) : wire);
+    free[s] = std::max(at, free[s]) + wire;
     busy[s] += wire;
-    // A standby's reply follows the replica to it on their connection.
-    const double through = standby && replica_until >= 0 ? std::max(free[s], replica_until + wire) : free[s];
-    done = std::max(done, through + opt_.ps_link->latency_seconds);
+    done = std::max(done, free[s] + opt_.ps_link->latency_seconds);
   }
   return done + excess;
-}
-
-// The standbys are the first --ps-standby workers still working, as the shards choose them.
-bool ClusterSim::is_standby(const SimWorker& w) const {
-  int before = 0;
-  for (const SimWorker& x : workers_) {
-    if (&x == &w) return x.alive && before < opt_.standbys;
-    if (x.alive && x.counted) ++before;
-  }
-  return false;
-}
-
-// A reply of `wire` seconds on shard `s`'s outbound link, queued at `at`, with the replica in
-// flight beside it: the replica takes half the link while replies are on it (one long TCP flow,
-// its window open, against the replies' short ones), and the link alone while none is (it had it
-// from when the link fell idle until `at`). Measured on a 25 Mbit/s link (bench/perf/
-// link_plan.sh): a fair share among every flow (1 / (replies + 1)) spaced replicas out to a third
-// of what the link carried with bf16 pushes and two shards, a fifth too few steps/s predicted.
-// Returns the reply's time on the link; `until`: when the replica would be through at its share,
-// if it was in flight.
-double ClusterSim::beside_replica(std::size_t s, double at, double wire, double* until) {
-  const double rate = 1 / opt_.ps_link->wire_seconds(1);  // payload bytes per second
-  double& left = replica_left_bytes_[s];
-  const double start = std::max(at, out_free_[s]);
-  if (left > 0 && at > out_free_[s]) {  // the idle link carried the replica alone
-    const double alone = std::min(left, (at - out_free_[s]) * rate);
-    if (alone >= left) replica_done_[s] = out_free_[s] + left / rate;
-    left -= alone;
-  }
-  double time = wire;
-  if (left > 0) {
-    const double phi = 0.5;                   // the replica's share
-    const double rest = left / (phi * rate);  // its rest at that share
-    *until = start + rest;
-    if (rest * (1 - phi) >= wire) {
-      time = wire / (1 - phi);
-      left -= phi * rate * time;
-    } else {
-      time = wire + phi * rest;
-      left = 0;
-      replica_done_[s] = start + rest;
-    }
-  }
-  return time;
 }
 
 // A push starts up at send_at: each part takes its turn on its shard's inbound link, in the order
 // the pushes were sent; it has arrived once every part came through both links.
 void ClusterSim::upload(SimWorker& w) {
-  w.arrival = through_shard_links(w, w.send_at, in_free_, in_busy_, false);
+  w.arrival = through_shard_links(w, w.send_at, in_free_, in_busy_);
   w.send_at = kNeverSeconds;
 }
 
@@ -266,30 +220,39 @@ void ClusterSim::settle_sends() {
   }
 }
 
-// Whether the last replica has left every shard's link by now: what it had left went at the
-// link's full rate after the replies queued beside it.
-bool ClusterSim::replica_gone() {
-  bool gone = true;
-  const double rate = 1 / opt_.ps_link->wire_seconds(1);
-  for (std::size_t s = 0; s < replica_left_bytes_.size(); ++s) {
-    double& left = replica_left_bytes_[s];
-    if (left > 0 && out_free_[s] + left / rate <= now_) {
-      replica_done_[s] = out_free_[s] + left / rate;
-      left = 0;
-    }
-    gone = gone && left == 0 && replica_done_[s] <= now_;
-  }
-  return gone;
-}
-
-void ClusterSim::send_replica() {
+// After an update, as the shards' standbys do (ReplicaSender::pace, due, ready): the next slices
+// of the replica in flight go onto each shard's outbound link, behind the reply just made; once
+// `replica_interval` updates passed since the last replica and its every slice was sent, the next
+// one begins (replica_slices_per_update: spread over one update fewer than the interval, no more
+// bytes after an update than its reply). A slice
+// is under TCP's eager limit: its send completes once the kernel holds it, before it crosses the
+// link (a socket's buffer takes megabytes), so the link does not space replicas out: each update
+// carries its share of one, and a slow link carries fewer updates instead.
+void ClusterSim::pace_replica() {
   if (opt_.replica_bytes.empty() || !opt_.ps_link) return;
-  if (replica_step_ >= 0 && (step_ - replica_step_ < opt_.replica_interval || !replica_gone())) return;
+  const auto put_slices = [&](std::size_t s) {
+    const std::int64_t n = std::min(replica_per_update_[s], replica_slices_left_[s]);
+    const double wire = opt_.ps_link->wire_seconds(double(n) * replica_slice_bytes_[s]);
+    out_free_[s] = std::max(now_, out_free_[s]) + wire;
+    out_busy_[s] += wire;
+    replica_slices_left_[s] -= n;
+  };
+  bool gone = true;  // every slice sent after an earlier update (the sends of this one are in flight)
+  for (std::size_t s = 0; s < replica_slices_left_.size(); ++s) {
+    gone = gone && replica_slices_left_[s] == 0;
+    if (replica_slices_left_[s] > 0) put_slices(s);
+  }
+  if (replica_step_ >= 0 && (step_ - replica_step_ < opt_.replica_interval || !gone)) return;
   replica_step_ = step_;
   if (replicas_++ == 0) first_replica_step_ = step_;
-  for (std::size_t s = 0; s < replica_left_bytes_.size() && s < opt_.replica_bytes.size(); ++s) {
-    replica_left_bytes_[s] = opt_.replica_bytes[s];
-    out_busy_[s] += opt_.ps_link->wire_seconds(opt_.replica_bytes[s]);
+  for (std::size_t s = 0; s < replica_slices_left_.size() && s < opt_.replica_bytes.size(); ++s) {
+    // The floats of one standby's replica; each slice goes to every standby.
+    const auto floats = static_cast<std::int64_t>(opt_.replica_bytes[s] / std::max(1, opt_.standbys) / sizeof(float));
+    replica_slices_left_[s] = replica_slices(floats);
+    const auto reply = static_cast<std::int64_t>(opt_.shard_bytes[s] / sizeof(float));
+    replica_per_update_[s] = replica_slices_per_update(floats, opt_.replica_interval, reply);
+    replica_slice_bytes_[s] = opt_.replica_bytes[s] / double(replica_slices_left_[s]);
+    put_slices(s);
   }
 }
 
@@ -393,7 +356,7 @@ ClusterSim::Event ClusterSim::pushed(std::size_t who, bool applied) {
   } else {
     next_step(w, now_);
   }
-  send_replica();
+  pace_replica();
   // Step-based revocations and joins fire once the global step reaches theirs.
   for (auto& x : workers_)
     if (x.alive && x.kill_step > 0 && step_ >= x.kill_step) {

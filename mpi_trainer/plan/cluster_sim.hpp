@@ -133,11 +133,10 @@ struct SimOptions {
   std::optional<Link> ps_link;
   std::vector<double> shard_bytes;
   // Each shard's replica (shard_replica_bytes; empty: no standby) and the updates between two: a
-  // replica leaves after an update once `replica_interval` updates passed since the last one and
-  // that one has left (ReplicaSender::due and ready), and shares the shard's outbound link with
-  // the replies (half each; ClusterSim::beside_replica). Only with a shard link.
-  // The standbys: the first `standbys` workers still working; each one's replies queue behind the
-  // replica in flight to it (one connection, in order).
+  // replica begins after an update once `replica_interval` updates passed since the last one and
+  // that one has left (ReplicaSender::due and ready), in slices, a few after each update, behind
+  // that update's reply on the shard's outbound link (ClusterSim::pace_replica). Only
+  // with a shard link. `standbys`: how many standbys the replica_bytes are for.
   std::vector<double> replica_bytes;
   std::int64_t replica_interval = 10;
   int standbys = 0;
@@ -206,15 +205,11 @@ class ClusterSim {
   Event pick() const;
   void settle_sends();
   void upload(SimWorker& w);
-  double through_shard_links(const SimWorker& w, double at, std::vector<double>& free, std::vector<double>& busy,
-                             bool replies);
-  double beside_replica(std::size_t shard, double at, double wire, double* until);
-  bool is_standby(const SimWorker& w) const;
-  bool replica_gone();
+  double through_shard_links(const SimWorker& w, double at, std::vector<double>& free, std::vector<double>& busy);
   void start(std::size_t who, double at);
   void kill(SimWorker& w, double at, const std::string& why);
   void next_step(SimWorker& w, double at);
-  void send_replica();
+  void pace_replica();
 
   SimOptions opt_;
   std::vector<SimWorker> workers_;
@@ -229,9 +224,10 @@ class ClusterSim {
   // The multiple of its mean time each message (and replica) takes on the shards' links.
   std::mt19937_64 link_rng_;
   std::exponential_distribution<double> link_draw_{1.0};
-  // Per shard link: the last replica's bytes still to go, and when its last byte left. The last
-  // replica's update.
-  std::vector<double> replica_left_bytes_, replica_done_;
+  // Per shard link: the bytes of a slice of the last replica (to every standby), its slices still
+  // to go and those sent after each update. The last replica's update.
+  std::vector<double> replica_slice_bytes_;
+  std::vector<std::int64_t> replica_slices_left_, replica_per_update_;
   std::int64_t replica_step_ = -1, first_replica_step_ = -1, replicas_ = 0;
 };
 

@@ -17,6 +17,7 @@
 #include "plan/cost.hpp"
 #include "plan/plan_format.hpp"
 #include "ps/ps.hpp"
+#include "ps/resilience/replica_pacing.hpp"
 
 namespace mt {
 
@@ -54,6 +55,15 @@ struct Cluster {
 
 // The standbys train would pick (a planned run keeps checkpoints).
 int standbys(const PlanConfig& c) { return c.num_ps == 0 ? 0 : resolve_standbys(c.ps_standby, c.workers, true); }
+
+// The most updates the standby's newest whole replica can be behind (replica_age_at_most: shard
+// 0's, the largest part; its slices follow the first for most of an interval).
+std::int64_t replica_age(const PlanConfig& c, const Cluster& k) {
+  const int n = standbys(c);
+  const double floats = n > 0 && !k.replica_bytes.empty() ? k.replica_bytes[0] / n / sizeof(float) : 0;
+  const double reply = k.shard_bytes.empty() ? 0 : k.shard_bytes[0] / sizeof(float);
+  return replica_age_at_most(static_cast<std::int64_t>(floats), c.replica_interval, static_cast<std::int64_t>(reply));
+}
 
 Cluster prepare(const PlanConfig& c) {
   if (c.workers < 1) throw UsageError("--workers must be 1 or more");
@@ -273,7 +283,7 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
         const SimWorker& w = sim.worker(i);
         standby_up = w.begun && (w.ended < 0 || w.ended >= t);
       }
-      if (standby_up) kept = std::max(kept, reached - std::min(reached - durable, c.replica_interval));
+      if (standby_up) kept = std::max(kept, reached - std::min(reached - durable, replica_age(c, k)));
     }
     d.lost_steps += double(reached - kept);
     durable = kept;
@@ -344,10 +354,11 @@ std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
     s << ", its link (" << link_rate(r.ps_link_gbit) << " each way per shard"
       << (c.push_precision == "bf16" ? ", bf16 pushes" : "") << ") " << std::setprecision(1)
       << 100 * r.ps_link_utilisation << "%";
-  // A slow link spaces the replicas out: each waits for the last to leave (ReplicaSender::ready).
-  if (r.replica_interval > 1.05 * double(c.replica_interval))
-    s << " (standby replicas every " << std::setprecision(0) << r.replica_interval << " updates on it, not "
-      << c.replica_interval << ": each waits for the last to leave)";
+  // What the standby's replicas take of it, where it is much (--replica-interval trades it; a
+  // replica larger than the interval's replies is spread further: replica_slices_per_update).
+  if (r.ps_link_replica_share >= 0.05)
+    s << " (" << std::setprecision(0) << 100 * r.ps_link_replica_share
+      << "% of its bytes the standby replicas', one every " << r.replica_interval << " updates)";
   s << ", without revocations\n  " << shards << " saturate" << (c.num_ps > 1 ? "" : "s") << " at "
     << count(r.ps_saturation_workers) << " workers like these";
   if (std::isfinite(r.ps_saturation_workers)) {
@@ -407,17 +418,23 @@ PlanResult run_plan(const PlanConfig& c) {
   r.ps_link_utilisation = ideal.seconds > 0 ? ideal.ps_link_busy / ideal.seconds : 0;
   r.ps_link_gbit = k.ps_link ? k.ps_link->gbit_per_s : 0;
   r.replica_interval = ideal.replica_interval;
+  r.replica_age = replica_age(c, k);
   // The parameter servers are always busy when the workers' pushes per second reach 1 / (a
   // shard's time per update), or 1 / (the busiest shard link's time per update in its busier
   // direction: outbound, the reply and a standby replica's share, as the run without revocations
-  // had them: a replica in flight shares the link, so it leaves less often than every
-  // replica_interval updates where the link is slow); with each worker's exchange unhindered: its
+  // had them); with each worker's exchange unhindered: its
   // step, and each way its message through its own link and the shard's link at once (the slower).
   double shard_message = 0;  // the busiest shard link's seconds per message
   for (const double bytes : k.shard_bytes)
     if (k.ps_link) shard_message = std::max(shard_message, k.ps_link->wire_seconds(bytes));
   const double shard_update = k.ps_link && k.steps > 0 ? ideal.ps_link_busy / double(k.steps) : 0;
   if (k.ps_link) r.ps_link_update_bytes = shard_update / k.ps_link->wire_seconds(1);
+  if (r.replica_interval > 0 && r.ps_link_update_bytes > 0) {
+    double replica = 0;  // the largest shard's replica bytes per update
+    for (const double bytes : k.replica_bytes)
+      replica = std::max(replica, bytes / r.replica_interval);
+    r.ps_link_replica_share = std::min(1.0, replica / r.ps_link_update_bytes);
+  }
   double pushes_per_second = 0;
   for (std::size_t i = 0; i < k.types.size(); ++i) {
     double one_way = k.links[i].seconds(k.message_bytes);
@@ -498,6 +515,7 @@ nlohmann::ordered_json plan_json(const PlanConfig& c, const PlanResult& r) {
       {"ps_compute_saturation_workers", finite_or_null(r.ps_compute_saturation_workers)},
       {"ps_link_saturation_workers", finite_or_null(r.ps_link_saturation_workers)},
       {"ps_link_update_bytes", r.ps_link_update_bytes},
+      {"ps_link_replica_share", r.ps_link_replica_share},
       {"replica_interval_updates", r.replica_interval > 0 ? nlohmann::ordered_json(r.replica_interval)
                                                           : nlohmann::ordered_json()},
       {"ps_limit", c.num_ps > 0 ? nlohmann::ordered_json(r.ps_limit) : nlohmann::ordered_json()},
@@ -554,7 +572,7 @@ void print_plan(const PlanConfig& c, const PlanResult& r, std::ostream& out) {
   if (c.takeover)
     out << std::setprecision(1) << "  takeovers (the parameter server lost, its standby up): in "
         << 100 * fraction_positive(r.takeovers) << "% of runs, " << std::setprecision(2) << mean(r.takeovers)
-        << " per run on average, each at most " << c.replica_interval << " updates lost\n";
+        << " per run on average, each at most " << r.replica_age << " updates lost\n";
   if (c.num_ps > 0) out << saturation_line(c, r);
   if (r.unfinished > 0)
     out << "  " << r.unfinished << " of " << c.draws << " draws did not finish within " << kMaxRestarts

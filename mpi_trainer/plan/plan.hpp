@@ -107,10 +107,15 @@ struct PlanResult {
   // without revocations (outbound: its part of the reply and of a standby replica's share; 0
   // without a shard link).
   double ps_link_update_bytes = 0;
-  // The updates between two standby replicas in that run, on average: --replica-interval, or more
-  // where the shard's link is slow (a replica waits for the last one to leave; 0: no standby, or
-  // no shard link: replicas are not modelled then).
+  // The updates between two standby replicas in that run, on average: --replica-interval (paced
+  // beside the replies, a replica leaves the trainer at once; a slow link carries fewer updates,
+  // not fewer replicas); 0: no standby, or no shard link (replicas are not modelled then).
   double replica_interval = 0;
+  // The share of ps_link_update_bytes that is the standby replicas' (0: none).
+  double ps_link_replica_share = 0;
+  // The most updates the standby's replica can be behind the parameter server: what a takeover or
+  // a restart from it loses at most (with --push-journal off).
+  std::int64_t replica_age = 0;
   std::string ps_limit;  // "compute" or "link": which saturates first
   int unfinished = 0;    // draws that needed more than the restart limit
 };
