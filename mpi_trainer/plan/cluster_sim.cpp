@@ -237,10 +237,10 @@ void ClusterSim::pace_replica() {
     out_busy_[s] += wire;
     replica_slices_left_[s] -= n;
   };
-  bool gone = true;  // every slice sent after an earlier update (the sends of this one are in flight)
+  bool gone = true;  // every slice sent (under the eager limit, each send completes at once)
   for (std::size_t s = 0; s < replica_slices_left_.size(); ++s) {
-    gone = gone && replica_slices_left_[s] == 0;
     if (replica_slices_left_[s] > 0) put_slices(s);
+    gone = gone && replica_slices_left_[s] == 0;
   }
   if (replica_step_ >= 0 && (step_ - replica_step_ < opt_.replica_interval || !gone)) return;
   replica_step_ = step_;

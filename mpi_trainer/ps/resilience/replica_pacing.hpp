@@ -30,10 +30,12 @@ inline std::int64_t replica_sending_updates(std::int64_t floats, std::int64_t in
   const std::int64_t each = replica_slices_per_update(floats, interval, reply_floats);
   return (replica_slices(floats) + each - 1) / each;
 }
-// The updates between two replicas: the interval, or more where the cap above spreads one further.
+// The updates between two replicas: the interval, or more where the cap above spreads one further
+// (the next begins after the update that sent the last one's last slices: measured so, its sends
+// complete at once).
 inline std::int64_t replica_interval_paced(std::int64_t floats, std::int64_t interval, std::int64_t reply_floats) {
-  const std::int64_t sending = replica_sending_updates(floats, interval, reply_floats);
-  return interval > sending ? interval : sending;
+  const std::int64_t after = replica_sending_updates(floats, interval, reply_floats) - 1;
+  return interval > after ? interval : after;
 }
 // The most updates a standby's newest whole replica can be behind the parameter server: the
 // updates between two, and those the last one's slices followed its first.
