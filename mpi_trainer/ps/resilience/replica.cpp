@@ -21,6 +21,11 @@ namespace {
 // process within milliseconds, and then the job is to checkpoint and stop, not to hand over.
 constexpr double kHandoverGrace = 0.25;
 
+// Whether the standby `id` is among `dests`.
+bool has_id(const std::vector<ReplicaSender::Dest>& dests, int id) {
+  return std::any_of(dests.begin(), dests.end(), [id](const ReplicaSender::Dest& d) { return d.id == id; });
+}
+
 std::int64_t record_floats(std::size_t bytes) {
   return static_cast<std::int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
 }
@@ -38,7 +43,7 @@ void ReplicaSender::give_up() {
 bool ReplicaSender::ready(const std::vector<Dest>& dests) {
   bool done = next_slice_ >= slices_.size();
   for (auto& [id, req] : inflight_) {
-    const bool wanted = std::any_of(dests.begin(), dests.end(), [&](const Dest& d) { return d.id == id; });
+    const bool wanted = has_id(dests, id);
     int flag = 1;
     try {
       if (req != MPI_REQUEST_NULL) MT_MPI(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
@@ -53,10 +58,9 @@ bool ReplicaSender::ready(const std::vector<Dest>& dests) {
     }
     done = done && flag;
   }
+  // Slices still to go, to none of the standbys now: given up midway.
   if (!done && next_slice_ < slices_.size() &&
-      std::none_of(dests_.begin(), dests_.end(), [&](const Dest& d) {
-        return std::any_of(dests.begin(), dests.end(), [&](const Dest& x) { return x.id == d.id; });
-      })) {  // slices still to go, to none of the standbys now: given up midway
+      std::none_of(dests_.begin(), dests_.end(), [&](const Dest& d) { return has_id(dests, d.id); })) {
     give_up();
     return true;
   }
@@ -87,7 +91,7 @@ void ReplicaSender::send_slice(std::size_t i, const std::vector<Dest>& now) {
   Buffer& b = slices_[i];
   for (const Dest& d : dests_) {
     // Not to one no longer a standby (it may have left): it drops what it holds of this replica.
-    if (std::none_of(now.begin(), now.end(), [&](const Dest& x) { return x.id == d.id; })) continue;
+    if (!has_id(now, d.id)) continue;
     MPI_Request req = MPI_REQUEST_NULL;
     try {
       isend(b, b.header().payload, d.peer, kTagReplica, &req, d.comm);

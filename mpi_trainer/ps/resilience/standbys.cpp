@@ -41,12 +41,17 @@ Standbys::Standbys(const PsOptions& opts, bool lead, int state_buffers, PsEvents
       sender_(std::max<std::int64_t>(1, opts.replica_interval), opts.replica_budget) {}
 
 bool Standbys::after_update(std::int64_t step, const Membership& members, const ContentFn& content) {
-  if (sender_.pacing()) sender_.pace(choose_standbys(members, opts_.ps_standby));  // the next slice
-  if (!sender_.due(step)) {
+  const bool due = sender_.due(step);
+  if (!due && !sender_.pacing()) {
     sender_.progress();
     return false;
   }
   const std::vector<ReplicaSender::Dest> dests = choose_standbys(members, opts_.ps_standby);
+  if (sender_.pacing()) sender_.pace(dests);  // the next slices
+  if (!due) {
+    sender_.progress();
+    return false;
+  }
   if (dests.empty() || !sender_.ready(dests)) return false;
   std::vector<int> ranks;
   for (const auto& d : dests)
