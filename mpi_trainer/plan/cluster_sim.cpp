@@ -114,6 +114,15 @@ int replica_state_buffers(bool dana, bool gap_aware, int data_slots) {
   return (dana ? std::max(1, data_slots) : 1) + (gap_aware ? 1 : 0);
 }
 
+ReplicaFloats replica_floats(const std::vector<double>& replica_bytes, const std::vector<double>& shard_bytes,
+                             int standbys, std::size_t shard) {
+  ReplicaFloats f;
+  if (shard < replica_bytes.size() && standbys > 0)
+    f.replica = static_cast<std::int64_t>(replica_bytes[shard] / standbys / sizeof(float));
+  if (shard < shard_bytes.size()) f.reply = static_cast<std::int64_t>(shard_bytes[shard] / sizeof(float));
+  return f;
+}
+
 double default_ps_update_seconds(std::int64_t params, PushPrecision precision) {
   const double per_resnet32 = precision == PushPrecision::kBf16 ? 0.00011 + 0.00009 : 0.00011;
   return per_resnet32 * double(params) / 464154.0;
@@ -173,7 +182,7 @@ void ClusterSim::next_step(SimWorker& w, double at) {
     return;
   }
   // Each shard sends its part when its link is free (replies leave in the order they are made).
-  w.send_at = through_shard_links(w, at, out_free_, out_busy_) + w.last_step_seconds;
+  w.send_at = through_shard_links(w, at, {out_free_, out_busy_}, {in_free_, in_busy_}) + w.last_step_seconds;
   w.arrival = kNeverSeconds;
 }
 
@@ -183,28 +192,37 @@ void ClusterSim::next_step(SimWorker& w, double at) {
 // header: fair sharing); it is through once every part came through, plus the latency and the
 // time by which the worker's own link is slower than the slowest shard's (a message streams at
 // its path's slowest rate: alone on the links it takes the slower link's time, on average).
-// Outbound, the replicas' slices queued before it go first (pace_replica).
-double ClusterSim::through_shard_links(const SimWorker& w, double at, std::vector<double>& free,
-                                       std::vector<double>& busy) {
+// Outbound, the replicas' slices queued before it go first (pace_replica). Its acknowledgements
+// take their turn on the other direction (`back`), queued from `at` (not from when its turn
+// comes, which may be well ahead: the other direction is not held idle until then).
+double ClusterSim::through_shard_links(const SimWorker& w, double at, Direction way, Direction back) {
   double slowest = 0;
-  for (std::size_t s = 0; s < free.size(); ++s)
+  for (std::size_t s = 0; s < way.free.size(); ++s)
     slowest = std::max(slowest, opt_.ps_link->seconds(opt_.shard_bytes[s]));
   const double excess = std::max(0.0, w.link.seconds(opt_.message_bytes) - slowest);
   const double share = link_draw_(link_rng_);
   double done = at;
-  for (std::size_t s = 0; s < free.size(); ++s) {
+  for (std::size_t s = 0; s < way.free.size(); ++s) {
     const double wire = share * opt_.ps_link->wire_seconds(opt_.shard_bytes[s]);
-    free[s] = std::max(at, free[s]) + wire;
-    busy[s] += wire;
-    done = std::max(done, free[s] + opt_.ps_link->latency_seconds);
+    way.free[s] = std::max(at, way.free[s]) + wire;
+    way.busy[s] += wire;
+    acknowledge(back, s, at, opt_.ps_link->ack_seconds(opt_.shard_bytes[s]));
+    done = std::max(done, way.free[s] + opt_.ps_link->latency_seconds);
   }
   return done + excess;
+}
+
+// `seconds` of acknowledgements on shard s's direction `back`, from `at` or once that direction is
+// free.
+void ClusterSim::acknowledge(Direction back, std::size_t s, double at, double seconds) {
+  back.free[s] = std::max(at, back.free[s]) + seconds;
+  back.busy[s] += seconds;
 }
 
 // A push starts up at send_at: each part takes its turn on its shard's inbound link, in the order
 // the pushes were sent; it has arrived once every part came through both links.
 void ClusterSim::upload(SimWorker& w) {
-  w.arrival = through_shard_links(w, w.send_at, in_free_, in_busy_);
+  w.arrival = through_shard_links(w, w.send_at, {in_free_, in_busy_}, {out_free_, out_busy_});
   w.send_at = kNeverSeconds;
 }
 
@@ -232,9 +250,11 @@ void ClusterSim::pace_replica() {
   if (opt_.replica_bytes.empty() || !opt_.ps_link) return;
   const auto put_slices = [&](std::size_t s) {
     const std::int64_t n = std::min(replica_per_update_[s], replica_slices_left_[s]);
-    const double wire = opt_.ps_link->wire_seconds(double(n) * replica_slice_bytes_[s]);
+    const double bytes = double(n) * replica_slice_bytes_[s];
+    const double wire = opt_.ps_link->wire_seconds(bytes);
     out_free_[s] = std::max(now_, out_free_[s]) + wire;
     out_busy_[s] += wire;
+    acknowledge({in_free_, in_busy_}, s, now_, opt_.ps_link->ack_seconds(bytes));
     replica_slices_left_[s] -= n;
   };
   bool gone = true;  // every slice sent (under the eager limit, each send completes at once)
@@ -246,11 +266,9 @@ void ClusterSim::pace_replica() {
   replica_step_ = step_;
   if (replicas_++ == 0) first_replica_step_ = step_;
   for (std::size_t s = 0; s < replica_slices_left_.size() && s < opt_.replica_bytes.size(); ++s) {
-    // The floats of one standby's replica; each slice goes to every standby.
-    const auto floats = static_cast<std::int64_t>(opt_.replica_bytes[s] / std::max(1, opt_.standbys) / sizeof(float));
-    replica_slices_left_[s] = replica_slices(floats);
-    const auto reply = static_cast<std::int64_t>(opt_.shard_bytes[s] / sizeof(float));
-    replica_per_update_[s] = replica_slices_per_update(floats, opt_.replica_interval, reply);
+    const ReplicaFloats f = replica_floats(opt_.replica_bytes, opt_.shard_bytes, std::max(1, opt_.standbys), s);
+    replica_slices_left_[s] = replica_slices(f.replica);
+    replica_per_update_[s] = replica_slices_per_update(f.replica, opt_.replica_interval, f.reply);
     replica_slice_bytes_[s] = opt_.replica_bytes[s] / double(replica_slices_left_[s]);
     put_slices(s);
   }

@@ -46,15 +46,22 @@ std::vector<std::string> split_list(const std::string& s);
 // One worker's network link: a message of B bytes takes latency + B * 8 / (gbit_per_s * 1e9).
 // The payload bytes of TCP over Ethernet at an MTU of 1500 against the bytes the link carries:
 // 1,448 of every 1,514-byte frame (IPv4 and TCP headers with timestamps, the Ethernet header;
-// what a link's byte counters and a token bucket count). The bytes on the wire (bench/perf/
-// link_plan.sh: 8-10% above the payload per global step, acknowledgements and heartbeats included).
+// what a link's byte counters and a token bucket count). With the acknowledgements below, within
+// 1-3% of the bytes measured on the wire per global step (bench/perf/link_plan.sh; the rest:
+// heartbeats, MPI's rendezvous, segments sent again).
 inline constexpr double kTcpFraming = 1514.0 / 1448.0;
+// TCP's acknowledgements of a message, on the link's other direction, as bytes per payload byte:
+// one 66-byte frame (the same headers, no payload) for every two full segments, as a receiver
+// acknowledges a stream (RFC 1122's delayed acknowledgement, Linux's default).
+inline constexpr double kTcpAcks = 66.0 / (2 * 1448.0);
 
 struct Link {
   double latency_seconds = 0.0001;
   double gbit_per_s = 10;
   // The time `bytes` of payload take on the link, framing included, latency excluded.
   double wire_seconds(double bytes) const { return bytes * kTcpFraming * 8 / (gbit_per_s * 1e9); }
+  // The time the acknowledgements of `bytes` of payload take on the other direction.
+  double ack_seconds(double bytes) const { return bytes * kTcpAcks * 8 / (gbit_per_s * 1e9); }
   double seconds(double bytes) const { return latency_seconds + wire_seconds(bytes); }
 };
 // "0.1/10" (milliseconds / Gbit/s) for every worker, or one per worker, comma-separated; empty:
@@ -78,6 +85,15 @@ std::vector<double> shard_message_bytes(const std::string& model, int shards, do
 // scaling: replica_state_buffers. Empty when `standbys` is 0.
 std::vector<double> shard_replica_bytes(const std::string& model, int shards, int state_buffers, int standbys);
 int replica_state_buffers(bool dana, bool gap_aware, int data_slots);
+// Shard `shard`'s replica as the trainer paces it (ps/resilience/replica_pacing.hpp): the floats of
+// one standby's replica (`replica_bytes` are for `standbys` of them: each slice goes to every
+// standby) and the shard's reply (`shard_bytes`, at the push precision) as floats' worth: half its
+// values with bf16 pushes. Zeros where there is no replica.
+struct ReplicaFloats {
+  std::int64_t replica = 0, reply = 0;
+};
+ReplicaFloats replica_floats(const std::vector<double>& replica_bytes, const std::vector<double>& shard_bytes,
+                             int standbys, std::size_t shard);
 
 // A worker that joins on the virtual clock: "k80@step=16000" or "k80@2h" (s, m, h).
 struct VirtualJoin {
@@ -205,7 +221,14 @@ class ClusterSim {
   Event pick() const;
   void settle_sends();
   void upload(SimWorker& w);
-  double through_shard_links(const SimWorker& w, double at, std::vector<double>& free, std::vector<double>& busy);
+  // One direction of each shard's link and the other (its acknowledgements): when each is free,
+  // and how long it carried bytes.
+  struct Direction {
+    std::vector<double>& free;
+    std::vector<double>& busy;
+  };
+  double through_shard_links(const SimWorker& w, double at, Direction way, Direction back);
+  static void acknowledge(Direction back, std::size_t s, double at, double seconds);
   void start(std::size_t who, double at);
   void kill(SimWorker& w, double at, const std::string& why);
   void next_step(SimWorker& w, double at);

@@ -59,10 +59,8 @@ int standbys(const PlanConfig& c) { return c.num_ps == 0 ? 0 : resolve_standbys(
 // The most updates the standby's newest whole replica can be behind (replica_age_at_most: shard
 // 0's, the largest part; its slices follow the first for most of an interval).
 std::int64_t replica_age(const PlanConfig& c, const Cluster& k) {
-  const int n = standbys(c);
-  const double floats = n > 0 && !k.replica_bytes.empty() ? k.replica_bytes[0] / n / sizeof(float) : 0;
-  const double reply = k.shard_bytes.empty() ? 0 : k.shard_bytes[0] / sizeof(float);
-  return replica_age_at_most(static_cast<std::int64_t>(floats), c.replica_interval, static_cast<std::int64_t>(reply));
+  const ReplicaFloats f = replica_floats(k.replica_bytes, k.shard_bytes, standbys(c), 0);
+  return replica_age_at_most(f.replica, c.replica_interval, f.reply);
 }
 
 Cluster prepare(const PlanConfig& c) {
