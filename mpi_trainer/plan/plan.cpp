@@ -46,6 +46,7 @@ struct Cluster {
   std::optional<Link> ps_link;                       // each shard's (none: not modelled)
   std::vector<double> shard_bytes;                   // each shard's part of a message
   std::vector<double> replica_bytes;                 // each shard's replica for its standbys
+  std::int64_t replica_age = 0;                      // replica_age(): what a restart from it loses at most
   std::map<std::string, RevocationModel> lifetimes;  // the workers' types (revocation_models)
   std::optional<RevocationModel> ps_lifetime;
   PriceTable prices;
@@ -130,6 +131,7 @@ Cluster prepare(const PlanConfig& c) {
     k.replica_bytes =
         shard_replica_bytes(c.model, c.num_ps, replica_state_buffers(true, true, data_slots), standbys(c));
   }
+  k.replica_age = replica_age(c, k);
   if (c.revocation_model != "none") {
     k.lifetimes = revocation_models(c.revocation_model, k.types);
     k.ps_lifetime = RevocationModel::load(c.revocation_model, c.ps_type);
@@ -281,7 +283,7 @@ Draw simulate(const Cluster& k, const PlanConfig& c, std::uint64_t seed, bool re
         const SimWorker& w = sim.worker(i);
         standby_up = w.begun && (w.ended < 0 || w.ended >= t);
       }
-      if (standby_up) kept = std::max(kept, reached - std::min(reached - durable, replica_age(c, k)));
+      if (standby_up) kept = std::max(kept, reached - std::min(reached - durable, k.replica_age));
     }
     d.lost_steps += double(reached - kept);
     durable = kept;
@@ -416,7 +418,7 @@ PlanResult run_plan(const PlanConfig& c) {
   r.ps_link_utilisation = ideal.seconds > 0 ? ideal.ps_link_busy / ideal.seconds : 0;
   r.ps_link_gbit = k.ps_link ? k.ps_link->gbit_per_s : 0;
   r.replica_interval = ideal.replica_interval;
-  r.replica_age = replica_age(c, k);
+  r.replica_age = k.replica_age;
   // The parameter servers are always busy when the workers' pushes per second reach 1 / (a
   // shard's time per update), or 1 / (the busiest shard link's time per update in its busier
   // direction: outbound, the reply and a standby replica's share, as the run without revocations

@@ -42,11 +42,8 @@ Standbys::Standbys(const PsOptions& opts, bool lead, int state_buffers, PsEvents
 
 bool Standbys::after_update(std::int64_t step, const Membership& members, const ContentFn& content) {
   const bool due = sender_.due(step);
-  if (!due && !sender_.pacing()) {
-    sender_.progress();
-    return false;
-  }
-  const std::vector<ReplicaSender::Dest> dests = choose_standbys(members, opts_.ps_standby);
+  std::vector<ReplicaSender::Dest> dests;
+  if (due || sender_.pacing()) dests = choose_standbys(members, opts_.ps_standby);
   if (sender_.pacing()) sender_.pace(dests);  // the next slices
   if (!due) {
     sender_.progress();
