@@ -417,7 +417,8 @@ void add_train_options(CLI::App& cmd, TrainConfig& c) {
                      "in slices of 60 KB, a few after each update over the interval and never more bytes "
                      "than the update's reply, so that replicas take at most half the shard's link (a larger "
                      "one is spread further): a parameter server's loss with a standby costs up to about "
-                     "2 x this - 2 updates (plan prints the bound)")
+                     "2 x this - 2 updates (plan prints the bound), more where the shard's link is full "
+                     "(the replicas then space out: the summary's ps_standby says how far)")
           ->capture_default_str()
           ->check(CLI::Range(1, 1000000)),
       "MT_REPLICA_INTERVAL");

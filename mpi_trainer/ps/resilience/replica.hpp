@@ -13,7 +13,8 @@
 // never blocks on a standby. A standby keeps the newest replica that arrived whole (a receive cut
 // by the shard's death, or a replica given up midway, leaves the previous one untouched). When
 // the parameter server is lost, the standby hands that replica to the app, which writes it as a
-// checkpoint before the worker exits 10: the restart resumes at most two intervals or so behind.
+// checkpoint before the worker exits 10: the restart resumes about two intervals behind at most,
+// more where the shard's link is full (the slices' sends complete late and the next replica waits).
 #pragma once
 
 #include <mpi.h>
