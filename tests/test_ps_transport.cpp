@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -122,6 +123,39 @@ TEST_CASE("transport: backoff naps follow how long waits usually last", "[mpi][p
   b.done();  // a 20 ms wait: naps may grow to a tenth of it
   CHECK(b.cap() == Approx(2000).margin(1000));
   CHECK(b.cap() <= 1000);
+}
+
+TEST_CASE("MPI's TCP eager limit: raised to a message's size before MPI_Init, a user's setting kept", "[ps]") {
+  // (MPI is initialised in this binary already: what is set here changes nothing of it.)
+  const char* limit = "OMPI_MCA_btl_tcp_eager_limit";
+  const char* fragment = "OMPI_MCA_btl_tcp_max_send_size";
+  const auto env = [](const char* name) { return std::string(std::getenv(name) ? std::getenv(name) : ""); };
+  // A message's bytes: its floats and header, and 4 KB for the library's headers, which the limit counts.
+  const auto bytes = [](std::int64_t floats) { return std::to_string((floats + kHeaderFloats) * 4 + 4096); };
+  unsetenv(limit);
+  unsetenv(fragment);
+  CHECK_FALSE(tcp_eager_up_to(15000));  // within Open MPI's own 64 KB
+  CHECK(env(limit).empty());
+  CHECK(tcp_eager_up_to(75326));  // resnet8's fp32 push: the limit and the fragment follow it
+  CHECK(env(limit) == bytes(75326));
+  CHECK(env(fragment) == bytes(75326));
+  unsetenv(limit);
+  unsetenv(fragment);
+  CHECK(tcp_eager_up_to(15500));  // above the limit with the headers, below the 128 KB fragment: it stays
+  CHECK(env(limit) == bytes(15500));
+  CHECK(env(fragment) == "131072");
+  unsetenv(limit);
+  unsetenv(fragment);
+  REQUIRE(setenv(fragment, "262144", 1) == 0);  // the user's choice of either keeps both as they are
+  CHECK_FALSE(tcp_eager_up_to(1857722));
+  CHECK(env(limit).empty());
+  CHECK(env(fragment) == "262144");
+  unsetenv(fragment);
+  REQUIRE(setenv(limit, "65536", 1) == 0);
+  CHECK_FALSE(tcp_eager_up_to(1857722));
+  CHECK(env(limit) == "65536");
+  CHECK(env(fragment).empty());
+  unsetenv(limit);
 }
 
 namespace {

@@ -19,7 +19,7 @@
 # busy cores during the run (near all of them: the cores, not the link alone, set the pace), and
 # `replica every`: the updates between two standby replicas, shard 0's measured (its summary) over
 # the model's (plan's replica_interval_updates). What a
-# message costs besides its bytes (MPI's rendezvous and the polling naps) is measured first, apart
+# message costs besides its bytes (the polling naps, MPI's own work) is measured first, apart
 # from the compared runs, with one worker on unshaped links, and given to plan as the link's
 # latency. Nothing is calibrated from the compared runs: the prediction uses only the shape and
 # that overhead. Needs root (network namespaces).
@@ -171,9 +171,10 @@ def run(n, s, precision, steps):
 # What a message costs besides its bytes, measured apart from the runs compared below (calibrating
 # nothing from them): 1 PS and 1 worker on unshaped links, each shape's shard count and push
 # precision; the cycle over the step time and the bytes at the veth's speed, halved (the push and
-# the reply). It is MPI's rendezvous (a message above 64 KB waits for the receiver's answer, twice
-# a message) and the two sides' polling naps (up to 1 ms each), given to plan as the shard link's
-# latency. The veth's own time per message, at several Gbit/s, is left in: under 0.5 ms.
+# the reply). It is the two sides' polling naps (up to 1 ms each) and MPI's own work, given to plan
+# as the shard link's latency (the trainer sends its messages eagerly, without MPI's rendezvous:
+# ps/wire/mpi_env.hpp, tcp_eager_up_to). The veth's own time per message, at several Gbit/s, is
+# left in: under 0.5 ms.
 calib_step = 0.012
 with open(f"{d}/devices", "w") as f:
     f.write(f"k80 {calib_step:.6f} 0\n")

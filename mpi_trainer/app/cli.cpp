@@ -28,6 +28,7 @@
 #include "app/version.hpp"
 #include "ps/ps.hpp"
 #include "ps/wire/mpi_env.hpp"
+#include "nn/resnet.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
@@ -140,6 +141,14 @@ int usage_error(const CLI::ParseError& e, int argc, char** argv, const std::stri
   return kExitUsage;
 }
 
+// Every message of an exchange at once, without MPI's rendezvous (tcp_eager_up_to): the largest is
+// one shard's push of the whole model, parameters and BatchNorm statistics in fp32 (more shards
+// and bf16 pushes make each smaller). Every rank of a job computes the same from the same --model.
+void eager_exchanges(const std::string& model) {
+  const Model m(parse_model(model));
+  tcp_eager_up_to(m.params().total() + m.stats().total());
+}
+
 // `train`: one process alone, virtual workers, or (under an MPI launcher, or with --max-workers)
 // a shard or worker of a parameter-server job. Throws Error (main's caller maps it to its code).
 int train_command(TrainConfig& cfg, int* argc, char*** argv, std::ostream& out, std::ostream& err) {
@@ -152,6 +161,7 @@ int train_command(TrainConfig& cfg, int* argc, char*** argv, std::ostream& out, 
     // Elastic joins accept, and replacements are spawned, on a thread while the loop serves
     // workers: MPI_THREAD_MULTIPLE.
     cfg.command_args.assign(*argv + 1, *argv + *argc);  // before MPI_Init may touch them
+    eager_exchanges(cfg.model);
     MpiSession mpi(argc, argv,
                    cfg.max_workers > 0 || cfg.replace_workers ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED);
     try {
@@ -187,6 +197,7 @@ int train_command(TrainConfig& cfg, int* argc, char*** argv, std::ostream& out, 
 
 // `join`: one more worker of a running parameter-server job, its own MPI job.
 int join_command(const TrainConfig& cfg, int* argc, char*** argv, std::ostream& out, std::ostream& err) {
+  eager_exchanges(cfg.model);
   MpiSession mpi(argc, argv, MPI_THREAD_SERIALIZED);
   TrainResult r;
   try {

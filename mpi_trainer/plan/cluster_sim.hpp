@@ -48,7 +48,7 @@ std::vector<std::string> split_list(const std::string& s);
 // 1,448 of every 1,514-byte frame (IPv4 and TCP headers with timestamps, the Ethernet header;
 // what a link's byte counters and a token bucket count). With the acknowledgements below, within
 // 1-3% of the bytes measured on the wire per global step (bench/perf/link_plan.sh; the rest:
-// heartbeats, MPI's rendezvous, segments sent again).
+// heartbeats, MPI's headers, segments sent again).
 inline constexpr double kTcpFraming = 1514.0 / 1448.0;
 // TCP's acknowledgements of a message, on the link's other direction, as bytes per payload byte:
 // one 66-byte frame (the same headers, no payload) for every two full segments, as a receiver

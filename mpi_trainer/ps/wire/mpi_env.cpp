@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "ps/wire/protocol.hpp"
 #include "ps/wire/ulfm.hpp"
 
 namespace mt {
@@ -49,6 +50,19 @@ int launcher_rank() {
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
     if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
   return -1;
+}
+
+bool tcp_eager_up_to(std::int64_t payload_floats) {
+  // Open MPI's defaults (4.1 and 5): btl_tcp_eager_limit 64 KB, btl_tcp_max_send_size 128 KB. The
+  // limit counts the library's own headers too (a few dozen bytes): room for them.
+  constexpr std::int64_t kEagerLimit = 64 * 1024, kMaxSendSize = 128 * 1024, kLibraryHeaders = 4096;
+  const std::int64_t bytes = (payload_floats + kHeaderFloats) * std::int64_t(sizeof(float)) + kLibraryHeaders;
+  const char* limit = "OMPI_MCA_btl_tcp_eager_limit";
+  const char* fragment = "OMPI_MCA_btl_tcp_max_send_size";
+  if (bytes <= kEagerLimit || std::getenv(limit) || std::getenv(fragment)) return false;
+  MT_CHECK_POSIX(setenv(limit, std::to_string(bytes).c_str(), 0) == 0);
+  MT_CHECK_POSIX(setenv(fragment, std::to_string(std::max(bytes, kMaxSendSize)).c_str(), 0) == 0);
+  return true;
 }
 
 MpiSession::MpiSession(int* argc, char*** argv, int thread_level) {
