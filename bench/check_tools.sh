@@ -8,8 +8,9 @@
 #     bench/README.md, "Which test runs which tool"): bench/fuzz.sh builds every fuzz target with
 #     clang and fuzzes each for --fuzz-seconds; bench/perf/ab_trajectory.sh and bench/perf/ps_ab.sh
 #     compare the build with itself on a tiny run (both must say identical / print their table);
-#     bench/perf/link_plan.sh (and link_plan_median.py over its output) and bench/faults/cross_node.sh
-#     on a namespace cluster, at their smallest (skipped where namespaces cannot be made: their exit 4).
+#     bench/perf/link_plan.sh (and link_plan_median.py over its output, eager_ab.sh's two runs of it)
+#     and bench/faults/cross_node.sh on a namespace cluster, at their smallest (skipped where
+#     namespaces cannot be made: their exit 4).
 # Needs the release build (launch/build.sh release). Prints one line per tool and "tools: N
 # passed, M failed"; exit 1 when one failed.
 #   bench/check_tools.sh [--fuzz-seconds 3] [--build build/release] [--help-only]
@@ -77,7 +78,12 @@ if ((!help_only)); then
     /usr/bin/python3 bench/perf/link_plan_median.py "$log/link_plan.json" "$log/link_plan.json" \
       >"$log/link_plan_median.py.log" 2>&1 || rc=$?
     ((rc != 0)) || grep -q '^2 run(s); within 15%: [01] of 1 points' "$log/link_plan_median.py.log" || rc=99
-    result bench/perf/link_plan_median.py "$rc" "the medians of link_plan.sh's run"; fi
+    result bench/perf/link_plan_median.py "$rc" "the medians of link_plan.sh's run"
+    rc=0
+    bench/perf/eager_ab.sh --rates 50 --shards 1 --precisions fp32 --workers 1 --runs 1 --seconds 2 \
+      >"$log/eager_ab.sh.log" 2>&1 || rc=$?
+    ((rc != 0)) || grep -q '^1 run(s) each, alternated; steps/s eager over rendezvous' "$log/eager_ab.sh.log" || rc=99
+    result bench/perf/eager_ab.sh "$rc" "50 Mbit/s, 1 worker, eager and rendezvous"; fi
   rc=0
   bench/faults/cross_node.sh --builds default --kills 0 --runs 0 >"$log/cross_node.sh.log" 2>&1 || rc=$?
   ((rc != 0)) || grep -q 'default: exit 0, 200 steps' "$log/cross_node.sh.log" || rc=99
