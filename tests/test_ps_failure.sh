@@ -8,7 +8,8 @@
 #  1. the PS fails at start (--resume of a missing file): exit 4 after one attempt, the status
 #     "failed" with exit_code 4 and the error, one error line, no MPI_ABORT banner, no PMIx noise;
 #  2. every rank fails the same way (a missing data directory): one line "error (every
-#     process)", exit 3, status "failed";
+#     process)", exit 3, status "failed"; an unknown --model the same, exit 2 (each rank reads the
+#     model before MPI starts, for its TCP eager limit: an error there would bypass this);
 #  3. training diverges (--lr 1000): stopped with exit 3 before the state reaches a checkpoint,
 #     every checkpoint written holds finite values only;
 #  4. the PS fails in the middle of training (its metrics file on a full 8 KiB tmpfs; skipped
@@ -63,6 +64,16 @@ grep -q "error (every process): data directory .*missing does not exist" "$dir/o
 clean_log "no data"
 [[ $(status state) == failed && $(status exit_code) == 3 ]] || fail "no data: status $(cat "$dir/ck/run-status.json")"
 echo "ok: the same error on every rank: one line, exit 3, status failed"
+# An unknown model, which each rank reads before MPI starts (its TCP eager limit): said the same way.
+rm -rf "$dir/ck"
+rc=0
+"${launch[@]}" -- --model bogus --batch-size 8 --ckpt-dir "$dir/ck" --train-steps 100 --data "$dir/data" \
+  >"$dir/out" 2>&1 || rc=$?
+[[ $rc == 2 ]] || fail "unknown model: exit $rc, expected 2"
+grep -q "error (every process): unknown model 'bogus'" "$dir/out" || fail "unknown model: no single line"
+clean_log "unknown model"
+[[ $(status state) == failed && $(status exit_code) == 2 ]] || fail "unknown model: status $(cat "$dir/ck/run-status.json")"
+echo "ok: an unknown model: one line, exit 2, status failed"
 
 # 3. Training diverges (--lr 1000: the loss reached 2e23 and the run went on, rc 0): the PS stops
 #    it before the push is applied, exit 3, no checkpoint of that state.

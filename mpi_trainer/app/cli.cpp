@@ -144,8 +144,16 @@ int usage_error(const CLI::ParseError& e, int argc, char** argv, const std::stri
 // Every message of an exchange at once, without MPI's rendezvous (tcp_eager_up_to): the largest is
 // one shard's push of the whole model, parameters and BatchNorm statistics in fp32 (more shards
 // and bf16 pushes make each smaller). Every rank of a job computes the same from the same --model.
+// An unknown model sets nothing: once MPI runs the ranks say so together, one line and the run's
+// status file (agree_on_start), which an error here, before MPI, would bypass.
 void eager_exchanges(const std::string& model) {
-  const Model m(parse_model(model));
+  ModelSpec spec;
+  try {
+    spec = parse_model(model);
+  } catch (const UsageError&) {
+    return;
+  }
+  const Model m(spec);
   tcp_eager_up_to(m.params().total() + m.stats().total());
 }
 
