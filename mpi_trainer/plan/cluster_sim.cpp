@@ -245,10 +245,11 @@ void ClusterSim::settle_sends() {
 // bytes after an update than its reply). A slice
 // is under TCP's eager limit: its send completes once the kernel holds it, before it crosses the
 // link, so the model lets the link space replicas out no further: each update carries its share
-// of one, and a slow link carries fewer updates instead. Measured, that holds up to about five
-// workers; past them, where a replica is as large as the interval's replies (fp32, one shard),
-// the standby's one connection does not get that share, the sends complete late and the
-// trainer's replicas space out (bench/README.md, "Past five workers"): not modelled.
+// of one, and a slow link carries fewer updates instead. Measured, that holds up to four
+// workers; from five on a slow link with one shard, and past five in every shape, the standby's
+// one connection does not get that share of a link the replies fill, the sends complete late and
+// the trainer's replicas space out (bench/README.md, "Eager messages", "Past five workers"): not
+// modelled.
 void ClusterSim::pace_replica() {
   if (opt_.replica_bytes.empty() || !opt_.ps_link) return;
   const auto put_slices = [&](std::size_t s) {

@@ -109,9 +109,9 @@ struct PlanResult {
   double ps_link_update_bytes = 0;
   // The updates between two standby replicas in that run, on average: --replica-interval (paced
   // beside the replies, a replica leaves the trainer at once; a slow link carries fewer updates,
-  // not fewer replicas; measured so up to about five workers, past them on a full link the
-  // trainer's space out: ClusterSim::pace_replica); 0: no standby, or no shard link (replicas are
-  // not modelled then).
+  // not fewer replicas; measured so up to four workers, from five on a full link the trainer's
+  // space out: ClusterSim::pace_replica); 0: no standby, or no shard link (replicas are not
+  // modelled then).
   double replica_interval = 0;
   // The share of ps_link_update_bytes that is the standby replicas' (0: none).
   double ps_link_replica_share = 0;

@@ -37,11 +37,12 @@ int launcher_rank();
 // link near saturation that answer crosses the other direction, queued behind replies or pushes,
 // while the message's own direction idles: measured on namespace nodes with 25-200 Mbit/s links,
 // 2-5 workers took 8-12% more global steps/s with every message sent at once (the median shape;
-// up to 24% more; bench/README.md, "Eager messages"). Before MPI_Init: sets the TCP transport's eager limit and fragment size
-// (OMPI_MCA_btl_tcp_eager_limit, OMPI_MCA_btl_tcp_max_send_size, read by both MPI builds; other
-// transports and MPIs ignore them) so that messages of up to `payload_floats` go at once, their
-// header and the library's beside them, unless the environment sets either already (the user's
-// choice stands) or the defaults carry them already. Returns whether it set them.
+// up to 24% more; bench/README.md, "Eager messages"). Before MPI_Init: sets the TCP transport's
+// eager limit and fragment size (OMPI_MCA_btl_tcp_eager_limit, OMPI_MCA_btl_tcp_max_send_size,
+// read by both MPI builds; other transports and MPIs ignore them) so that messages of up to
+// `payload_floats` go at once, their header and the library's beside them, unless the
+// environment sets either already (the user's choice stands) or the defaults carry them already.
+// Returns whether it set them.
 bool tcp_eager_up_to(std::int64_t payload_floats);
 
 // Whether an MpiSession of this process was left unfinalized (MpiSession::leave_unfinalized).
