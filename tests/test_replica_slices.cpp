@@ -14,6 +14,7 @@
 #include "ps/resilience/push_journal.hpp"
 #include "ps/resilience/replica.hpp"
 #include "ps/resilience/replica_pacing.hpp"
+#include "ps/resilience/standbys.hpp"
 #include "ps/wire/partition.hpp"
 
 using namespace mt;
@@ -86,17 +87,22 @@ TEST_CASE("replica: a standby assembles it whole from slices sent a few after ea
   REQUIRE(each == 2);     // spread over 9 updates of the 10
   ReplicaSender sender(10, 1.0);
   ReplicaHost host(1);
+  CHECK(host.newest_step(0) == -1);  // what its pushes tell the shard: none yet
   sender.send(100, 1, s.pieces(), s.record, kStandby, reply);
   CHECK(pace_out(sender, host) == 6);  // 2 slices after each of 6 updates
   REQUIRE(host.any());
   CHECK(sender.ready(kStandby));  // every slice sent and through: the next may go
   CHECK(sender.settled_step() == 100);
   check_holds(host, s, 100);
+  CHECK(host.newest_step(0) == 100);
   // The next replica replaces it only once whole.
   ShardState later(0.75f);
   sender.send(110, 1, later.pieces(), later.record, kStandby, reply);
+  host.poll(MPI_COMM_SELF);
+  CHECK(host.newest_step(0) == 100);  // its first slices only
   pace_out(sender, host, &s, 100);
   check_holds(host, later, 110);
+  CHECK(host.newest_step(0) == 110);
   CHECK(replica_age_at_most(s.floats(), 10, reply) == 15);  // the interval, and 5 updates of slices after the first
   CHECK(replica_age_at_most(1000, 10, reply) == 10);        // one slice: sent whole
   // A replica of 28 messages (dana's momenta of 26 workers): no more after an update than its
@@ -132,4 +138,20 @@ TEST_CASE("replica: one given up midway is dropped, the standby keeps the one be
   sender.send(120, 1, next.pieces(), next.record, kStandby, reply);
   pace_out(sender, host, &first, 100);
   check_holds(host, next, 120);
+}
+
+// What a shard's replies tell the workers' push journals they need not keep (ReplicaSender's
+// settled step is when the sends completed: the kernel holds the bytes, which on a full link may
+// not cross it for a while): only a replica every standby of the last one said, in its pushes,
+// it holds whole.
+TEST_CASE("replica: the replies' replica step is one every standby said it holds", "[ps][replica]") {
+  const std::vector<int> one{1}, two{1, 2};
+  CHECK(confirmed_replica_step(-1, one, {}) == -1);            // none sent
+  CHECK(confirmed_replica_step(100, one, {}) == -1);           // sent, the standby said nothing yet
+  CHECK(confirmed_replica_step(100, one, {{1, 90}}) == 90);    // it holds the one before
+  CHECK(confirmed_replica_step(100, one, {{1, 100}}) == 100);  // it holds this one
+  CHECK(confirmed_replica_step(100, one, {{1, 110}}) == 100);  // never past what has left
+  CHECK(confirmed_replica_step(100, two, {{1, 100}}) == -1);   // a new standby that holds none yet
+  CHECK(confirmed_replica_step(100, two, {{1, 100}, {2, 90}}) == 90);
+  CHECK(confirmed_replica_step(100, {}, {}) == 100);  // no standby named (no replica in the log yet)
 }

@@ -247,6 +247,7 @@ void Shard::handle_worker(Member& m) {
       if (m.late || m.rejoined) admit_late(m);
       break;
     case MsgKind::kPush:
+      if (standbys_ && h.replica_step >= 0) standbys_->held(m.rank, h.replica_step);  // a standby's
       if (step_ >= opts_.train_steps || stop_at_) {
         // The end, or a notice: this push is not applied.
         if (!reply(m, MsgKind::kStop)) return;

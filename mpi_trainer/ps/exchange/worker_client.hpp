@@ -61,6 +61,9 @@ class WorkerClient {
                     bool synthetic, std::int64_t push_id);
   // --corrupt-push discard: the push prepared is marked not to be applied (kDiscardPush).
   void mark_discard();
+  // A standby's push prepared tells shard s the step of its newest whole replica of that shard
+  // (MsgHeader::replica_step; -1: none): what the shard's replies may say every standby holds.
+  void mark_replica_held(int s, std::int64_t step) { send_.at(static_cast<std::size_t>(s)).header().replica_step = step; }
   // One exchange with every shard (`kind`: kJoin or kPush); on kOk the parameters are in params().
   // The replies are awaited `deadline` seconds (0: --failure-timeout for a push, for a join at
   // least a minute: the parameter server may load a checkpoint first).

@@ -13,9 +13,10 @@
 // in the replica when its shard had handled the worker's push number by then: the replica carries
 // that number for every data slot (ReplicaState::handled), so nothing is applied twice.
 //
-// A worker drops an entry once every shard's reply reports a replica of a later step that has left
-// for every standby (MsgHeader::replica_step): the log holds the pushes of a replica interval and
-// the replica in flight, spread over the workers.
+// A worker drops an entry once every shard's reply reports a replica of a later step that every
+// standby said, in its pushes, it holds whole (MsgHeader::replica_step; a replica that has merely
+// left may still be in the shard's kernel): the log holds the pushes of a replica interval, the
+// replica in flight and a step of the standby's, spread over the workers.
 #pragma once
 
 #include <cstdint>

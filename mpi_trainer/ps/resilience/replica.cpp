@@ -295,6 +295,12 @@ bool ReplicaHost::any() const {
   return std::any_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.has; });
 }
 
+std::int64_t ReplicaHost::newest_step(int s) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Part& p = parts_.at(static_cast<std::size_t>(s));
+  return p.has ? reinterpret_cast<const MsgHeader*>(p.newest.data.data())->step : -1;
+}
+
 std::optional<ReplicaState> ReplicaHost::assemble(const Model& model, const Partition& part, int slots) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.has; })) return std::nullopt;

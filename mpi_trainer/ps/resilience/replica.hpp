@@ -113,6 +113,9 @@ class ReplicaHost {
   void poll(MPI_Comm comm);
   // Whether any shard's replica arrived.
   bool any() const;
+  // The step of shard `s`'s newest whole replica here (-1: none yet), which this standby's pushes
+  // tell the shard (thread-safe).
+  std::int64_t newest_step(int s) const;
   // The newest replicas, assembled (thread-safe: the poll may run on another thread): nothing
   // unless every shard's arrived at least once. `slots`: the job's data slots (each replica's
   // table of the pushes its shard handled has one row per slot).

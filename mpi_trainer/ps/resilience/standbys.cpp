@@ -40,6 +40,23 @@ Standbys::Standbys(const PsOptions& opts, bool lead, int state_buffers, PsEvents
       self_(self),
       sender_(std::max<std::int64_t>(1, opts.replica_interval), opts.replica_budget) {}
 
+void Standbys::held(int rank, std::int64_t step) {
+  std::int64_t& h = held_.try_emplace(rank, -1).first->second;
+  h = std::max(h, step);
+}
+
+std::int64_t confirmed_replica_step(std::int64_t sent, const std::vector<int>& ranks,
+                                    const std::map<int, std::int64_t>& held) {
+  std::int64_t step = sent;
+  for (const int r : ranks) {
+    const auto it = held.find(r);
+    step = std::min(step, it == held.end() ? std::int64_t{-1} : it->second);
+  }
+  return step;
+}
+
+std::int64_t Standbys::settled_step() const { return confirmed_replica_step(sender_.settled_step(), ranks_, held_); }
+
 bool Standbys::after_update(std::int64_t step, const Membership& members, const ContentFn& content) {
   const bool due = sender_.due(step);
   std::vector<ReplicaSender::Dest> dests;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,6 +25,11 @@ std::vector<ReplicaSender::Dest> choose_standbys(const Membership& members, int 
 
 // Why the standbys changed from `before` to `now` (ranks; StandbyChange in ps/ps.hpp).
 StandbyChange standby_change(const std::vector<int>& before, const std::vector<int>& now, const Membership& members);
+
+// The newest replica that has left for the standbys `ranks` (`sent`, ReplicaSender::settled_step)
+// and that each of them said it holds (`held`, per rank; one that said nothing holds none); -1: none.
+std::int64_t confirmed_replica_step(std::int64_t sent, const std::vector<int>& ranks,
+                                    const std::map<int, std::int64_t>& held);
 
 class Standbys {
  public:
@@ -50,8 +56,15 @@ class Standbys {
   // Before `rank` is told to stop: the replica in flight to it has left, every slice (or is given up).
   void settle(int rank, const Membership& members);
 
+  // A push of worker `rank` said it holds this shard's replica of `step` whole
+  // (MsgHeader::replica_step): the standbys confirm what arrived.
+  void held(int rank, std::int64_t step);
   std::int64_t sent() const { return sender_.sent(); }
-  std::int64_t settled_step() const { return sender_.settled_step(); }
+  // The newest replica that has left for the standbys of the last one and that each of them said
+  // it holds (-1: none): what the replies tell the workers' push journals they need not keep. A
+  // send completes once the kernel holds the bytes, which on a full link may be long before they
+  // cross it: a parameter server's node lost meanwhile (revoked, cut off) takes them with it.
+  std::int64_t settled_step() const;
   double mean_interval() const { return sender_.mean_interval(); }
   double mean_cost_seconds() const { return sender_.mean_cost_seconds(); }
 
@@ -64,7 +77,8 @@ class Standbys {
   FaultPlan& plan_;
   const int self_;
   ReplicaSender sender_;
-  std::vector<int> ranks_;  // the standbys of the last replica, for the log
+  std::vector<int> ranks_;  // the standbys of the last replica
+  std::map<int, std::int64_t> held_;  // per worker rank, the newest replica it said it holds
 };
 
 }  // namespace mt

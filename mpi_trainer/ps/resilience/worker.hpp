@@ -81,6 +81,8 @@ class Worker {
       const PushFault fault = corrupt(res_.pushes + 1);
       client_->prepare_push(st, grads_, batch_stats_, !computer_, push_base_ + res_.pushes + 1);
       if (fault == PushFault::kDiscard) client_->mark_discard();
+      for (int s = 0; s < shards_; ++s)
+        client_->mark_replica_held(s, replicas_ ? replicas_->newest_step(s) : -1);
       ++res_.pushes;
       journal_push();
       const Exchange more = exchange(MsgKind::kPush);

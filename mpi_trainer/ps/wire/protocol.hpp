@@ -14,7 +14,8 @@
 //                            this pair's pushes and replies carry their payload there and the
 //                            messages are headers alone (`payload` still counts it)
 //   worker -> shard  kPush   gradients [+ BN batch stats] computed on model_version; data
-//                            cursor after the batch, loss, correct, batch, push_id: one global step
+//                            cursor after the batch, loss, correct, batch, push_id: one global step;
+//                            a standby's also replica_step, the newest whole replica it holds
 //                            (under --push-precision bf16, parameters and gradients travel as
 //                            pairs of bf16 values per float slot, the statistics as floats:
 //                            ps/wire/precision.hpp; `payload` counts slots)
@@ -68,7 +69,7 @@
 namespace mt {
 
 inline constexpr std::uint32_t kMsgMagic = 0x5350544D;  // "MTPS"
-inline constexpr std::uint16_t kProtocolVersion = 14;
+inline constexpr std::uint16_t kProtocolVersion = 15;
 inline constexpr int kTagToPs = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagFinal = 13;      // shard k -> shard 0: final state
@@ -146,8 +147,10 @@ struct MsgHeader {
   std::int64_t push_id = 0;        // push: this worker's push number (1, 2, ...; kept across takeovers);
                                    // its reply: the push it answers (to a joiner's join: where it
                                    // numbers its pushes on from, Shard::reply)
-  std::int64_t replica_step = -1;  // reply to a push: the step of this shard's newest replica that has
-                                   // left for every standby (-1: none); older pushes need no log
+  std::int64_t replica_step = -1;  // push from a standby: the step of its newest whole replica of
+                                   // this shard (-1: none, or not a standby); reply to a push: the
+                                   // step of this shard's newest replica every standby said it holds
+                                   // (-1: none); older pushes need no log
   float lr = 0;                    // reply to an applied push: the rate and momentum it was applied
   float momentum = 0;              // with (SgdSpec's floats)
   std::int32_t pid = 0;            // reply to a join: the shard's process id (a same-node worker ends
