@@ -16,7 +16,7 @@
 # --workers W: W workers (5 processes on the 2 cores: --workers 4).
 # Then the push journal's cost (--push-journal, docs/fault-model.md "Zero-loss takeover"): R runs
 # of 300 steps without a kill each way, journal on and off alternated (ULFM build): images/s, and
-# the most bytes and pushes a worker's journal held (its own line at the end of each run).
+# the most bytes and pushes a worker's journal held (its own line at the end of each run); R 0: none.
 #   bench/faults/ps_takeover.sh [--kills 10] [--replica-interval 10] [--num-ps 1] [--workers 3] [--throughput-runs 5]
 #                        [--ulfm-trainer PATH] [--trainer PATH]
 set -euo pipefail
@@ -125,6 +125,7 @@ for mode in ("takeover", "restart"):
 PY
 
 # The journal's cost: the same job without a kill, journal on and off alternated (ULFM build).
+((tp_runs > 0)) || { echo "--throughput-runs 0: no measure of the journal's cost"; exit 0; }
 : > "$dir/journal.jsonl"
 for ((k = 0; k < 2 * tp_runs; ++k)); do
   journal=$([[ $((k % 2)) == 0 ]] && echo on || echo off)

@@ -33,7 +33,9 @@
 #   --model resnet8 --batch-size 4
 #   --flags "..."            more flags for both train and plan (e.g. "--ps-standby 0")
 #   --sysctl "K=V ..."       kernel settings for every node's own network stack (e.g.
-#                            "net.ipv4.tcp_slow_start_after_idle=0"); default: Linux's own
+#                            "net.ipv4.tcp_slow_start_after_idle=0"; a value of several numbers
+#                            with commas: net.ipv4.tcp_wmem=4096,4194304,4194304); default:
+#                            Linux's own
 #   MT_MPI=ulfm in front runs the ULFM build (the default build's figures beside: run both)
 #   bench/perf/link_plan.sh --rates "25 100" --workers 4
 set -euo pipefail
@@ -63,7 +65,7 @@ msg=$("$cluster" up --name "$name" --nodes $((max_shards + workers)) 2>&1) || {
   echo "link_plan.sh: cannot make the cluster: $msg" >&2; exit 4; }
 trap '"$cluster" down --name "$name" >/dev/null 2>&1; rm -rf "$dir"' EXIT
 for ((i = 1; i <= max_shards + workers; i++)); do
-  for kv in $sysctls; do ip netns exec "$name-n$i" sysctl -q -w "$kv"; done
+  for kv in $sysctls; do ip netns exec "$name-n$i" sysctl -q -w "${kv//,/ }"; done
 done
 "$trainer" gen-data "$dir/data" --train 2048 --test 128 --seed 3 >/dev/null
 /usr/bin/python3 - "$trainer" "$dir" "$name" "$rates" "$shards" "$workers" "$precisions" "$bf16_shards" "$ratio" \

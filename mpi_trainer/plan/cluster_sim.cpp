@@ -247,9 +247,10 @@ void ClusterSim::settle_sends() {
 // link, so the model lets the link space replicas out no further: each update carries its share
 // of one, and a slow link carries fewer updates instead. Measured, that holds up to four
 // workers; from five on a slow link with one shard, and past five in every shape, the standby's
-// one connection does not get that share of a link the replies fill, the sends complete late and
-// the trainer's replicas space out (bench/README.md, "Eager messages", "Past five workers"): not
-// modelled.
+// one connection does not get that share of a link the replies fill (TCP's share, not the
+// sends': with 4 MB socket buffers they complete at once and the bytes pile up in the kernel), the
+// sends complete late and the trainer's replicas space out (bench/README.md, "Eager messages",
+// "Why the replicas space out at 5 workers", "Past five workers"): not modelled.
 void ClusterSim::pace_replica() {
   if (opt_.replica_bytes.empty() || !opt_.ps_link) return;
   const auto put_slices = [&](std::size_t s) {
