@@ -15,7 +15,7 @@
 # in one attempt, one takeover, from a replica no newer than the one-way cut, at least a replica
 # interval of updates between the cut and the link's loss, 0 updates lost (the takeover's count)
 # and the whole history checked (bench/faults/history_check.py: every acknowledged push in it
-# once; a step of the replayed range empty only where an unacknowledged push was replayed later).
+# once, no step of the replayed range empty).
 # Before the replies waited for the standby's word, every run of this lost acknowledged pushes
 # (3-4 counted by the takeover, up to 7 in the history). The default build has no takeover:
 # skipped there.
@@ -89,14 +89,11 @@ PY
 /usr/bin/python3 "$repo/bench/faults/history_check.py" "$dir/push.csv" --metrics "$dir/m.jsonl" \
   --json "$dir/history.json" >"$dir/history" 2>&1 || { cat "$dir/history"; fail "history check"; }
 # A push the cut-off parameter server applied but whose reply never came (the standby's, after
-# the one-way cut) is replayed after the acknowledged ones, at a later step: its first step stays
-# empty in the history, which the checker counts as lost in the takeover. No more than those.
-/usr/bin/python3 - "$dir/history.json" "$dir/m.jsonl" <<'PY' || { cat "$dir/history"; fail "updates lost in the takeover"; }
-import json, sys
-c = json.load(open(sys.argv[1]))["counts"]
-t = [json.loads(l) for l in open(sys.argv[2]) if '"event":"ps_takeover"' in l][0]
-assert c["acknowledged_lost"] == 0 and c["takeover_lost_updates"] <= t["replayed_unacknowledged"], (c, t)
-PY
+# the one-way cut) is replayed at a step it can have made (replay_order): no step of the replayed
+# range is empty either.
+/usr/bin/python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["counts"]
+assert c["acknowledged_lost"] == 0 and c["takeover_lost_updates"] == 0, c' "$dir/history.json" ||
+  { cat "$dir/history"; fail "updates lost in the takeover"; }
 echo "ok: $(head -1 "$dir/history")"
 latest=$(cat "$dir/ck/LATEST" 2>/dev/null)
 "$trainer" ckpt verify "$dir/ck/${latest:-none}" >/dev/null || fail "the final checkpoint ${latest:-(none)} does not verify"

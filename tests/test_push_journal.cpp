@@ -116,14 +116,55 @@ TEST_CASE("push journal: a replay skips what the replica holds, acknowledged pus
   add(1, 1, 5, true, 30);  // another part
   add(0, 1, 5, false, 0);  // the same push twice (never expected): once, where acknowledged
   const std::vector<std::int64_t> handled{9, 4, 3};
-  const std::vector<LoggedPush> order = replay_order(all, 0, handled);
+  const std::vector<LoggedPush> order = replay_order(all, 0, handled, 21);
   std::vector<std::pair<int, std::int64_t>> got;
   for (const auto& p : order)
     got.emplace_back(p.slot, p.push_id);
   CHECK(got == std::vector<std::pair<int, std::int64_t>>{{0, 10}, {1, 5}, {1, 6}, {2, 4}});
   CHECK(order[1].acked);
-  CHECK(replay_order(all, 1, handled).size() == 1);
-  CHECK(replay_order(all, 1, std::vector<std::int64_t>{0, 5, 0}).empty());
+  CHECK(replay_order(all, 1, handled, 21).size() == 1);
+  CHECK(replay_order(all, 1, std::vector<std::int64_t>{0, 5, 0}, 21).empty());
+}
+
+// A push the lost shard applied but never answered left a step no acknowledged push made: the
+// replay fills it with a push without a reply that can have made it (computed on older
+// parameters), so the new shard makes every step the lost one made, in its order.
+TEST_CASE("push journal: a step no acknowledged push made is filled by a push whose reply never came",
+          "[ps][journal]") {
+  std::vector<LoggedPush> all;
+  const auto add = [&](int slot, std::int64_t id, bool acked, std::int64_t step, std::int64_t version) {
+    LoggedPush p;
+    p.slot = slot;
+    p.push_id = id;
+    p.acked = acked;
+    p.step = step;
+    MsgHeader h;
+    h.model_version = version;
+    p.message.resize(static_cast<std::size_t>(kHeaderFloats));
+    std::memcpy(p.message.data(), &h, sizeof h);
+    all.push_back(p);
+  };
+  // From the replica of step 50: steps 51, 52, 54, 55 acknowledged; 53 and 56 made by the pushes
+  // of slots 0 and 2 whose replies never came (computed on 50 and 54); slot 3's, computed on 55,
+  // cannot have made 53.
+  add(1, 20, true, 51, 49);
+  add(1, 21, true, 52, 51);
+  add(1, 22, true, 54, 52);
+  add(1, 23, true, 55, 54);
+  add(0, 7, false, 0, 50);
+  add(2, 9, false, 0, 54);
+  add(3, 4, false, 0, 55);
+  std::vector<std::pair<int, std::int64_t>> got;
+  for (const auto& p : replay_order(all, 0, std::vector<std::int64_t>{0, 19, 0, 0}, 50))
+    got.emplace_back(p.slot, p.push_id);
+  CHECK(got == std::vector<std::pair<int, std::int64_t>>{{1, 20}, {1, 21}, {0, 7}, {1, 22}, {1, 23}, {2, 9}, {3, 4}});
+  // A step none can have made (a push lost with its worker) stays a gap: the one computed on 54
+  // does not fill step 53.
+  all.erase(all.begin() + 4);
+  got.clear();
+  for (const auto& p : replay_order(all, 0, std::vector<std::int64_t>{0, 19, 0, 0}, 50))
+    got.emplace_back(p.slot, p.push_id);
+  CHECK(got == std::vector<std::pair<int, std::int64_t>>{{1, 20}, {1, 21}, {1, 22}, {1, 23}, {2, 9}, {3, 4}});
 }
 
 TEST_CASE("push journal: a cut or malformed journal is an error, never a crash", "[ps][journal]") {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <set>
 #include <tuple>
 
@@ -193,7 +194,47 @@ std::vector<LoggedPush> parse_push_journal(std::string_view bytes) {
   return out;
 }
 
-std::vector<LoggedPush> replay_order(std::vector<LoggedPush> all, int part, std::span<const std::int64_t> handled) {
+namespace {
+
+// The model version a logged push was computed on (-1: its message holds no header).
+std::int64_t logged_version(const LoggedPush& p) {
+  if (p.message.size() < static_cast<std::size_t>(kHeaderFloats)) return -1;
+  MsgHeader h;
+  std::memcpy(static_cast<void*>(&h), p.message.data(), sizeof h);
+  return h.model_version;
+}
+
+// Acknowledged pushes (by step) with the steps between them that none made filled by the pushes
+// without a reply that can have made them (`tail`: those, by slot and push number); the rest of
+// the tail after them.
+std::vector<LoggedPush> fill_steps(std::vector<LoggedPush> acked, std::vector<LoggedPush> tail, std::int64_t from) {
+  std::vector<LoggedPush> out;
+  out.reserve(acked.size() + tail.size());
+  std::int64_t step = from;
+  for (LoggedPush& a : acked) {
+    for (; step + 1 < a.step; ++step) {
+      // The oldest computed first (it waited longest), on a tie the first by slot.
+      auto best = tail.end();
+      for (auto it = tail.begin(); it != tail.end(); ++it) {
+        const std::int64_t v = logged_version(*it);
+        if (v >= 0 && v < step + 1 && (best == tail.end() || v < logged_version(*best))) best = it;
+      }
+      if (best == tail.end()) break;  // none: a push lost with its worker made it
+      out.push_back(std::move(*best));
+      tail.erase(best);
+    }
+    step = std::max(step, a.step);
+    out.push_back(std::move(a));
+  }
+  for (LoggedPush& t : tail)
+    out.push_back(std::move(t));
+  return out;
+}
+
+}  // namespace
+
+std::vector<LoggedPush> replay_order(std::vector<LoggedPush> all, int part, std::span<const std::int64_t> handled,
+                                     std::int64_t from) {
   std::erase_if(all, [&](const LoggedPush& p) {
     const auto slot = static_cast<std::size_t>(p.slot);
     return p.part != part || (slot < handled.size() && p.push_id <= handled[slot]);
@@ -206,7 +247,10 @@ std::vector<LoggedPush> replay_order(std::vector<LoggedPush> all, int part, std:
   // A push logged twice (never expected) is replayed once, where it was acknowledged.
   std::set<std::pair<int, std::int64_t>> seen;
   std::erase_if(all, [&](const LoggedPush& p) { return !seen.insert({p.slot, p.push_id}).second; });
-  return all;
+  const auto first_tail = std::find_if(all.begin(), all.end(), [](const LoggedPush& p) { return !p.acked; });
+  std::vector<LoggedPush> tail(std::make_move_iterator(first_tail), std::make_move_iterator(all.end()));
+  all.erase(first_tail, all.end());
+  return fill_steps(std::move(all), std::move(tail), from);
 }
 
 namespace {

@@ -83,10 +83,15 @@ class PushJournal {
 void append_logged(std::string& out, const LoggedPush& p);
 std::vector<LoggedPush> parse_push_journal(std::string_view bytes);  // throws Error on a malformed log
 
-// What shard `part` replays after its part of a replica whose shard had handled, per data slot,
-// the pushes up to `handled[slot]`: the entries of that part not handled, acknowledged ones in the
-// order of their steps, then the others by slot and push number. Each push once.
-std::vector<LoggedPush> replay_order(std::vector<LoggedPush> all, int part, std::span<const std::int64_t> handled);
+// What shard `part` replays after its part of a replica of step `from` whose shard had handled,
+// per data slot, the pushes up to `handled[slot]`: the entries of that part not handled,
+// acknowledged ones in the order of their steps, then the others by slot and push number. Each
+// push once. A step between `from` and an acknowledged push that no acknowledged push made was
+// made by a push whose reply never came (or by one lost with its worker): the first push without
+// a reply that can have made it (computed on parameters older than that step) fills it, so that
+// the replay makes every step the lost shard made, in its order where that is known.
+std::vector<LoggedPush> replay_order(std::vector<LoggedPush> all, int part, std::span<const std::int64_t> handled,
+                                     std::int64_t from);
 
 // A surviving shard's own part at a takeover (several shards): its step, the push it handled last
 // per data slot, its parameters, its state buffers (one after the other) and, on the old shard 0,
