@@ -56,6 +56,10 @@ std::string WitnessVerdict::describe(int shard) const {
       s << "none of the " << asked << " other worker" << (asked == 1 ? "" : "s") << " answered within " << waited
         << " s";
       break;
+    case Kind::kFailureReported:
+      s << "the MPI library failed the asks to the " << asked << " other worker" << (asked == 1 ? "" : "s")
+        << " (a failure reported, or a takeover under way)";
+      break;
   }
   return s.str();
 }
@@ -186,6 +190,7 @@ WitnessVerdict ask_witnesses(MPI_Comm comm, int shards, int shard, double silenc
     return v;
   }
   bool alive = false;
+  int failed = 0;  // asks whose answer the MPI library failed (ULFM)
   for (;;) {
     int pending = 0;
     {
@@ -194,8 +199,9 @@ WitnessVerdict ask_witnesses(MPI_Comm comm, int shards, int shard, double silenc
       for (std::size_t i = 0; i < peers.size() && !alive; ++i) {
         if (got[i] == MPI_REQUEST_NULL) continue;
         int done = 0;
-        if (MPI_Test(&got[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {  // ULFM: it died meanwhile
+        if (MPI_Test(&got[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {  // ULFM: it died, or a revoke
           got[i] = MPI_REQUEST_NULL;
+          ++failed;
           continue;
         }
         if (!done) {
@@ -235,8 +241,14 @@ WitnessVerdict ask_witnesses(MPI_Comm comm, int shards, int shard, double silenc
         abandon(std::move(out[i]));  // an unreachable worker's ask stays in flight
     }
   }
-  v.kind = alive ? WitnessVerdict::Kind::kAlive
-               : v.answered > 0 ? WitnessVerdict::Kind::kSilentToAll : WitnessVerdict::Kind::kIsolated;
+  // Every ask failed in the library: not an unreachable link (that one waits out the timeout) but
+  // failures it knows of, or the communicator revoked (a takeover that killed the hung shard):
+  // this worker takes the loss path, and the takeover, instead of leaving as isolated (seen in
+  // chaos.sh's hung-ps under load: it left, its journal with it, and 3 updates were lost).
+  v.kind = alive              ? WitnessVerdict::Kind::kAlive
+           : v.answered > 0   ? WitnessVerdict::Kind::kSilentToAll
+           : failed == v.asked ? WitnessVerdict::Kind::kFailureReported
+                               : WitnessVerdict::Kind::kIsolated;
   return v;
 }
 

@@ -34,7 +34,10 @@ struct WitnessVerdict {
     kNoPeers,      // no other worker to ask (one worker, a joiner): this worker's silence decides
     kSilentToAll,  // every worker that answered is as deaf to the shard: it is lost
     kAlive,        // another worker heard the shard after this one's silence began: the link is ours
-    kIsolated      // no other worker answered: this worker reaches no one (its own link)
+    kIsolated,     // no other worker answered: this worker reaches no one (its own link)
+    // ULFM: every ask failed in the MPI library at once (the others reported failed, or the
+    // communicator revoked by a takeover under way): a failure, not this worker's link
+    kFailureReported
   };
   Kind kind = Kind::kNoPeers;
   int asked = 0;

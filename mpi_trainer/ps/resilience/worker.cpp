@@ -238,7 +238,8 @@ bool Worker::cut_off() {
 // the agent and the desk stop, heartbeats to the shard abandoned.
 void Worker::stop_serving() {
   if (agent_) agent_->ps_lost();
-  if (witnessed_ && witnessed_->kind != WitnessVerdict::Kind::kNoPeers && agent_)
+  if (witnessed_ && witnessed_->kind != WitnessVerdict::Kind::kNoPeers &&
+      witnessed_->kind != WitnessVerdict::Kind::kFailureReported && agent_)
     std::this_thread::sleep_for(std::chrono::duration<double>(std::max(1.0, opts_.failure_timeout)));
   stop_agent();
   close_desk();
