@@ -215,9 +215,13 @@ std::vector<LoggedPush> fill_steps(std::vector<LoggedPush> acked, std::vector<Lo
     for (; step + 1 < a.step; ++step) {
       // The oldest computed first (it waited longest), on a tie the first by slot.
       auto best = tail.end();
+      std::int64_t oldest = step + 1;  // computed before the step it fills
       for (auto it = tail.begin(); it != tail.end(); ++it) {
         const std::int64_t v = logged_version(*it);
-        if (v >= 0 && v < step + 1 && (best == tail.end() || v < logged_version(*best))) best = it;
+        if (v >= 0 && v < oldest) {
+          best = it;
+          oldest = v;
+        }
       }
       if (best == tail.end()) break;  // none: a push lost with its worker made it
       out.push_back(std::move(*best));

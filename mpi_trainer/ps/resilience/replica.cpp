@@ -295,10 +295,14 @@ bool ReplicaHost::any() const {
   return std::any_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.has; });
 }
 
+const MsgHeader& ReplicaHost::newest_header(const Part& p) {
+  return *reinterpret_cast<const MsgHeader*>(p.newest.data.data());
+}
+
 std::int64_t ReplicaHost::newest_step(int s) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Part& p = parts_.at(static_cast<std::size_t>(s));
-  return p.has ? reinterpret_cast<const MsgHeader*>(p.newest.data.data())->step : -1;
+  return p.has ? newest_header(p).step : -1;
 }
 
 std::optional<ReplicaState> ReplicaHost::assemble(const Model& model, const Partition& part, int slots) const {
@@ -307,12 +311,11 @@ std::optional<ReplicaState> ReplicaHost::assemble(const Model& model, const Part
   ReplicaState r;
   r.params = FlatTensors(model.params());
   r.bn_stats = FlatTensors(model.stats());
-  const auto header = [](const Part& p) { return *reinterpret_cast<const MsgHeader*>(p.newest.data.data()); };
-  const int buffers = header(parts_[0]).slots;
+  const int buffers = newest_header(parts_[0]).slots;
   for (int j = 0; j < buffers; ++j)
     r.state.emplace_back(model.params());
   for (std::size_t s = 0; s < parts_.size(); ++s) {
-    const MsgHeader h = header(parts_[s]);
+    const MsgHeader h = newest_header(parts_[s]);
     const auto n = static_cast<std::size_t>(part.floats(static_cast<int>(s)));
     const std::size_t stats = s == 0 ? static_cast<std::size_t>(model.stats().total()) : 0;
     const std::size_t record =

@@ -135,6 +135,8 @@ class ReplicaHost {
     MPI_Request req = MPI_REQUEST_NULL;
     bool has = false;
   };
+  // The header of `p`'s newest whole replica (its first slice's, the payload the whole replica).
+  static const MsgHeader& newest_header(const Part& p);
   // A slice of shard `s` arrived in `p.slice`: into the replica it belongs to.
   void take_slice(Part& p, std::size_t s, MPI_Comm comm);
   std::vector<Part> parts_;
