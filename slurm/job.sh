@@ -102,11 +102,64 @@ case $role in
     cmd=("${mpirun[@]}" "${alone[@]}" --ompi-server "file:$uri" "$trainer" join "${common[@]}") ;;
 esac
 
+# The requeue request (MT_MAX_REQUEUES caps the restarts). Under a preemption Slurm requeues the
+# job itself and refuses the request, which is fine.
+request_requeue() {
+  if ((${SLURM_RESTART_COUNT:-0} >= ${MT_MAX_REQUEUES:-20})); then
+    say "not requeueing: already restarted ${SLURM_RESTART_COUNT:-0} times (MT_MAX_REQUEUES)"
+  else
+    scontrol requeue "$self" 2>&1 | sed "s/^/$me: scontrol requeue: /"
+  fi
+}
+# After a notice the parameter server's roles ask for the requeue without waiting for the MPI job
+# to end: as soon as its status says its checkpoint is durable (state requeue, written after the
+# notice); and after a SIGTERM, which Slurm follows with SIGKILL KillWait seconds later (a node
+# failure, a requeue, scancel), at three quarters of KillWait whatever the training is doing then
+# (a parameter server hung in MPI after a peer's death, srun waiting for tasks on a lost node): the
+# restart resumes from the newest durable checkpoint. A heterogeneous job whose worker node failed
+# needs it: Slurm requeues its first component itself, only this request requeues the others, and
+# when this script was killed first the job stayed pending for ever (tests/test_slurm_preempt.sh,
+# HOW=down-hung-ps; docs/fault-model.md, "Slurm").
+kill_wait=$(scontrol show config 2>/dev/null | sed -n 's/^KillWait *= *\([0-9]*\).*/\1/p')
+kill_wait=${kill_wait:-30}  # Slurm's default
+marks=$(mktemp -d "${TMPDIR:-/tmp}/mt-job.XXXXXX") || die "mktemp failed"
+watcher=0
+trap '((watcher)) && kill "$watcher" 2>/dev/null; rm -rf "$marks"' EXIT
+watch_requeue() {
+  trap '' TERM USR1  # Slurm's SIGTERM reaches every process of the job: this one lives on to act on it
+  local by=0
+  while kill -0 "$child" 2>/dev/null; do
+    ((by == 0)) && [[ -e $marks/term ]] && by=$(($(date +%s) + kill_wait * 3 / 4))
+    local state=""
+    [[ -n $(find "$status" -newer "$marks/notice" 2>/dev/null) ]] && state=$(ps_state)
+    case $state in
+      requeue) say "checkpoint durable at $(date -u +%FT%T.%NZ): requeueing"; request_requeue
+               touch "$marks/requested"; return ;;
+      done|failed|interrupted) return ;;
+    esac
+    if ((by > 0 && $(date +%s) >= by)); then
+      state=$(ps_state)
+      [[ $state == running || $state == lost ]] || return
+      say "still training $((kill_wait * 3 / 4)) s after the SIGTERM (Slurm's SIGKILL follows ${kill_wait} s after it): requeueing now, to resume from the newest durable checkpoint"
+      request_requeue
+      touch "$marks/requested"
+      return
+    fi
+    sleep 0.2
+  done
+}
 child=0 noticed=0
 notice() {
   noticed=1
   say "SIG$1 at $(date -u +%FT%T.%NZ): checkpoint/leave and requeue"
   ((child)) && kill -USR1 "$child" 2>/dev/null
+  if [[ $role == worker ]] || ((child == 0)); then return; fi
+  [[ $1 == TERM ]] && touch "$marks/term"
+  if ((!watcher)); then
+    touch "$marks/notice"
+    watch_requeue &
+    watcher=$!
+  fi
 }
 trap 'notice USR1' USR1
 trap 'notice TERM' TERM
@@ -135,12 +188,8 @@ elif [[ $role == worker || ($rc == 75 && ($state == requeue || $state == running
   # A notice with a durable checkpoint (requeue), a parameter server lost after it started
   # (running, or lost: its standby wrote its replica), or a worker that left or lost its
   # parameter server while training goes on.
-  # Under a preemption Slurm requeues the job itself and refuses this request, which is fine.
-  if ((${SLURM_RESTART_COUNT:-0} >= ${MT_MAX_REQUEUES:-20})); then
-    say "not requeueing: already restarted ${SLURM_RESTART_COUNT:-0} times (MT_MAX_REQUEUES)"
-  else
-    scontrol requeue "$self" 2>&1 | sed "s/^/$me: scontrol requeue: /"
-  fi
+  ((watcher)) && wait "$watcher" 2>/dev/null
+  [[ -e $marks/requested ]] || request_requeue
   exit 75
 elif ((rc == 75)); then
   say "the training never started (no status in $ckpt from any attempt): not requeueing; see the errors above"

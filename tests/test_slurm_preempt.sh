@@ -6,10 +6,12 @@
 # With HOW=down the node is set DOWN instead (a VM revoked with no notice): for
 # hetjob.sbatch, whose heterogeneous job Slurm ends as a whole on a node failure even with
 # --no-kill, the job must be requeued and resume from its newest periodic checkpoint, losing at
-# most one checkpoint interval of steps.
+# most one checkpoint interval of steps. HOW=down-hung-ps: the same with the parameter server hung
+# from that moment (tests/hold_processes.py: only SIGKILL ends it), so the job's teardown outlasts
+# Slurm's KillWait and the batch script asks for the requeue itself in time (slurm/job.sh).
 # With HOW=kill-ps the parameter server process is SIGKILLed (no notice, no checkpoint): the
 # restart loop starts it again inside the same allocation, from the newest periodic checkpoint.
-# Usage: test_slurm_preempt.sh TRAINER [SBATCH (default train.sbatch)] [HOW: reclaim|down|kill-ps]
+# Usage: test_slurm_preempt.sh TRAINER [SBATCH (default train.sbatch)] [HOW: reclaim|down|down-hung-ps|kill-ps]
 set -uo pipefail
 source "$(dirname "$0")/slurm_lib.sh" "$1"
 template=${2:-train.sbatch} how=${3:-reclaim}
@@ -32,12 +34,24 @@ elif [[ $how == kill-ps ]]; then
   date -u +%s.%N > "$dir/down-at"
   kill -KILL "$pid" || fail "kill the parameter server"
 else
+  if [[ $how == down-hung-ps ]]; then
+    # The parameter server hangs from here on (every thread stopped: Open MPI 4.1 can leave it
+    # so after a peer's death, seen in CI), so the job's teardown outlasts Slurm's KillWait: the
+    # batch script has to ask for the requeue itself before its own SIGKILL.
+    pid=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$dir/ck/run-status.json")
+    /usr/bin/python3 "$here/hold_processes.py" 300 "$pid" > "$dir/hold.out" 2>&1 &
+    holder=$!
+    trap 'kill "$holder" 2>/dev/null; cleanup' EXIT
+    for _ in $(seq 50); do grep -q '^held' "$dir/hold.out" && break; kill -0 "$holder" 2>/dev/null || break; sleep 0.1; done
+    grep -q '^held' "$dir/hold.out" || fail "could not hold the parameter server (pid $pid): $(cat "$dir/hold.out")"
+    echo "job $job: the parameter server (pid $pid) held"
+  fi
   echo "job $job on $(echo $nodes), setting $victim DOWN at $(date -u +%FT%T.%NZ)"
   date -u +%s.%N > "$dir/down-at"
   scontrol update NodeName="$victim" State=DOWN Reason=spot-revoked || fail "scontrol update"
 fi
 wait_job "$job" COMPLETED 240
-[[ $how == down ]] && scontrol update NodeName="$victim" State=RESUME 2>/dev/null
+[[ $how == down* ]] && scontrol update NodeName="$victim" State=RESUME 2>/dev/null
 requeues=1; [[ $how == kill-ps ]] && requeues=0
 [[ $(job_field "$job" Restarts) == "$requeues" ]] || fail "job $job restarted $(job_field "$job" Restarts) times, expected $requeues"
 if [[ $how == reclaim ]]; then
@@ -49,6 +63,9 @@ if [[ $how == kill-ps ]]; then
 else
   grep -q "start 2 on" "$dir/job.out" || fail "the job did not start a second time"
 fi
+if [[ $how == down-hung-ps ]]; then
+  grep -q "requeueing now" "$dir/job.out" || fail "the batch script did not ask for the requeue while the job's teardown hung"
+fi
 /usr/bin/python3 - "$dir" "$steps" "$every" "$how" <<'PY' || fail "checks of the metrics"
 import datetime, json, re, sys
 d, steps, every, how = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -56,13 +73,13 @@ ev = [json.loads(l) for l in open(f"{d}/ck/metrics.jsonl")]
 kinds = [e["event"] for e in ev]
 resume = next(e for e in ev if e["event"] == "resume")
 before = [e["global_step"] for e in ev[:kinds.index("resume")] if "global_step" in e]
-if how in ("down", "kill-ps"):
+if how in ("down", "down-hung-ps", "kill-ps"):
     # No notice to the killed process: the newest periodic checkpoint is what survives.
     lost = max(before) - resume["global_step"]
     assert 0 <= lost <= every, f"lost {lost} steps (checkpoint interval {every})"
     first = next(e for e in ev[kinds.index("resume"):] if e["event"] == "first_step")
     t_down = float(open(f"{d}/down-at").read())
-    what = "node DOWN" if how == "down" else "parameter server SIGKILLed"
+    what = {"down": "node DOWN", "down-hung-ps": "node DOWN, parameter server hung"}.get(how, "parameter server SIGKILLed")
     print(f"figure: {what} -> training again {first['unix_time'] - t_down:.1f} s, steps lost {lost} "
           f"(newest step seen {max(before)}, resumed at {resume['global_step']})")
     summary = [e for e in ev if e["event"] == "summary"][-1]
