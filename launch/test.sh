@@ -42,7 +42,7 @@ leg asan $((SECONDS - t)) 0
 t=$SECONDS
 launch/setup.sh --mpi ulfm
 cmake --preset ulfm -DMT_WITH_CUDA=OFF >/dev/null
-cmake --build --preset ulfm -j "$jobs" --target mpi_trainer mt_fsync_fault
+cmake --build --preset ulfm -j "$jobs" --target mpi_trainer mt_fsync_fault mt_witness_ulfm
 leg ulfm $((SECONDS - t)) 0
 
 echo "== the sanitizer's unit suite (one core) beside the ULFM fault, chaos and launcher suites"
