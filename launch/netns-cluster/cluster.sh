@@ -24,8 +24,9 @@
 # namespace of its own (NAME-sw): the host's own network has no interface, route or address of the
 # cluster, and no namespace of it has a route anywhere but the /24. --rate (e.g. 100mbit, 20mbit,
 # 1gbit: tc's units) shapes every link both ways with a token bucket (tbf: the node's egress on
-# eth0, its ingress on the switch's port); default unshaped. Each node's /etc/hosts
-# (/etc/netns/NAME-<node>/hosts, which `ip netns exec` mounts) names every node.
+# eth0, its ingress on the switch's port); default unshaped. The bucket's queue holds
+# MT_NETNS_TBF_LATENCY of the rate (tc's `latency`, default 50ms) before it drops. Each node's
+# /etc/hosts (/etc/netns/NAME-<node>/hosts, which `ip netns exec` mounts) names every node.
 # It writes /run/mt-netns/NAME/: `hostfile` (n1..nN, slots=1 each: one rank per node), `agent` (the
 # launch agent: `agent HOST COMMAND...` runs COMMAND through `sh -c` in HOST's namespace with HOST as
 # its hostname, as ssh would; Open MPI 4.1 takes it as `--mca plm_rsh_agent`, Open MPI 5's PRRTE as
@@ -86,7 +87,7 @@ shape() {  # shape NAMESPACE DEV RATE|off
   [[ $3 == off ]] && return 0
   local bps
   bps=$(rate_bits "$3") || die "a rate is a number and tc's unit (bit, kbit, mbit, gbit), e.g. 100mbit; not '$3'"
-  run tc -n "$1" qdisc add dev "$2" root tbf rate "$3" burst $((bps / 8000 > 16384 ? bps / 8000 : 16384)) latency 50ms
+  run tc -n "$1" qdisc add dev "$2" root tbf rate "$3" burst $((bps / 8000 > 16384 ? bps / 8000 : 16384)) latency "${MT_NETNS_TBF_LATENCY:-50ms}"
 }
 rate_bits() {  # rate_bits RATE: tc's rate in bits per second (integers), or exit 1
   [[ $1 =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] || return 1
