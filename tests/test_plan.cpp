@@ -479,6 +479,9 @@ TEST_CASE("plan says what share of a slow shard link the standby replicas take",
   const auto text = run("plan --model resnet8 --workers 8 --ps-link 2.2/0.05 --push-precision bf16 --draws 3");
   CHECK(contains(text.output, "(" + std::to_string(std::lround(100 * share)) +
                                   "% of its bytes the standby replicas', one every 25 updates)"));
+  // The link is full: that share is TCP's to give, and plan says so.
+  CHECK(j["ps_link_utilisation"].get<double>() >= 0.95);
+  CHECK(contains(text.output, "the link is full: TCP can give the standby's one connection less"));
   // --replica-interval 40: spread over 39 updates, under the reply's worth: a third of the bytes.
   const auto rarer = run("plan --model resnet8 --workers 8 --ps-link 2.2/0.05 --push-precision bf16 "
                          "--replica-interval 40 --draws 3 --json");
@@ -486,6 +489,11 @@ TEST_CASE("plan says what share of a slow shard link the standby replicas take",
   CHECK(Json::parse(rarer.output)["replica_interval_updates"].get<double>() == Approx(40).margin(0.01));
   CHECK(Json::parse(rarer.output)["ps_link_replica_share"].get<double>() ==
         Approx(replica / 40 / (replica / 40 + reply)).epsilon(0.02));
+  // Two workers: the replicas' share, but a link not full: no word of TCP's share.
+  const auto two = run("plan --model resnet8 --workers 2 --ps-link 2.2/0.05 --draws 3 --json");
+  CHECK(Json::parse(two.output)["ps_link_replica_share"].get<double>() >= 0.05);
+  CHECK(Json::parse(two.output)["ps_link_utilisation"].get<double>() < 0.95);
+  CHECK_FALSE(contains(run("plan --model resnet8 --workers 2 --ps-link 2.2/0.05 --draws 3").output, "the link is full"));
   // No standby (one worker): no replicas, null, nothing said.
   const auto one = run("plan --model resnet8 --workers 1 --ps-link 2.2/0.05 --draws 3 --json");
   CHECK(Json::parse(one.output)["replica_interval_updates"].is_null());

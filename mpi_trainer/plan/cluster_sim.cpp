@@ -250,7 +250,8 @@ void ClusterSim::settle_sends() {
 // one connection does not get that share of a link the replies fill (TCP's share, not the
 // sends': with 4 MB socket buffers they complete at once and the bytes pile up in the kernel), the
 // sends complete late and the trainer's replicas space out (bench/README.md, "Eager messages",
-// "Why the replicas space out at 5 workers", "Past five workers"): not modelled.
+// "Why the replicas space out at 5 workers", "Past five workers"): not modelled; plan's report
+// says so where the link is full (saturation_line).
 void ClusterSim::pace_replica() {
   if (opt_.replica_bytes.empty() || !opt_.ps_link) return;
   const auto put_slices = [&](std::size_t s) {

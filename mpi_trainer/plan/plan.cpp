@@ -369,6 +369,15 @@ std::string saturation_line(const PlanConfig& c, const PlanResult& r) {
         << (r.ps_link_gbit > 0 ? " (the link at " + count(r.ps_link_saturation_workers) + ")" : std::string());
   }
   s << '\n';
+  // On a full link the replicas' share is TCP's to give, not the trainer's: the standby's one
+  // connection gets less beside the workers' replies, measured, and this model does not know how
+  // much (ClusterSim::pace_replica; bench/README.md, "Why the replicas space out at 5 workers").
+  if (r.ps_link_replica_share >= 0.05 && r.ps_link_utilisation >= 0.95)
+    s << "  the link is full: TCP can give the standby's one connection less than that share beside the\n"
+         "  workers' replies, and then the replicas space out (the standby's replica ages) while steps/s\n"
+         "  exceed this estimate (measured on Linux links of 25-200 Mbit/s, one shard, 5 workers: a replica\n"
+         "  every 12-16 updates where plan says 10, up to 20% more steps/s; bench/README.md, \"plan\n"
+         "  against a real link\")\n";
   // Near the limit, more workers add little: say what moves it.
   if (double(r.worker_types.size()) >= 0.75 * r.ps_saturation_workers)
     s << "  near or past that limit more workers add little: "
