@@ -120,16 +120,18 @@ request_requeue() {
 # needs it: Slurm requeues its first component itself, only this request requeues the others, and
 # when this script was killed first the job stayed pending for ever (tests/test_slurm_preempt.sh,
 # HOW=down-hung-ps; docs/fault-model.md, "Slurm").
-kill_wait=$(scontrol show config 2>/dev/null | sed -n 's/^KillWait *= *\([0-9]*\).*/\1/p')
-kill_wait=${kill_wait:-30}  # Slurm's default
 marks=$(mktemp -d "${TMPDIR:-/tmp}/mt-job.XXXXXX") || die "mktemp failed"
 watcher=0
 trap '((watcher)) && kill "$watcher" 2>/dev/null; rm -rf "$marks"' EXIT
 watch_requeue() {
   trap '' TERM USR1  # Slurm's SIGTERM reaches every process of the job: this one lives on to act on it
-  local by=0
+  local by=0 kill_wait=""
   while kill -0 "$child" 2>/dev/null; do
-    ((by == 0)) && [[ -e $marks/term ]] && by=$(($(date +%s) + kill_wait * 3 / 4))
+    if ((by == 0)) && [[ -e $marks/term ]]; then
+      kill_wait=$(scontrol show config 2>/dev/null | sed -n 's/^KillWait *= *\([0-9]*\).*/\1/p')
+      kill_wait=${kill_wait:-30}  # Slurm's default
+      by=$(($(date +%s) + kill_wait * 3 / 4))
+    fi
     local state=""
     [[ -n $(find "$status" -newer "$marks/notice" 2>/dev/null) ]] && state=$(ps_state)
     case $state in

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Holds processes the way a failed node holds its own: every thread stopped (ptrace), so that
 no signal they are sent is acted on (SIGTERM and SIGCONT stay pending) until SIGKILL ends them.
+(A SIGSTOP, the other tests' hung process, would not hold: Slurm's kill sends SIGCONT first.)
 
   hold_processes.py SECONDS PID...
 
