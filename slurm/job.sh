@@ -111,40 +111,32 @@ request_requeue() {
     scontrol requeue "$self" 2>&1 | sed "s/^/$me: scontrol requeue: /"
   fi
 }
-# After a notice the parameter server's roles ask for the requeue without waiting for the MPI job
-# to end: as soon as its status says its checkpoint is durable (state requeue, written after the
-# notice); and after a SIGTERM, which Slurm follows with SIGKILL KillWait seconds later (a node
-# failure, a requeue, scancel), at three quarters of KillWait whatever the training is doing then
-# (a parameter server hung in MPI after a peer's death, srun waiting for tasks on a lost node): the
-# restart resumes from the newest durable checkpoint. A heterogeneous job whose worker node failed
-# needs it: Slurm requeues its first component itself, only this request requeues the others, and
-# when this script was killed first the job stayed pending for ever (tests/test_slurm_preempt.sh,
-# HOW=down-hung-ps; docs/fault-model.md, "Slurm").
+# After Slurm's SIGTERM (a node failure, a requeue, scancel), which it follows with SIGKILL
+# KillWait seconds later, the parameter server's roles do not wait for the MPI job to end before
+# they ask for the requeue: if it still runs at three quarters of KillWait (a parameter server hung
+# in MPI after a peer's death, srun waiting for tasks on a lost node) they ask then, whatever the
+# training is doing, and the restart resumes from the newest durable checkpoint. A heterogeneous
+# job whose worker node failed needs it: Slurm requeues its first component itself, only this
+# request requeues the others, and when this script was killed first the job stayed pending for
+# ever (tests/test_slurm_preempt.sh, HOW=down-hung-ps; docs/fault-model.md, "Slurm"). Otherwise
+# the request follows the MPI job's end, below: a requeue asked sooner would end its teardown.
 marks=$(mktemp -d "${TMPDIR:-/tmp}/mt-job.XXXXXX") || die "mktemp failed"
 watcher=0
 trap '((watcher)) && kill "$watcher" 2>/dev/null; rm -rf "$marks"' EXIT
 watch_requeue() {
   trap '' TERM USR1  # Slurm's SIGTERM reaches every process of the job: this one lives on to act on it
-  local by=0 kill_wait=""
+  local kill_wait by
+  kill_wait=$(scontrol show config 2>/dev/null | sed -n 's/^KillWait *= *\([0-9]*\).*/\1/p')
+  kill_wait=${kill_wait:-30}  # Slurm's default
+  by=$(($(date +%s) + kill_wait * 3 / 4))
   while kill -0 "$child" 2>/dev/null; do
-    if ((by == 0)) && [[ -e $marks/term ]]; then
-      kill_wait=$(scontrol show config 2>/dev/null | sed -n 's/^KillWait *= *\([0-9]*\).*/\1/p')
-      kill_wait=${kill_wait:-30}  # Slurm's default
-      by=$(($(date +%s) + kill_wait * 3 / 4))
-    fi
-    local state=""
-    [[ -n $(find "$status" -newer "$marks/notice" 2>/dev/null) ]] && state=$(ps_state)
-    case $state in
-      requeue) say "checkpoint durable at $(date -u +%FT%T.%NZ): requeueing"; request_requeue
-               touch "$marks/requested"; return ;;
-      done|failed|interrupted) return ;;
-    esac
-    if ((by > 0 && $(date +%s) >= by)); then
-      state=$(ps_state)
-      [[ $state == running || $state == lost ]] || return
-      say "still training $((kill_wait * 3 / 4)) s after the SIGTERM (Slurm's SIGKILL follows ${kill_wait} s after it): requeueing now, to resume from the newest durable checkpoint"
-      request_requeue
-      touch "$marks/requested"
+    if (($(date +%s) >= by)); then
+      case $(ps_state) in
+        running|lost|requeue)
+          say "still training $((kill_wait * 3 / 4)) s after the SIGTERM (Slurm's SIGKILL follows ${kill_wait} s after it): requeueing now, to resume from the newest durable checkpoint"
+          request_requeue
+          touch "$marks/requested" ;;
+      esac
       return
     fi
     sleep 0.2
@@ -155,10 +147,7 @@ notice() {
   noticed=1
   say "SIG$1 at $(date -u +%FT%T.%NZ): checkpoint/leave and requeue"
   ((child)) && kill -USR1 "$child" 2>/dev/null
-  if [[ $role == worker ]] || ((child == 0)); then return; fi
-  [[ $1 == TERM ]] && touch "$marks/term"
-  if ((!watcher)); then
-    touch "$marks/notice"
+  if [[ $1 == TERM && $role != worker ]] && ((child && !watcher)); then
     watch_requeue &
     watcher=$!
   fi
